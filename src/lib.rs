@@ -1,0 +1,41 @@
+//! tollgate: a reverse proxy and API gateway that protects HTTP backends with
+//! throttling.
+//!
+//! A request's whole story is in [`pipeline`]; the modules, in the order a
+//! request meets them:
+//!
+//! - [`server`]: listeners, the accept loop, connection limits and timeouts,
+//!   graceful shutdown.
+//! - [`route`]: the path normaliser and the route matchers.
+//! - [`identity`]: who the client is (trusted proxies, `X-Forwarded-For`).
+//! - [`proxy`]: upstream pools, balancing, the pooled client, header hygiene.
+//! - [`pipeline`]: normalise -> match -> identify -> (limits) -> respond or
+//!   forward -> access log.
+//!
+//! Around them:
+//!
+//! - [`config`]: the YAML schema, `${VAR}` expansion, units, validation into
+//!   typed, immutable values with field-path errors.
+//! - [`runtime`]: the compiled snapshot of one config generation, held in an
+//!   `ArcSwap` and loaded once per request.
+//! - [`reload`]: start-up and reload (one code path): parse, build, bind new
+//!   listeners, swap.
+//! - [`admin`]: the admin listener (health, readiness, config, reload).
+//! - [`error`]: the gateway's errors and the one function that turns them into
+//!   responses.
+//! - [`body`]: the body types the gateway sends and receives.
+//! - [`log`]: logging set-up and the JSON access-log line.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod body;
+pub mod config;
+pub mod error;
+pub mod identity;
+pub mod log;
+pub mod pipeline;
+pub mod proxy;
+pub mod reload;
+pub mod route;
+pub mod runtime;
+pub mod server;
