@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
 
 /// The error type carried by every body.
@@ -24,7 +24,9 @@ pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A body holding `bytes` whole.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// An empty body.
@@ -137,7 +139,7 @@ impl http_body::Body for UpstreamBody {
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
             Some(inner) => inner.size_hint(),
-            None => self.hint.clone(),
+            None => self.hint,
         }
     }
 }

@@ -172,7 +172,12 @@ mod tests {
                 "no_healthy_upstream",
                 false,
             ),
-            (GatewayError::UpstreamTimeout, 504, "upstream_timeout", false),
+            (
+                GatewayError::UpstreamTimeout,
+                504,
+                "upstream_timeout",
+                false,
+            ),
         ];
         for (error, status, code, close) in cases {
             let response = error.response(&id);
@@ -182,10 +187,7 @@ mod tests {
                 close,
                 "{error:?}"
             );
-            assert_eq!(
-                response.headers()[header::CONTENT_TYPE],
-                "application/json"
-            );
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
             let json = body_json(response).await;
             assert_eq!(json["error"], code);
             assert_eq!(json["request_id"], "abc");

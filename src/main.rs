@@ -39,7 +39,10 @@ fn main() -> ExitCode {
 
 fn run(config: &std::path::Path) -> ExitCode {
     tollgate::log::init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

@@ -2,8 +2,6 @@
 //! `GET /metrics`. Label values are route, upstream and outcome names from the
 //! config, never client-supplied values, so cardinality stays bounded.
 
-use std::sync::atomic::AtomicU64;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -34,7 +32,7 @@ pub struct Metrics {
     /// Config reloads by result.
     pub reloads: Family<ReloadLabels, Counter>,
     /// The generation of the config in force.
-    pub generation: Gauge<i64, AtomicU64>,
+    pub generation: Gauge,
     /// Client connections open now.
     pub connections: Gauge,
 }
@@ -55,7 +53,7 @@ impl Metrics {
             "Config reloads, by result",
             reloads.clone(),
         );
-        let generation = Gauge::<i64, AtomicU64>::default();
+        let generation = Gauge::default();
         registry.register(
             "tollgate_config_generation",
             "Generation of the config in force",

@@ -47,7 +47,11 @@ pub struct ConnInfo {
 }
 
 /// Handle one request: never fails, every error becomes a response.
-pub async fn handle(req: Request<Incoming>, shared: &Arc<Shared>, conn: &Arc<ConnInfo>) -> Response<Body> {
+pub async fn handle(
+    req: Request<Incoming>,
+    shared: &Arc<Shared>,
+    conn: &Arc<ConnInfo>,
+) -> Response<Body> {
     let started = Instant::now();
     conn.activity.begin();
     let rt = shared.runtime.load_full();
@@ -56,8 +60,7 @@ pub async fn handle(req: Request<Incoming>, shared: &Arc<Shared>, conn: &Arc<Con
     // Identify the client: who sent it, and whether its forwarded headers count.
     let peer = identity::canonical_ip(conn.peer.ip());
     let trusted = identity::is_trusted(peer, &server.trusted_proxies);
-    let request_id =
-        incoming_request_id(req.headers(), trusted).unwrap_or_else(new_request_id);
+    let request_id = incoming_request_id(req.headers(), trusted).unwrap_or_else(new_request_id);
     let client = identity::client_addr(peer, req.headers(), &server.trusted_proxies);
 
     let mut record = AccessRecord {
@@ -71,7 +74,9 @@ pub async fn handle(req: Request<Incoming>, shared: &Arc<Shared>, conn: &Arc<Con
         status: 0,
         started,
     };
-    let (response, in_flight) = match route_request(req, &rt, &mut record, peer, trusted, conn).await {
+    let (response, in_flight) = match route_request(req, &rt, &mut record, peer, trusted, conn)
+        .await
+    {
         Ok(answer) => answer,
         Err(error) => {
             tracing::debug!(request_id = record.request_id.to_str().unwrap_or_default(), %error, "request rejected");
@@ -169,7 +174,10 @@ async fn route_request(
             record.upstream = Some(in_flight.label().clone());
             let (mut parts, incoming) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers, false);
-            Ok((Response::from_parts(parts, body::boxed(incoming)), Some(in_flight)))
+            Ok((
+                Response::from_parts(parts, body::boxed(incoming)),
+                Some(in_flight),
+            ))
         }
     }
 }
@@ -200,8 +208,7 @@ fn finish(
         body::boxed(Finish::new(body, move |bytes, completed| {
             drop(in_flight);
             record.emit(bytes, completed);
-            conn.activity
-                .end(conn.started.elapsed().as_millis() as u64);
+            conn.activity.end(conn.started.elapsed().as_millis() as u64);
         }))
     })
 }
@@ -246,7 +253,12 @@ fn check_head(req: &Request<Incoming>, max_header_bytes: usize) -> Result<(), Ga
                 close: true,
             });
         }
-        if codings.next().is_some() || !first.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked") {
+        if codings.next().is_some()
+            || !first
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"chunked")
+        {
             return Err(GatewayError::UnsupportedTransferCoding);
         }
     }
@@ -267,7 +279,8 @@ fn check_head(req: &Request<Incoming>, max_header_bytes: usize) -> Result<(), Ga
         _ => {}
     }
     let uri = req.uri();
-    let origin_form = uri.scheme().is_none() && uri.authority().is_none() && uri.path().starts_with('/');
+    let origin_form =
+        uri.scheme().is_none() && uri.authority().is_none() && uri.path().starts_with('/');
     let asterisk = uri.path() == "*" && req.method() == Method::OPTIONS;
     if !origin_form && !asterisk {
         return Err(GatewayError::BadRequest {

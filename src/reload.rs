@@ -95,12 +95,13 @@ impl Gateway {
         }
         let max_connections = prepared.runtime.config.server.max_connections;
         let admin_config = prepared.runtime.config.admin.clone();
-        let admin_listener = match admin_config.listen {
-            Some(addr) => Some(server::bind(addr).map_err(|e| {
-                StartError::Bind(format!("admin.listen: cannot bind {addr}: {e}"))
-            })?),
-            None => None,
-        };
+        let admin_listener =
+            match admin_config.listen {
+                Some(addr) => Some(server::bind(addr).map_err(|e| {
+                    StartError::Bind(format!("admin.listen: cannot bind {addr}: {e}"))
+                })?),
+                None => None,
+            };
         let shared = Shared::new(prepared.runtime);
         let server = Server::new(shared.clone(), max_connections);
         for (addr, listener) in prepared.bound {

@@ -99,9 +99,8 @@ pub async fn forward(
             })?;
         let host_value = match (&host, preserve_host) {
             (Some(h), true) => h.clone(),
-            _ => HeaderValue::from_str(t.authority.as_str()).map_err(|_| {
-                GatewayError::UpstreamUnavailable("bad target authority".into())
-            })?,
+            _ => HeaderValue::from_str(t.authority.as_str())
+                .map_err(|_| GatewayError::UpstreamUnavailable("bad target authority".into()))?,
         };
         // Keep the headers for a possible retry only when one could happen.
         let last_chance = tried.len() == attempts;

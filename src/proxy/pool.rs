@@ -67,7 +67,11 @@ impl UpstreamPool {
                 index,
                 message: message.to_string(),
             };
-            let scheme = t.url.scheme().cloned().ok_or_else(|| err("missing scheme"))?;
+            let scheme = t
+                .url
+                .scheme()
+                .cloned()
+                .ok_or_else(|| err("missing scheme"))?;
             if scheme != Scheme::HTTP {
                 return Err(err(
                     "https targets are not supported yet; use http:// (upstream TLS is planned)",
@@ -156,7 +160,9 @@ pub struct InFlight {
 impl InFlight {
     /// Count one request on `target` of `pool`.
     pub fn new(pool: Arc<UpstreamPool>, target: usize) -> Self {
-        pool.targets[target].in_flight.fetch_add(1, Ordering::Relaxed);
+        pool.targets[target]
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed);
         InFlight { pool, target }
     }
 
