@@ -27,6 +27,8 @@ mod model;
 mod positions;
 mod raw;
 mod shadow;
+#[cfg(test)]
+mod tests;
 pub mod units;
 mod validate;
 
