@@ -17,8 +17,8 @@
 //!   address; port 0 excepted) are errors, and the admin listener may not
 //!   share a traffic listener's address.
 //! - `match.path`/`exact` must be in normalised form, or they could never
-//!   match; `regex` is used as written (anchor it with `^...$` for a whole
-//!   path match).
+//!   match; `regex` is compiled anchored (`\A(?:...)\z`), so it must match
+//!   the whole normalised path, as SPEC §3 says.
 //! - `respond.status` is 200..=599, `limit_response.status` 400..=599.
 
 mod error;

@@ -910,7 +910,8 @@ impl Ctx<'_> {
             check_route_path(&exact).map_err(|m| self.err(&format!("{path}.exact"), m))?;
             PathMatch::Exact(exact)
         } else if let Some(regex) = raw.regex {
-            let compiled = regex::Regex::new(&regex)
+            // Anchored: a route regex must match the whole normalised path.
+            let compiled = crate::route::matcher::anchored_regex(&regex)
                 .map_err(|e| self.err(&format!("{path}.regex"), regex_error(&e)))?;
             PathMatch::Regex(compiled)
         } else {
