@@ -11,7 +11,8 @@
 //! - `/upload`: stream-consumes the body and answers `{len, checksum,
 //!   pattern_ok}`;
 //! - `/trailers`: a body followed by trailers `x-trailer-one: 1`,
-//!   `grpc-status: 0`;
+//!   `grpc-status: 0` (declared in a `Trailer` header; over HTTP/1.1 they are
+//!   sent only to a client that sent `TE: trailers`);
 //! - `/hop`: a response carrying hop-by-hop headers;
 //! - `/close`: the connection is dropped without an answer.
 //!
@@ -316,6 +317,11 @@ async fn handle(
             .insert("x-upstream", HeaderValue::from_str(&name)?);
         resp.headers_mut()
             .insert("content-type", HeaderValue::from_static("text/plain"));
+        // HTTP/1.1 (hyper) only sends trailers that were declared.
+        resp.headers_mut().insert(
+            "trailer",
+            HeaderValue::from_static("x-trailer-one, grpc-status"),
+        );
         return Ok(resp);
     }
 
