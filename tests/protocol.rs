@@ -41,7 +41,11 @@ async fn head_over_max_header_bytes_is_431() {
     let echo = Echo::start("e").await;
     let gw = limited(&echo, "max_header_bytes: 4KiB").await;
     let r = raw::request(gw.addr(), &get_with_header("x-small", 2000)).await;
-    assert_eq!(r.status, 200, "a 2 KiB head is under 4 KiB: {}", r.status_line);
+    assert_eq!(
+        r.status, 200,
+        "a 2 KiB head is under 4 KiB: {}",
+        r.status_line
+    );
     assert_eq!(echo.count(), 1);
     for size in [5_000, 16_000, 100_000] {
         let r = raw::request(gw.addr(), &get_with_header("x-big", size)).await;
@@ -142,7 +146,9 @@ async fn a_dribbled_head_is_cut_off_after_header_read_in_total() {
     let (mut rd, mut wr) = c.stream.into_split();
     // Slowloris: one byte every 100 ms, never finishing the head.
     let writer = tokio::spawn(async move {
-        let _ = wr.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Drip: ").await;
+        let _ = wr
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Drip: ")
+            .await;
         for _ in 0..60 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             if wr.write_all(b"a").await.is_err() {
@@ -208,10 +214,22 @@ async fn connections_over_max_connections_wait_instead_of_failing() {
     let req = b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n";
     let mut a = raw::connect(gw.addr()).await;
     a.write(req).await.unwrap();
-    assert_eq!(a.read_response(Duration::from_secs(5)).await.unwrap().status, 200);
+    assert_eq!(
+        a.read_response(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
     let mut b = raw::connect(gw.addr()).await;
     b.write(req).await.unwrap();
-    assert_eq!(b.read_response(Duration::from_secs(5)).await.unwrap().status, 200);
+    assert_eq!(
+        b.read_response(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
 
     // The third waits: no answer, no reset.
     let mut c = raw::connect(gw.addr()).await;
@@ -232,7 +250,13 @@ async fn connections_over_max_connections_wait_instead_of_failing() {
     assert_eq!(echo.count(), 3);
     // And b still works.
     b.write(req).await.unwrap();
-    assert_eq!(b.read_response(Duration::from_secs(5)).await.unwrap().status, 200);
+    assert_eq!(
+        b.read_response(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
 }
 
 /// Sends `bytes`, expects one of `statuses` (or, if `allow_silent_close`, a
@@ -300,11 +324,29 @@ async fn content_length_with_transfer_encoding_is_400_and_closes() {
         "POST /cl-te HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{smuggled}",
         smuggled.len()
     );
-    assert_rejected(&gw, &echo, "CL then TE", cl_first.as_bytes(), &[400], true, false).await;
+    assert_rejected(
+        &gw,
+        &echo,
+        "CL then TE",
+        cl_first.as_bytes(),
+        &[400],
+        true,
+        false,
+    )
+    .await;
     let te_first = format!(
         "POST /te-cl HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n{smuggled}"
     );
-    assert_rejected(&gw, &echo, "TE then CL", te_first.as_bytes(), &[400], true, false).await;
+    assert_rejected(
+        &gw,
+        &echo,
+        "TE then CL",
+        te_first.as_bytes(),
+        &[400],
+        true,
+        false,
+    )
+    .await;
     assert_eq!(echo.count(), 0);
 }
 
@@ -379,10 +421,14 @@ async fn bad_chunk_sizes_are_rejected_and_nothing_is_forwarded() {
     let (gw, echo) = smuggling_gateway().await;
     for (what, body) in [
         ("non-hex chunk size", "zz\r\nhello\r\n0\r\n\r\n"),
-        ("overflowing chunk size", "fffffffffffffffffff\r\nhello\r\n0\r\n\r\n"),
+        (
+            "overflowing chunk size",
+            "fffffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+        ),
         ("chunk longer than its size", "2\r\nhello\r\n0\r\n\r\n"),
     ] {
-        let req = format!("POST /chunk HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+        let req =
+            format!("POST /chunk HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
         assert_rejected(&gw, &echo, what, req.as_bytes(), &[400], true, true).await;
     }
 }

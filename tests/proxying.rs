@@ -118,12 +118,16 @@ async fn upstream_refused_or_reset_is_502_upstream_unavailable() {
         echo.url()
     )))
     .await;
-    client::get(gw.addr(), "/dead").await.assert_error(502, "upstream_unavailable");
+    client::get(gw.addr(), "/dead")
+        .await
+        .assert_error(502, "upstream_unavailable");
     client::get_h2c(gw.addr(), "/dead/x")
         .await
         .assert_error(502, "upstream_unavailable");
     // The upstream drops the connection without answering.
-    client::get(gw.addr(), "/close").await.assert_error(502, "upstream_unavailable");
+    client::get(gw.addr(), "/close")
+        .await
+        .assert_error(502, "upstream_unavailable");
     // The gateway itself is fine.
     assert_eq!(client::get(gw.addr(), "/fine").await.status, 200);
 }
@@ -206,11 +210,7 @@ async fn retries_go_to_another_target_when_the_first_refuses() {
 }
 
 /// How many of `n` requests each upstream answered.
-async fn spread(
-    gw: &Gateway,
-    client: &client::HttpClient,
-    n: usize,
-) -> HashMap<String, usize> {
+async fn spread(gw: &Gateway, client: &client::HttpClient, n: usize) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
     for i in 0..n {
         let r = client::send(
@@ -318,7 +318,11 @@ async fn hash_balancing_is_stable_per_client() {
         }
         *used.entry(chosen.unwrap()).or_insert(0) += 1;
     }
-    assert_eq!(used.len(), 2, "20 clients all hashed to one target: {used:?}");
+    assert_eq!(
+        used.len(),
+        2,
+        "20 clients all hashed to one target: {used:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,9 +347,11 @@ async fn least_requests_avoids_the_busy_target() {
     for round in 0..3 {
         let addr = gw.addr();
         let slow = tokio::spawn(async move { client::get(addr, "/delay/1500").await });
-        common::eventually(Duration::from_secs(3), "the slow request in flight", || async {
-            (a.in_flight() + b.in_flight() == 1).then_some(())
-        })
+        common::eventually(
+            Duration::from_secs(3),
+            "the slow request in flight",
+            || async { (a.in_flight() + b.in_flight() == 1).then_some(()) },
+        )
         .await;
         let busy = if a.in_flight() == 1 { "a" } else { "b" };
         let c = client::h1();
@@ -515,24 +521,37 @@ async fn forwarded_headers_are_set_and_forgeries_from_untrusted_peers_replaced()
     .unwrap();
     assert_eq!(r.status, 200);
     let seen = echo.last().unwrap();
-    assert_eq!(seen.header_all("x-forwarded-for"), vec!["127.0.0.1".to_string()]);
-    assert_eq!(seen.header_all("x-forwarded-proto"), vec!["http".to_string()]);
-    assert_eq!(seen.header_all("x-forwarded-host"), vec!["gw.example".to_string()]);
+    assert_eq!(
+        seen.header_all("x-forwarded-for"),
+        vec!["127.0.0.1".to_string()]
+    );
+    assert_eq!(
+        seen.header_all("x-forwarded-proto"),
+        vec!["http".to_string()]
+    );
+    assert_eq!(
+        seen.header_all("x-forwarded-host"),
+        vec!["gw.example".to_string()]
+    );
     for v in seen.header_all("x-forwarded-port") {
         assert_ne!(v, "443", "a forged X-Forwarded-Port reached the upstream");
     }
     for v in seen.header_all("forwarded") {
-        assert!(!v.contains("1.2.3.4"), "forged Forwarded reached the upstream: {v}");
+        assert!(
+            !v.contains("1.2.3.4"),
+            "forged Forwarded reached the upstream: {v}"
+        );
     }
     for v in seen.header_all("x-real-ip") {
         assert_eq!(v, "127.0.0.1", "forged X-Real-IP reached the upstream");
     }
     let rid = r.header("x-request-id").expect("x-request-id").to_string();
-    assert_ne!(rid, "forged-request-id", "request id from an untrusted peer kept");
+    assert_ne!(
+        rid, "forged-request-id",
+        "request id from an untrusted peer kept"
+    );
     assert_eq!(seen.header_all("x-request-id"), vec![rid.clone()]);
-    let log = gw
-        .wait_access_log("/fwd", |l| l["path"] == "/fwd")
-        .await;
+    let log = gw.wait_access_log("/fwd", |l| l["path"] == "/fwd").await;
     assert_eq!(log["client"], "127.0.0.1", "{log}");
     assert_eq!(log["request_id"], rid.as_str());
 }
@@ -593,7 +612,11 @@ async fn trusted_proxy_chain_is_extended_and_client_is_rightmost_untrusted() {
         let got: Vec<String> = seen
             .header_all("x-forwarded-for")
             .iter()
-            .flat_map(|v| v.split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>())
+            .flat_map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
             .collect();
         let want: Vec<String> = want_xff.split(", ").map(String::from).collect();
         assert_eq!(got, want, "{path} from {source}: X-Forwarded-For");
@@ -720,7 +743,9 @@ async fn access_log_line_has_the_contract_fields() {
     assert_eq!(log["method"], "GET", "{log}");
     assert_eq!(log["host"], "logs.example", "{log}");
     assert!(
-        log["path"].as_str().is_some_and(|p| p.starts_with("/logged/path")),
+        log["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/logged/path")),
         "{log}"
     );
     assert_eq!(log["route"], "all", "{log}");

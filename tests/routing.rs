@@ -206,27 +206,40 @@ async fn all_matchers_must_hold() {
         ("fallback", "{ path: / }"),
     ])
     .await;
-    let send = |host: &'static str, method: Method, path: &'static str, hv: Option<&'static str>| {
-        let mut b = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", host);
-        if let Some(v) = hv {
-            b = b.header("x-k", v);
-        }
-        let addr = gw.addr();
-        async move {
-            client::send_on_new_conn(addr, Proto::H1, b.body(client::empty()).unwrap())
-                .await
-                .unwrap()
-                .text()
-        }
-    };
+    let send =
+        |host: &'static str, method: Method, path: &'static str, hv: Option<&'static str>| {
+            let mut b = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("host", host);
+            if let Some(v) = hv {
+                b = b.header("x-k", v);
+            }
+            let addr = gw.addr();
+            async move {
+                client::send_on_new_conn(addr, Proto::H1, b.body(client::empty()).unwrap())
+                    .await
+                    .unwrap()
+                    .text()
+            }
+        };
     assert_eq!(send("a.example", Method::GET, "/x", Some("v")).await, "all");
-    assert_eq!(send("b.example", Method::GET, "/x", Some("v")).await, "fallback");
-    assert_eq!(send("a.example", Method::POST, "/x", Some("v")).await, "fallback");
-    assert_eq!(send("a.example", Method::GET, "/y", Some("v")).await, "fallback");
-    assert_eq!(send("a.example", Method::GET, "/x", Some("w")).await, "fallback");
+    assert_eq!(
+        send("b.example", Method::GET, "/x", Some("v")).await,
+        "fallback"
+    );
+    assert_eq!(
+        send("a.example", Method::POST, "/x", Some("v")).await,
+        "fallback"
+    );
+    assert_eq!(
+        send("a.example", Method::GET, "/y", Some("v")).await,
+        "fallback"
+    );
+    assert_eq!(
+        send("a.example", Method::GET, "/x", Some("w")).await,
+        "fallback"
+    );
     assert_eq!(send("a.example", Method::GET, "/x", None).await, "fallback");
 }
 
@@ -248,7 +261,8 @@ async fn no_route_is_404_no_route_json() {
     let r = client::get(gw.addr(), "/nothing").await;
     r.assert_error(404, "no_route");
     assert_eq!(
-        r.header("content-type").map(|v| v.starts_with("application/json")),
+        r.header("content-type")
+            .map(|v| v.starts_with("application/json")),
         Some(true),
         "content-type of the error: {:?}",
         r.headers
@@ -403,7 +417,13 @@ async fn no_spelling_of_a_protected_path_skips_its_route() {
         "/secret?x=/../api",
     ] {
         let r = raw::get(gw.addr(), target).await;
-        assert_eq!(r.status, 401, "{target} skipped the protected route: {} {}", r.status_line, r.text());
+        assert_eq!(
+            r.status,
+            401,
+            "{target} skipped the protected route: {} {}",
+            r.status_line,
+            r.text()
+        );
         assert_eq!(r.text(), "protected", "{target}");
     }
     assert_eq!(ab.count() + api.count() + rest.count(), 0);
@@ -563,7 +583,10 @@ async fn h2c_prior_knowledge_clients_are_proxied() {
     assert_eq!(v["method"], "POST");
     assert_eq!(v["path"], "/h2/post?x=1");
     assert_eq!(v["body_len"], 100_000);
-    assert_eq!(echo.last().unwrap().header("x-custom").as_deref(), Some("yes"));
+    assert_eq!(
+        echo.last().unwrap().header("x-custom").as_deref(),
+        Some("yes")
+    );
 
     // Many concurrent streams on one connection.
     let start = std::time::Instant::now();

@@ -191,8 +191,16 @@ fn assert_trailers(r: &Resp, what: &str) {
         .trailers
         .as_ref()
         .unwrap_or_else(|| panic!("{what}: no trailers reached the client"));
-    assert_eq!(t.get("x-trailer-one").map(|v| v.as_bytes()), Some(&b"1"[..]), "{what}: {t:?}");
-    assert_eq!(t.get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]), "{what}: {t:?}");
+    assert_eq!(
+        t.get("x-trailer-one").map(|v| v.as_bytes()),
+        Some(&b"1"[..]),
+        "{what}: {t:?}"
+    );
+    assert_eq!(
+        t.get("grpc-status").map(|v| v.as_bytes()),
+        Some(&b"0"[..]),
+        "{what}: {t:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,7 +266,10 @@ async fn request_trailers_pass_from_h2c_to_an_h2_upstream() {
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["body_len"], 17);
-    assert_eq!(v["http_version"], "HTTP/2", "upstream http2: true speaks h2");
+    assert_eq!(
+        v["http_version"], "HTTP/2",
+        "upstream http2: true speaks h2"
+    );
     assert_eq!(
         v["trailers"],
         serde_json::json!([["x-req-trailer", "done"]]),
@@ -308,7 +319,9 @@ async fn echo_upstream_fixture_self_check() {
     assert!(matches_pattern(0, &r.body));
     assert!(client::try_send(
         &client::h1(),
-        client::req(Method::GET, addr, "/close").body(client::empty()).unwrap()
+        client::req(Method::GET, addr, "/close")
+            .body(client::empty())
+            .unwrap()
     )
     .await
     .is_err());
@@ -319,4 +332,3 @@ async fn echo_upstream_fixture_self_check() {
     assert_eq!(echo.last().unwrap().path, "/raw?q");
     assert_eq!(echo.body_bytes(), n);
 }
-

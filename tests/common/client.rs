@@ -203,13 +203,10 @@ pub async fn send_on_new_conn(
     proto: Proto,
     req: Request<Body>,
 ) -> Result<Resp, String> {
-    let stream = tokio::time::timeout(
-        Duration::from_secs(3),
-        tokio::net::TcpStream::connect(addr),
-    )
-    .await
-    .map_err(|_| "connect timed out".to_string())?
-    .map_err(|e| format!("connect: {e}"))?;
+    let stream = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect: {e}"))?;
     let io = TokioIo::new(stream);
     let fut = async move {
         match proto {

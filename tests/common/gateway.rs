@@ -137,7 +137,13 @@ impl Gateway {
 
     /// Fills the placeholders of a template.
     pub fn render(&self, template: &str) -> String {
-        render(template, self.listen, self.listen2, self.listen3, self.admin)
+        render(
+            template,
+            self.listen,
+            self.listen2,
+            self.listen3,
+            self.admin,
+        )
     }
 
     /// Polls `/readyz` until 200; panics with the process output on timeout
@@ -347,17 +353,15 @@ impl Gateway {
 
 /// Finds `series value` in Prometheus text (labels compared as written).
 pub fn parse_metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (name, rest) = l.rsplit_once(' ').map(|(a, b)| (a.trim(), b))?;
-            // Allow an optional timestamp: "name value ts".
-            if name == series {
-                return rest.trim().parse().ok();
-            }
-            let (n2, v) = name.rsplit_once(' ')?;
-            (n2.trim() == series).then(|| v.trim().parse().ok())?
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, rest) = l.rsplit_once(' ').map(|(a, b)| (a.trim(), b))?;
+        // Allow an optional timestamp: "name value ts".
+        if name == series {
+            return rest.trim().parse().ok();
+        }
+        let (n2, v) = name.rsplit_once(' ')?;
+        (n2.trim() == series).then(|| v.trim().parse().ok())?
+    })
 }
 
 /// VmRSS of a process in KiB (0 if unknown).

@@ -141,12 +141,7 @@ impl RawConn {
                     .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
             })
             .collect();
-        let get = |n: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k == n)
-                .map(|(_, v)| v.clone())
-        };
+        let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         let mut body = Vec::new();
         if (100..200).contains(&status) || status == 204 || status == 304 {
             // no body
@@ -164,8 +159,9 @@ impl RawConn {
                     }
                 };
                 let size_line = String::from_utf8_lossy(&self.buf[..line_end]).into_owned();
-                let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
-                    .map_err(|_| format!("bad chunk size {size_line:?}"))?;
+                let size =
+                    usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+                        .map_err(|_| format!("bad chunk size {size_line:?}"))?;
                 self.buf.drain(..line_end + 2);
                 if size == 0 {
                     // trailers until an empty line
@@ -262,8 +258,14 @@ pub async fn exchange(addr: SocketAddr, bytes: &[u8]) -> Exchange {
     };
     let closed = match &error {
         Some(e) if e.starts_with("connection closed") => true,
-        Some(_) => matches!(c.wait_closed(Duration::from_secs(3)).await, Closed::After(_)),
-        None => matches!(c.wait_closed(Duration::from_secs(3)).await, Closed::After(_)),
+        Some(_) => matches!(
+            c.wait_closed(Duration::from_secs(3)).await,
+            Closed::After(_)
+        ),
+        None => matches!(
+            c.wait_closed(Duration::from_secs(3)).await,
+            Closed::After(_)
+        ),
     };
     Exchange {
         response,
@@ -281,7 +283,8 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 pub async fn get(addr: SocketAddr, target: &str) -> RawResponse {
     request(
         addr,
-        format!("GET {target} HTTP/1.1\r\nHost: test.local\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET {target} HTTP/1.1\r\nHost: test.local\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
     )
     .await
 }
@@ -316,5 +319,8 @@ pub fn assert_error(r: &RawResponse, status: u16, code: &str) {
         .header("x-request-id")
         .unwrap_or_else(|| panic!("no x-request-id on {} response", r.status));
     assert!(!rid.is_empty(), "empty x-request-id");
-    assert_eq!(v["request_id"], rid, "request_id in body must equal x-request-id");
+    assert_eq!(
+        v["request_id"], rid,
+        "request_id in body must equal x-request-id"
+    );
 }

@@ -259,8 +259,7 @@ async fn handle(
         let frame = frame?;
         match frame.into_data() {
             Ok(data) => {
-                st.body_bytes
-                    .fetch_add(data.len() as u64, Ordering::SeqCst);
+                st.body_bytes.fetch_add(data.len() as u64, Ordering::SeqCst);
                 if p == "/upload" {
                     pattern_ok &= matches_pattern(sum.len(), &data);
                     sum.update(&data);
