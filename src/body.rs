@@ -1,1 +1,215 @@
-//! TODO
+//! The body types the gateway sends and receives.
+//!
+//! Everything the gateway answers is a [`Body`]: a boxed stream of `Bytes`
+//! frames, so generated responses, upstream responses and error pages share
+//! one type. Request bodies going upstream are wrapped in [`UpstreamBody`],
+//! which lets a request whose body was never read be retried on another
+//! target, and remembers whether the *client* broke its own body (a bad
+//! chunk), so that failure is answered 400 rather than blamed on the upstream.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body as _, Frame, SizeHint};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
+
+/// The error type carried by every body.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response or request body: a boxed stream of byte frames.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A body holding `bytes` whole.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// An empty body.
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+/// Box any body whose error converts into [`BoxError`].
+pub fn boxed<B>(body: B) -> Body
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed_unsync()
+}
+
+/// A request body on its way upstream.
+///
+/// The body sits in a shared slot until the upstream connection first asks
+/// for a frame. If an attempt fails before that (the connection was refused),
+/// [`RetrySlot::take_back`] recovers the untouched body for the next target:
+/// "retried only when no byte was sent" without buffering anything.
+pub struct UpstreamBody {
+    slot: Arc<Mutex<Option<Body>>>,
+    inner: Option<Body>,
+    hint: SizeHint,
+    end: bool,
+    client_failed: Arc<AtomicBool>,
+}
+
+/// The handle that keeps an [`UpstreamBody`]'s slot, for retries and for
+/// telling whether the client broke its body.
+#[derive(Clone)]
+pub struct RetrySlot {
+    slot: Arc<Mutex<Option<Body>>>,
+    client_failed: Arc<AtomicBool>,
+}
+
+impl UpstreamBody {
+    /// Wrap `body`; returns the body to send and the slot that can take it back.
+    pub fn new(body: Body) -> (UpstreamBody, RetrySlot) {
+        let hint = http_body::Body::size_hint(&body);
+        let end = http_body::Body::is_end_stream(&body);
+        let slot = Arc::new(Mutex::new(Some(body)));
+        let client_failed = Arc::new(AtomicBool::new(false));
+        let handle = RetrySlot {
+            slot: slot.clone(),
+            client_failed: client_failed.clone(),
+        };
+        let body = UpstreamBody {
+            slot,
+            inner: None,
+            hint,
+            end,
+            client_failed,
+        };
+        (body, handle)
+    }
+}
+
+impl RetrySlot {
+    /// The body again, if no attempt has read from it yet.
+    pub fn take_back(&self) -> Option<(UpstreamBody, RetrySlot)> {
+        let body = self.slot.lock().ok()?.take()?;
+        Some(UpstreamBody::new(body))
+    }
+
+    /// Whether the client's own body failed (bad chunk, early close).
+    pub fn client_failed(&self) -> bool {
+        self.client_failed.load(Ordering::Relaxed)
+    }
+}
+
+impl http_body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.inner.is_none() {
+            // First read: from now on a retry could not resend this body.
+            let taken = this.slot.lock().ok().and_then(|mut s| s.take());
+            match taken {
+                Some(body) => this.inner = Some(body),
+                None => return Poll::Ready(Some(Err("request body already taken".into()))),
+            }
+        }
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                this.client_failed.store(true, Ordering::Relaxed);
+                Poll::Ready(Some(Err(e)))
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Some(inner) => inner.is_end_stream(),
+            None => self.end,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Some(inner) => inner.size_hint(),
+            None => self.hint,
+        }
+    }
+}
+
+/// A response body that runs `on_end` exactly once: when the last frame has
+/// been sent, when it failed, or when it is dropped (the client went away).
+///
+/// The pipeline uses it to write the access-log line with the real byte
+/// count and, later, to release concurrency leases.
+pub struct Finish<F: FnOnce(u64, bool) + Send + 'static> {
+    inner: Body,
+    bytes: u64,
+    on_end: Option<F>,
+}
+
+impl<F: FnOnce(u64, bool) + Send + 'static> Finish<F> {
+    /// Wrap `inner`; `on_end(bytes_sent, completed)` runs once.
+    pub fn new(inner: Body, on_end: F) -> Self {
+        Finish {
+            inner,
+            bytes: 0,
+            on_end: Some(on_end),
+        }
+    }
+
+    fn end(&mut self, completed: bool) {
+        if let Some(f) = self.on_end.take() {
+            f(self.bytes, completed);
+        }
+    }
+}
+
+impl<F: FnOnce(u64, bool) + Send + Unpin + 'static> http_body::Body for Finish<F> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.bytes += data.len() as u64;
+                }
+                if this.inner.is_end_stream() {
+                    this.end(true);
+                }
+            }
+            Poll::Ready(None) => this.end(true),
+            Poll::Ready(Some(Err(_))) => this.end(false),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<F: FnOnce(u64, bool) + Send + 'static> Drop for Finish<F> {
+    fn drop(&mut self) {
+        let completed = self.inner.is_end_stream();
+        self.end(completed);
+    }
+}

@@ -20,11 +20,13 @@
 //!   `ArcSwap` and loaded once per request.
 //! - [`reload`]: start-up and reload (one code path): parse, build, bind new
 //!   listeners, swap.
+//! - [`shared`]: the process-wide state (runtime, metrics, draining flag).
 //! - [`admin`]: the admin listener (health, readiness, config, reload).
 //! - [`error`]: the gateway's errors and the one function that turns them into
 //!   responses.
 //! - [`body`]: the body types the gateway sends and receives.
 //! - [`log`]: logging set-up and the JSON access-log line.
+//! - [`metrics`]: the Prometheus registry.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -33,9 +35,40 @@ pub mod config;
 pub mod error;
 pub mod identity;
 pub mod log;
+pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
 pub mod reload;
 pub mod route;
 pub mod runtime;
 pub mod server;
+pub mod shared;
+
+/// `tollgate check`: validate the config at `path` (building the runtime too,
+/// so everything a start-up would reject is reported) and describe it: a
+/// summary line, then one `warning: ...` line per warning.
+pub fn check(path: &std::path::Path) -> Result<String, String> {
+    let loaded = config::load(path).map_err(|e| e.to_string())?;
+    let c = &loaded.config;
+    let summary = format!(
+        "{}: ok: {} listener(s), {} route(s), {} upstream(s), {} limit(s), store {}\n",
+        path.display(),
+        c.server.listen.len() + c.server.tls.as_ref().map_or(0, |t| t.listen.len()),
+        c.routes.len(),
+        c.upstreams.len(),
+        c.limits.len(),
+        match &c.store.backend {
+            config::StoreBackend::Memory => "memory",
+            config::StoreBackend::Redis { .. } => "redis",
+            config::StoreBackend::RedisCluster { .. } => "redis_cluster",
+        }
+    );
+    let warnings: String = loaded
+        .warnings
+        .iter()
+        .map(|w| format!("warning: {w}\n"))
+        .collect();
+    runtime::Runtime::build(loaded.config, loaded.sha256, 0, None)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(summary + &warnings)
+}

@@ -1,1 +1,72 @@
-//! TODO
+//! Logging: JSON lines on stdout, filtered by `TOLLGATE_LOG`, and the
+//! access-log line written once per request.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing_subscriber::EnvFilter;
+
+/// The `tracing` target of access-log lines.
+pub const ACCESS_TARGET: &str = "tollgate::access";
+
+/// Install the global subscriber: JSON lines on stdout, one object per event
+/// with its fields at the top level, filtered by `TOLLGATE_LOG` (`RUST_LOG`
+/// syntax, default `info`). Calling it twice is harmless.
+pub fn init() {
+    let filter = EnvFilter::try_from_env("TOLLGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout)
+        .try_init();
+}
+
+/// What the access log says of one request, filled in as the request goes.
+#[derive(Debug)]
+pub struct AccessRecord {
+    /// The request's id (also sent as `X-Request-Id`).
+    pub request_id: http::HeaderValue,
+    /// The client address as the gateway resolved it.
+    pub client: IpAddr,
+    /// The request method.
+    pub method: http::Method,
+    /// The Host (or `:authority`) the client sent, if any.
+    pub host: Option<String>,
+    /// The normalised path (or the raw one when it could not be normalised).
+    pub path: String,
+    /// The matched route's name.
+    pub route: Option<Arc<str>>,
+    /// The upstream target that answered (`scheme://authority`).
+    pub upstream: Option<Arc<str>>,
+    /// The response status.
+    pub status: u16,
+    /// When the request arrived.
+    pub started: Instant,
+}
+
+impl AccessRecord {
+    /// Write the access-log line: `bytes` of response body were sent;
+    /// `completed` is false when the body was cut short.
+    pub fn emit(self, bytes: u64, completed: bool) {
+        let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        tracing::info!(
+            target: ACCESS_TARGET,
+            request_id = self.request_id.to_str().unwrap_or_default(),
+            client = %self.client,
+            method = self.method.as_str(),
+            host = self.host.as_deref().unwrap_or_default(),
+            path = %self.path,
+            route = self.route.as_deref().unwrap_or_default(),
+            upstream = self.upstream.as_deref().unwrap_or_default(),
+            status = self.status,
+            duration_ms = (duration_ms * 1000.0).round() / 1000.0,
+            bytes,
+            completed,
+            "access"
+        );
+    }
+}

@@ -1,1 +1,72 @@
-fn main() {}
+//! The `tollgate` command: parse the arguments, set up logging, and hand over
+//! to the library (`run` or `check`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A reverse proxy and API gateway that protects HTTP backends with throttling.
+#[derive(Parser)]
+#[command(name = "tollgate", version, about)]
+struct Cli {
+    /// The config file.
+    #[arg(
+        short = 'c',
+        long = "config",
+        env = "TOLLGATE_CONFIG",
+        default_value = "./gateway.yaml",
+        global = true
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse and validate the config, print a summary and warnings; exit 0 if valid, 1 if not.
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Check) => check(&cli.config),
+        None => run(&cli.config),
+    }
+}
+
+fn run(config: &std::path::Path) -> ExitCode {
+    tollgate::log::init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(tollgate::reload::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check(config: &std::path::Path) -> ExitCode {
+    match tollgate::check(config) {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,369 @@
-//! TODO
+//! One request's whole story, as an explicit pipeline:
+//!
+//! ```text
+//! load runtime -> identify client -> deny list -> check framing and Host
+//!   -> normalise path -> match route -> [limits: decided here] -> check body size
+//!   -> respond | forward -> response headers -> access log (when the body ends)
+//! ```
+//!
+//! Each stage either passes the request on or ends it with a
+//! [`GatewayError`], which [`GatewayError::response`] turns into the answer.
+//! Nothing here blocks on anything but the upstream and the client.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::uri::PathAndQuery;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Version};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use crate::body::{self, Body, Finish};
+use crate::error::GatewayError;
+use crate::identity;
+use crate::log::AccessRecord;
+use crate::metrics::RequestLabels;
+use crate::proxy::headers::{incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded};
+use crate::proxy::pool::InFlight;
+use crate::proxy::{self, balance::splitmix64, Outbound};
+use crate::route::matcher::strip_prefix;
+use crate::route::normalise::normalise_path;
+use crate::runtime::{Action, Runtime};
+use crate::shared::{Activity, Shared};
+
+/// What the pipeline knows of the connection a request came on.
+#[derive(Debug)]
+pub struct ConnInfo {
+    /// The TCP peer.
+    pub peer: SocketAddr,
+    /// `http` or `https`, for `X-Forwarded-Proto`.
+    pub proto: &'static str,
+    /// Requests in flight on the connection, for its idle timeout.
+    pub activity: Activity,
+    /// When the connection was accepted.
+    pub started: Instant,
+}
+
+/// Handle one request: never fails, every error becomes a response.
+pub async fn handle(
+    req: Request<Incoming>,
+    shared: &Arc<Shared>,
+    conn: &Arc<ConnInfo>,
+) -> Response<Body> {
+    let started = Instant::now();
+    conn.activity.begin();
+    let rt = shared.runtime.load_full();
+    let server = &rt.config.server;
+
+    // Identify the client: who sent it, and whether its forwarded headers count.
+    let peer = identity::canonical_ip(conn.peer.ip());
+    let trusted = identity::is_trusted(peer, &server.trusted_proxies);
+    let request_id = incoming_request_id(req.headers(), trusted).unwrap_or_else(new_request_id);
+    let client = identity::client_addr(peer, req.headers(), &server.trusted_proxies);
+
+    let mut record = AccessRecord {
+        request_id,
+        client,
+        method: req.method().clone(),
+        host: None,
+        path: req.uri().path().to_owned(),
+        route: None,
+        upstream: None,
+        status: 0,
+        started,
+    };
+    let (response, in_flight) = match route_request(req, &rt, &mut record, peer, trusted, conn)
+        .await
+    {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::debug!(request_id = record.request_id.to_str().unwrap_or_default(), %error, "request rejected");
+            (error.response(&record.request_id), None)
+        }
+    };
+    finish(response, record, shared, conn, in_flight)
+}
+
+/// The stages between identifying the client and the response head.
+async fn route_request(
+    req: Request<Incoming>,
+    rt: &Runtime,
+    record: &mut AccessRecord,
+    peer: IpAddr,
+    trusted: bool,
+    conn: &ConnInfo,
+) -> Result<(Response<Body>, Option<InFlight>), GatewayError> {
+    let server = &rt.config.server;
+    if identity::in_any(peer, &server.deny) || identity::in_any(record.client, &server.deny) {
+        return Err(GatewayError::Denied);
+    }
+    check_head(&req, server.max_header_bytes)?;
+    let host = request_host(&req)?;
+    record.host = host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
+
+    let path = normalise_path(req.uri().path()).map_err(|_| GatewayError::BadRequest {
+        reason: "invalid path",
+        close: false,
+    })?;
+    record.path.clear();
+    record.path.push_str(&path);
+
+    let index = rt
+        .router
+        .find(record.host.as_deref(), req.method(), &path, req.headers())
+        .ok_or(GatewayError::NoRoute)?;
+    let route = &rt.routes[index];
+    record.route = Some(route.name.clone());
+
+    // Limits are decided here, between matching the route and answering it.
+
+    if let (Some(max), Some(len)) = (server.max_body_bytes, content_length(req.headers())) {
+        if len > max {
+            return Err(GatewayError::BodyTooLarge);
+        }
+    }
+
+    match &route.action {
+        Action::Respond {
+            status,
+            body,
+            headers,
+        } => {
+            let mut response = Response::new(body::full(body.clone()));
+            *response.status_mut() = *status;
+            *response.headers_mut() = headers.clone();
+            Ok((response, None))
+        }
+        Action::Upstream(pool) => {
+            let forwarded_path = if route.strip_prefix {
+                strip_prefix(&route.path, &path)
+            } else {
+                std::borrow::Cow::Borrowed(path.as_ref())
+            };
+            let path_and_query = path_and_query(&forwarded_path, req.uri().query())?;
+            let (parts, incoming) = req.into_parts();
+            let body = request_body(incoming, &parts.headers, server.max_body_bytes).await?;
+            let mut headers = parts.headers;
+            strip_hop_by_hop(&mut headers, false);
+            set_forwarded(
+                &mut headers,
+                &Forwarded {
+                    peer,
+                    peer_trusted: trusted,
+                    proto: conn.proto,
+                    host: host.as_ref(),
+                    request_id: &record.request_id,
+                },
+            );
+            let out = Outbound {
+                method: parts.method,
+                headers,
+                path_and_query,
+                host,
+                preserve_host: route.preserve_host,
+                timeout: route.timeout,
+                key: ip_hash(record.client),
+                body,
+            };
+            let (response, in_flight) = proxy::forward(pool, out).await?;
+            record.upstream = Some(in_flight.label().clone());
+            let (mut parts, incoming) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers, false);
+            Ok((
+                Response::from_parts(parts, body::boxed(incoming)),
+                Some(in_flight),
+            ))
+        }
+    }
+}
+
+/// Last stage: stamp the response, count it, and arrange for the access-log
+/// line (and the end of the request's bookkeeping) when its body ends.
+fn finish(
+    mut response: Response<Body>,
+    mut record: AccessRecord,
+    shared: &Arc<Shared>,
+    conn: &Arc<ConnInfo>,
+    in_flight: Option<InFlight>,
+) -> Response<Body> {
+    response
+        .headers_mut()
+        .insert("x-request-id", record.request_id.clone());
+    record.status = response.status().as_u16();
+    shared
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            route: record.route.as_deref().unwrap_or_default().to_owned(),
+            status: record.status,
+        })
+        .inc();
+    let conn = conn.clone();
+    response.map(move |body| {
+        body::boxed(Finish::new(body, move |bytes, completed| {
+            drop(in_flight);
+            record.emit(bytes, completed);
+            conn.activity.end(conn.started.elapsed().as_millis() as u64);
+        }))
+    })
+}
+
+/// A fresh request id: 128 random bits in hex.
+fn new_request_id() -> HeaderValue {
+    let id = format!("{:032x}", fastrand::u128(..));
+    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// A 64-bit hash of the client address, for `balance: hash`.
+fn ip_hash(ip: IpAddr) -> u64 {
+    let bits = match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    };
+    splitmix64((bits as u64) ^ splitmix64((bits >> 64) as u64))
+}
+
+/// SPEC §4 framing and head rules, for what hyper lets through: a single
+/// `chunked` transfer coding and no Content-Length beside it, exactly one
+/// Host on HTTP/1.1, an origin-form target, and a head within the limit.
+fn check_head(req: &Request<Incoming>, max_header_bytes: usize) -> Result<(), GatewayError> {
+    let headers = req.headers();
+    let head_bytes: usize = req.uri().path().len()
+        + req.uri().query().map_or(0, str::len)
+        + headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 4)
+            .sum::<usize>();
+    if head_bytes > max_header_bytes {
+        return Err(GatewayError::HeadTooLarge);
+    }
+    if req.version() >= Version::HTTP_2 {
+        return Ok(());
+    }
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(first) = codings.next() {
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(GatewayError::BadRequest {
+                reason: "both Content-Length and Transfer-Encoding",
+                close: true,
+            });
+        }
+        if codings.next().is_some()
+            || !first
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"chunked")
+        {
+            return Err(GatewayError::UnsupportedTransferCoding);
+        }
+    }
+    let mut hosts = headers.get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == Version::HTTP_11 => {
+            return Err(GatewayError::BadRequest {
+                reason: "missing Host",
+                close: false,
+            })
+        }
+        (Some(_), Some(_)) => {
+            return Err(GatewayError::BadRequest {
+                reason: "several Host fields",
+                close: true,
+            })
+        }
+        _ => {}
+    }
+    let uri = req.uri();
+    let origin_form =
+        uri.scheme().is_none() && uri.authority().is_none() && uri.path().starts_with('/');
+    let asterisk = uri.path() == "*" && req.method() == Method::OPTIONS;
+    if !origin_form && !asterisk {
+        return Err(GatewayError::BadRequest {
+            reason: "request target is not origin-form",
+            close: false,
+        });
+    }
+    Ok(())
+}
+
+/// The Host the client asked for: HTTP/2's `:authority`, else the Host
+/// field. It must be a valid authority without user info.
+fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, GatewayError> {
+    let bad = || GatewayError::BadRequest {
+        reason: "invalid Host",
+        close: false,
+    };
+    if req.version() >= Version::HTTP_2 {
+        if let Some(authority) = req.uri().authority() {
+            return HeaderValue::from_str(authority.as_str())
+                .map(Some)
+                .map_err(|_| bad());
+        }
+    }
+    let Some(value) = req.headers().get(header::HOST) else {
+        return Ok(None);
+    };
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes.contains(&b'@') {
+        return Err(bad());
+    }
+    http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
+    Ok(Some(value.clone()))
+}
+
+/// The request's Content-Length, if it has a valid one.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The body to send upstream. Unlimited: streamed as it comes. With
+/// `max_body_bytes` and a Content-Length within it: streamed (hyper holds the
+/// client to its length). With a limit and no length (chunked, HTTP/2): read
+/// up to the limit first, so a body that turns out too large gets 413 before
+/// a single byte of it reaches the upstream.
+async fn request_body(
+    incoming: Incoming,
+    headers: &HeaderMap,
+    max: Option<u64>,
+) -> Result<Body, GatewayError> {
+    let Some(max) = max else {
+        return Ok(body::boxed(incoming));
+    };
+    if content_length(headers).is_some() || incoming.is_end_stream() {
+        return Ok(body::boxed(incoming));
+    }
+    let limit = usize::try_from(max).unwrap_or(usize::MAX);
+    match Limited::new(incoming, limit).collect().await {
+        Ok(collected) => Ok(body::full(collected.to_bytes())),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            Err(GatewayError::BodyTooLarge)
+        }
+        Err(_) => Err(GatewayError::BadRequest {
+            reason: "malformed request body",
+            close: true,
+        }),
+    }
+}
+
+/// The path and query sent upstream.
+fn path_and_query(path: &str, query: Option<&str>) -> Result<PathAndQuery, GatewayError> {
+    let built = match query {
+        Some(q) => PathAndQuery::try_from(format!("{path}?{q}")),
+        None => PathAndQuery::try_from(path),
+    };
+    built.map_err(|_| GatewayError::BadRequest {
+        reason: "invalid request target",
+        close: false,
+    })
+}

@@ -1,1 +1,154 @@
-//! TODO
+//! The runtime: the compiled, immutable snapshot of one config generation.
+//!
+//! Requests load the current [`Runtime`] once (`ArcSwap::load_full`) and keep
+//! it to the end, so a reload never changes a request midway. A runtime is
+//! built off the request path by [`Runtime::build`], reusing the upstream
+//! pools of the previous generation whose config did not change (their
+//! pooled connections survive the reload).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+
+use crate::config::{Config, PathMatch, RouteAction};
+use crate::proxy::pool::{PoolError, UpstreamPool};
+use crate::route::matcher::{HostMatcher, RequestMatcher};
+use crate::route::Router;
+
+/// One config generation, compiled.
+pub struct Runtime {
+    /// 1 for the config loaded at start-up, +1 per successful reload.
+    pub generation: u64,
+    /// When this generation was built.
+    pub loaded_at: SystemTime,
+    /// SHA-256 (hex) of the config file it was built from.
+    pub sha256: String,
+    /// The validated config.
+    pub config: Arc<Config>,
+    /// Finds the route of a request.
+    pub router: Router,
+    /// The routes, in config order (the router's indices point here).
+    pub routes: Vec<RouteRuntime>,
+    /// The upstream pools by name.
+    pub upstreams: HashMap<String, Arc<UpstreamPool>>,
+}
+
+/// What a route does once matched.
+pub enum Action {
+    /// Answer from the gateway itself.
+    Respond {
+        /// The status.
+        status: StatusCode,
+        /// The body.
+        body: Bytes,
+        /// The headers.
+        headers: HeaderMap,
+    },
+    /// Forward to this pool.
+    Upstream(Arc<UpstreamPool>),
+}
+
+/// A compiled route.
+pub struct RouteRuntime {
+    /// The route's name (logs, metrics, headers).
+    pub name: Arc<str>,
+    /// The path matcher, for `strip_prefix`.
+    pub path: PathMatch,
+    /// Remove the matched prefix before forwarding.
+    pub strip_prefix: bool,
+    /// Send the client's Host upstream.
+    pub preserve_host: bool,
+    /// Wait for the response head at most this long (route, else upstream).
+    pub timeout: Duration,
+    /// Respond or forward.
+    pub action: Action,
+}
+
+/// Why a config could not be turned into a runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// An upstream pool could not be built.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// A route names an upstream that does not exist (validation prevents it).
+    #[error("unknown upstream {0:?}")]
+    UnknownUpstream(String),
+}
+
+impl Runtime {
+    /// Compile `config` as generation `generation`, reusing from `previous`
+    /// every upstream pool whose config is unchanged.
+    pub fn build(
+        config: Config,
+        sha256: String,
+        generation: u64,
+        previous: Option<&Runtime>,
+    ) -> Result<Runtime, BuildError> {
+        let mut upstreams = HashMap::with_capacity(config.upstreams.len());
+        for up in &config.upstreams {
+            let reused = previous
+                .and_then(|p| p.upstreams.get(&up.name))
+                .filter(|pool| pool.config == *up)
+                .cloned();
+            let pool = match reused {
+                Some(pool) => pool,
+                None => Arc::new(UpstreamPool::new(up)?),
+            };
+            upstreams.insert(up.name.clone(), pool);
+        }
+
+        let mut matchers = Vec::with_capacity(config.routes.len());
+        let mut routes = Vec::with_capacity(config.routes.len());
+        for route in &config.routes {
+            matchers.push(RequestMatcher {
+                hosts: HostMatcher::new(&route.hosts),
+                path: route.path.clone(),
+                methods: route.methods.clone(),
+                headers: route.headers.clone(),
+            });
+            let (action, upstream_timeout) = match &route.action {
+                RouteAction::Respond(r) => {
+                    let mut headers = HeaderMap::with_capacity(r.headers.len());
+                    for (name, value) in &r.headers {
+                        headers.append(name.clone(), value.clone());
+                    }
+                    let action = Action::Respond {
+                        status: r.status,
+                        body: Bytes::from(r.body.clone()),
+                        headers,
+                    };
+                    (action, Duration::ZERO)
+                }
+                RouteAction::Upstream(name) => {
+                    let pool = upstreams
+                        .get(name)
+                        .cloned()
+                        .ok_or_else(|| BuildError::UnknownUpstream(name.clone()))?;
+                    let timeout = pool.config.timeout;
+                    (Action::Upstream(pool), timeout)
+                }
+            };
+            routes.push(RouteRuntime {
+                name: route.name.as_str().into(),
+                path: route.path.clone(),
+                strip_prefix: route.strip_prefix,
+                preserve_host: route.preserve_host,
+                timeout: route.timeout.unwrap_or(upstream_timeout),
+                action,
+            });
+        }
+
+        Ok(Runtime {
+            generation,
+            loaded_at: SystemTime::now(),
+            sha256,
+            config: Arc::new(config),
+            router: Router::new(matchers),
+            routes,
+            upstreams,
+        })
+    }
+}

@@ -1,1 +1,154 @@
-//! TODO
+//! Forwarding to upstreams: pools and balancing ([`pool`], [`balance`]),
+//! header hygiene ([`headers`]), and [`forward`], which sends one request
+//! with the retry rules of SPEC §4.
+
+pub mod balance;
+pub mod headers;
+pub mod pool;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::PathAndQuery;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+
+use crate::body::{Body, UpstreamBody};
+use crate::error::GatewayError;
+use pool::{InFlight, UpstreamPool};
+
+/// A request ready to go upstream: headers already cleaned by
+/// [`headers::strip_hop_by_hop`] and [`headers::set_forwarded`].
+pub struct Outbound {
+    /// The method.
+    pub method: Method,
+    /// The headers to send (Host is set here).
+    pub headers: HeaderMap,
+    /// The normalised (and possibly stripped) path, with the client's query.
+    pub path_and_query: PathAndQuery,
+    /// The client's Host (or `:authority`), sent when `preserve_host`.
+    pub host: Option<HeaderValue>,
+    /// Send the client's Host rather than the target's authority.
+    pub preserve_host: bool,
+    /// How long to wait for the response head.
+    pub timeout: Duration,
+    /// The client key's hash, for `balance: hash`.
+    pub key: u64,
+    /// The request body.
+    pub body: Body,
+}
+
+/// Whether a method is idempotent (RFC 9110 §9.2.2).
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// Send `out` to a target of `pool` and return the response head with the
+/// guard that counts the request against its target until the response ends.
+///
+/// Retries (up to `retries`, each on a target not tried yet) happen only when
+/// the request can be replayed as it was: the body was never read by the
+/// failed attempt, and either nothing was sent (the connection could not be
+/// made) or the method is idempotent (no response byte came). A timeout is
+/// never retried: the request may be running upstream.
+pub async fn forward(
+    pool: &Arc<UpstreamPool>,
+    out: Outbound,
+) -> Result<(Response<Incoming>, InFlight), GatewayError> {
+    let Outbound {
+        method,
+        mut headers,
+        path_and_query,
+        host,
+        preserve_host,
+        timeout,
+        key,
+        body,
+    } = out;
+    let attempts = pool.config.retries as usize + 1;
+    let version = if pool.config.http2 {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
+    let (body, mut slot) = UpstreamBody::new(body);
+    let mut body = Some(body);
+    let mut tried: Vec<usize> = Vec::with_capacity(attempts.min(4));
+    let mut last_error = GatewayError::NoHealthyUpstream;
+
+    while tried.len() < attempts {
+        let Some(target) = pool.pick(key, &tried) else {
+            break;
+        };
+        let Some(this_body) = body.take() else {
+            break;
+        };
+        tried.push(target);
+        let t = &pool.targets[target];
+        let uri = Uri::builder()
+            .scheme(t.scheme.clone())
+            .authority(t.authority.clone())
+            .path_and_query(path_and_query.clone())
+            .build()
+            .map_err(|_| GatewayError::BadRequest {
+                reason: "request target",
+                close: false,
+            })?;
+        let host_value = match (&host, preserve_host) {
+            (Some(h), true) => h.clone(),
+            _ => HeaderValue::from_str(t.authority.as_str())
+                .map_err(|_| GatewayError::UpstreamUnavailable("bad target authority".into()))?,
+        };
+        // Keep the headers for a possible retry only when one could happen.
+        let last_chance = tried.len() == attempts;
+        let mut request_headers = if last_chance {
+            std::mem::take(&mut headers)
+        } else {
+            headers.clone()
+        };
+        request_headers.insert(header::HOST, host_value);
+        let mut request = Request::new(this_body);
+        *request.method_mut() = method.clone();
+        *request.uri_mut() = uri;
+        *request.version_mut() = version;
+        *request.headers_mut() = request_headers;
+
+        let guard = InFlight::new(pool.clone(), target);
+        match tokio::time::timeout(timeout, pool.client.request(request)).await {
+            Ok(Ok(response)) => {
+                let status = response.status().as_u16();
+                pool.record(target, !matches!(status, 502..=504));
+                return Ok((response, guard));
+            }
+            Ok(Err(error)) => {
+                if slot.client_failed() {
+                    return Err(GatewayError::BadRequest {
+                        reason: "malformed request body",
+                        close: true,
+                    });
+                }
+                pool.record(target, false);
+                tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
+                last_error = GatewayError::UpstreamUnavailable(error.to_string());
+                if !(error.is_connect() || idempotent(&method)) {
+                    break;
+                }
+                match slot.take_back() {
+                    Some((b, s)) => {
+                        body = Some(b);
+                        slot = s;
+                    }
+                    None => break,
+                }
+            }
+            Err(_elapsed) => {
+                pool.record(target, false);
+                return Err(GatewayError::UpstreamTimeout);
+            }
+        }
+    }
+    Err(last_error)
+}

@@ -1,1 +1,178 @@
-//! TODO
+//! Listeners and connections: binding, the accept loop, the connection limit,
+//! the header-read and idle timeouts, and graceful shutdown.
+//!
+//! Each listen address has its own accept loop, stopped by its own token so a
+//! reload can remove one address without touching the others. Connections
+//! are tracked in one [`TaskTracker`] so shutdown can wait for them.
+
+mod conn;
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::shared::Shared;
+
+/// The listen backlog: connections beyond `max_connections` wait here.
+const BACKLOG: u32 = 1024;
+
+/// Bind a listening socket on `addr` (address reuse on, so a restart does not
+/// wait for TIME_WAIT).
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// The traffic listeners and the connections they accepted.
+pub struct Server {
+    shared: Arc<Shared>,
+    /// One permit per open connection: at `max_connections`, accepting waits.
+    permits: Arc<Semaphore>,
+    max_connections: Mutex<usize>,
+    connections: TaskTracker,
+    /// Cancelled at shutdown: every connection finishes its requests and closes.
+    shutdown: CancellationToken,
+    /// The accept loops, by configured address.
+    listeners: Mutex<HashMap<SocketAddr, Listening>>,
+}
+
+struct Listening {
+    stop: CancellationToken,
+    local: SocketAddr,
+}
+
+impl Server {
+    /// A server with no listeners yet.
+    pub fn new(shared: Arc<Shared>, max_connections: usize) -> Arc<Server> {
+        Arc::new(Server {
+            shared,
+            permits: Arc::new(Semaphore::new(max_connections)),
+            max_connections: Mutex::new(max_connections),
+            connections: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            listeners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The configured addresses being served now.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .lock()
+            .map(|l| l.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The addresses actually bound (differs from the configured one for port 0).
+    pub fn local_addresses(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .lock()
+            .map(|l| l.values().map(|l| l.local).collect())
+            .unwrap_or_default()
+    }
+
+    /// Start accepting on `listener`, known by its configured address `addr`.
+    pub fn serve(self: &Arc<Self>, addr: SocketAddr, listener: TcpListener) {
+        let stop = self.shutdown.child_token();
+        let local = listener.local_addr().unwrap_or(addr);
+        tracing::info!(%addr, %local, "listening");
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.insert(
+                addr,
+                Listening {
+                    stop: stop.clone(),
+                    local,
+                },
+            );
+        }
+        let server = self.clone();
+        tokio::spawn(async move { server.accept_loop(listener, stop).await });
+    }
+
+    /// Stop accepting on `addr`; its open connections carry on.
+    pub fn stop(&self, addr: SocketAddr) {
+        if let Some(l) = self.listeners.lock().ok().and_then(|mut l| l.remove(&addr)) {
+            tracing::info!(%addr, "listener removed");
+            l.stop.cancel();
+        }
+    }
+
+    /// Change the connection limit (a reload may).
+    pub fn set_max_connections(&self, wanted: usize) {
+        let Ok(mut current) = self.max_connections.lock() else {
+            return;
+        };
+        if wanted > *current {
+            self.permits.add_permits(wanted - *current);
+        } else if wanted < *current {
+            // Permits held by open connections are forgotten as they return.
+            let shrink = *current - wanted;
+            let forgotten = self.permits.forget_permits(shrink);
+            if forgotten < shrink {
+                let permits = self.permits.clone();
+                let rest = (shrink - forgotten) as u32;
+                tokio::spawn(async move {
+                    if let Ok(p) = permits.acquire_many_owned(rest).await {
+                        p.forget();
+                    }
+                });
+            }
+        }
+        *current = wanted;
+    }
+
+    /// Stop accepting everywhere, ask every connection to finish, and wait up
+    /// to `grace` for them. Returns whether every connection finished.
+    pub async fn shutdown(&self, grace: Duration) -> bool {
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.clear();
+        }
+        self.shutdown.cancel();
+        self.connections.close();
+        tokio::time::timeout(grace, self.connections.wait())
+            .await
+            .is_ok()
+    }
+
+    async fn accept_loop(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
+        loop {
+            let permit = tokio::select! {
+                permit = self.permits.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+                _ = stop.cancelled() => return,
+            };
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(error) => {
+                        // Out of file descriptors and the like: back off, don't spin.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = stop.cancelled() => return,
+            };
+            let shared = self.shared.clone();
+            let shutdown = self.shutdown.clone();
+            self.connections.spawn(async move {
+                conn::serve(stream, peer, shared, shutdown).await;
+                drop(permit);
+            });
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! Header hygiene on the way through the gateway (SPEC §4): hop-by-hop
+//! headers, the `X-Forwarded-*` set and `X-Request-Id`.
+//!
+//! Order matters on a request going upstream: call [`strip_hop_by_hop`]
+//! first and [`set_forwarded`] after, so a client cannot name the headers
+//! the gateway adds in its `Connection` header to have them stripped.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::identity::canonical_ip;
+
+/// `X-Forwarded-For`.
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`.
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// `X-Forwarded-Host`.
+pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+/// `X-Request-Id`.
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// `X-Real-IP`.
+pub const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// The longest `X-Request-Id` kept from a trusted peer.
+const MAX_REQUEST_ID_LEN: usize = 200;
+
+/// Remove hop-by-hop headers: Connection and every header it names,
+/// Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade
+/// (unless `keep_upgrade`, in which case keep Upgrade and set
+/// `Connection: upgrade`), Proxy-Authorization, Proxy-Authenticate. Used
+/// both on requests going upstream and responses going back.
+///
+/// Two refinements:
+/// - `TE: trailers` survives (as exactly that value) when the incoming TE
+///   lists `trailers`, as Envoy does: gRPC servers may require it, and it
+///   is the one TE value HTTP/2 allows.
+/// - With `keep_upgrade`, `Connection: upgrade` is only set when an Upgrade
+///   header is actually present.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    // Names listed in Connection. Collected first (the map can't be changed
+    // while borrowed) and only when Connection holds something unusual; the
+    // common `keep-alive` / `close` / `upgrade` tokens need no allocation.
+    let mut named: Vec<HeaderName> = Vec::new();
+    for value in headers.get_all(header::CONNECTION) {
+        for token in value.as_bytes().split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            if token.is_empty()
+                || token.eq_ignore_ascii_case(b"close")
+                || token.eq_ignore_ascii_case(b"keep-alive")
+                || token.eq_ignore_ascii_case(b"upgrade")
+            {
+                continue;
+            }
+            // `from_bytes` lowercases; a token that is not a header name names
+            // nothing we could be holding.
+            if let Ok(name) = HeaderName::from_bytes(token) {
+                named.push(name);
+            }
+        }
+    }
+    let te_trailers = headers.get_all(header::TE).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
+    });
+
+    for name in &named {
+        if !(keep_upgrade && name == header::UPGRADE) {
+            headers.remove(name);
+        }
+    }
+    for name in [
+        header::CONNECTION,
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+    ] {
+        headers.remove(name);
+    }
+    if keep_upgrade && headers.contains_key(header::UPGRADE) {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::UPGRADE);
+    }
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// What the gateway knows about a request for its forwarding headers.
+#[derive(Debug, Clone, Copy)]
+pub struct Forwarded<'a> {
+    /// The TCP peer.
+    pub peer: IpAddr,
+    /// Whether the peer is inside `server.trusted_proxies`.
+    pub peer_trusted: bool,
+    /// The scheme the client used to reach the gateway: `"http"` or `"https"`.
+    pub proto: &'a str,
+    /// The client's Host (or `:authority`), if it sent one.
+    pub host: Option<&'a HeaderValue>,
+    /// The request id the gateway settled on (see [`incoming_request_id`]).
+    pub request_id: &'a HeaderValue,
+}
+
+/// Set X-Forwarded-For / -Proto / -Host and X-Request-Id on a request going
+/// upstream.
+///
+/// Untrusted peer: drop every incoming X-Forwarded-*, Forwarded and
+/// X-Real-IP, then X-Forwarded-For = peer, X-Forwarded-Proto = proto,
+/// X-Forwarded-Host = the client's Host (if any).
+///
+/// Trusted peer: X-Forwarded-For = incoming chain (all lines joined with
+/// ", ") + ", " + peer; keep an incoming X-Forwarded-Proto / -Host if
+/// present, else set them; keep Forwarded / X-Real-IP.
+///
+/// X-Request-Id is always set to `request_id` (the caller decided whether to
+/// keep the incoming one).
+pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarded<'_>) {
+    let peer = canonical_ip(f.peer);
+    if f.peer_trusted {
+        let xff = append_to_chain(headers, peer);
+        headers.insert(X_FORWARDED_FOR, xff);
+        if !headers.contains_key(&X_FORWARDED_PROTO) {
+            insert_proto(headers, f.proto);
+        }
+        if let (false, Some(host)) = (headers.contains_key(&X_FORWARDED_HOST), f.host) {
+            headers.insert(X_FORWARDED_HOST, host.clone());
+        }
+    } else {
+        drop_forwarding_headers(headers);
+        headers.insert(X_FORWARDED_FOR, ip_value(peer));
+        insert_proto(headers, f.proto);
+        if let Some(host) = f.host {
+            headers.insert(X_FORWARDED_HOST, host.clone());
+        }
+    }
+    headers.insert(X_REQUEST_ID, f.request_id.clone());
+}
+
+/// The incoming X-Forwarded-For chain with `peer` appended.
+fn append_to_chain(headers: &HeaderMap, peer: IpAddr) -> HeaderValue {
+    let mut chain: Vec<u8> = Vec::new();
+    for line in headers.get_all(&X_FORWARDED_FOR) {
+        let line = line.as_bytes().trim_ascii();
+        if !line.is_empty() {
+            chain.extend_from_slice(line);
+            chain.extend_from_slice(b", ");
+        }
+    }
+    if chain.is_empty() {
+        return ip_value(peer);
+    }
+    chain.extend_from_slice(peer.to_string().as_bytes());
+    // The parts were valid header values, so the join is one too; should it
+    // somehow not be, the peer alone is still a truthful chain.
+    HeaderValue::from_bytes(&chain).unwrap_or_else(|_| ip_value(peer))
+}
+
+/// Remove every `X-Forwarded-*`, `Forwarded` and `X-Real-IP`.
+fn drop_forwarding_headers(headers: &mut HeaderMap) {
+    headers.remove(header::FORWARDED);
+    headers.remove(&X_REAL_IP);
+    headers.remove(&X_FORWARDED_FOR);
+    headers.remove(&X_FORWARDED_PROTO);
+    headers.remove(&X_FORWARDED_HOST);
+    // Any other X-Forwarded-* (Port, Prefix, Server, Ssl, ...): rare, so only
+    // they pay for collecting names.
+    let others: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with("x-forwarded-"))
+        .cloned()
+        .collect();
+    for name in others {
+        headers.remove(name);
+    }
+}
+
+fn insert_proto(headers: &mut HeaderMap, proto: &str) {
+    let value = match proto {
+        "https" => HeaderValue::from_static("https"),
+        "http" => HeaderValue::from_static("http"),
+        // Not expected, but a bad value must not panic: leave it unset.
+        other => match HeaderValue::from_str(other) {
+            Ok(v) => v,
+            Err(_) => return,
+        },
+    };
+    headers.insert(X_FORWARDED_PROTO, value);
+}
+
+fn ip_value(ip: IpAddr) -> HeaderValue {
+    // An IP's text is ASCII digits, dots, colons and hex letters, which is
+    // always a valid header value; the fallback is never taken.
+    HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
+}
+
+/// Whether an incoming X-Request-Id may be kept: only from a trusted peer,
+/// and only if it is 1..=200 visible ASCII chars. Several X-Request-Id
+/// fields are ambiguous and kept as none.
+pub fn incoming_request_id(headers: &HeaderMap, peer_trusted: bool) -> Option<HeaderValue> {
+    if !peer_trusted {
+        return None;
+    }
+    let mut values = headers.get_all(&X_REQUEST_ID).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let bytes = value.as_bytes();
+    let ok = (1..=MAX_REQUEST_ID_LEN).contains(&bytes.len())
+        && bytes.iter().all(|b| (0x21..=0x7e).contains(b));
+    ok.then(|| value.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hm(pairs: &[(&str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_static(v),
+            );
+        }
+        h
+    }
+
+    fn all<'a>(h: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+        h.get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn fixed_hop_by_hop_headers_are_removed() {
+        let mut h = hm(&[
+            ("connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "gzip"),
+            ("trailer", "x-checksum"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("proxy-authenticate", "Basic"),
+            ("content-type", "text/plain"),
+            ("authorization", "Bearer x"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn connection_named_headers_are_removed() {
+        let mut h = hm(&[
+            ("connection", "close, x-secret"),
+            ("Connection", "X-Other ,, Keep-Alive"),
+            ("x-secret", "1"),
+            ("x-other", "2"),
+            ("x-kept", "3"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        assert!(!h.contains_key("x-secret"));
+        assert!(!h.contains_key("x-other"));
+        assert!(!h.contains_key("connection"));
+        assert_eq!(all(&h, "x-kept"), ["3"]);
+    }
+
+    #[test]
+    fn garbage_connection_tokens_do_not_panic() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_bytes(b"\xff\xfe, a b, (x)").unwrap(),
+        );
+        h.append("x-a", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn upgrade_is_kept_on_request() {
+        let mut h = hm(&[
+            ("connection", "Upgrade, x-secret"),
+            ("upgrade", "websocket"),
+            ("x-secret", "1"),
+            ("sec-websocket-key", "abc"),
+        ]);
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(all(&h, "upgrade"), ["websocket"]);
+        assert_eq!(all(&h, "connection"), ["upgrade"]);
+        assert!(!h.contains_key("x-secret"));
+        assert_eq!(all(&h, "sec-websocket-key"), ["abc"]);
+
+        // keep_upgrade without an Upgrade header: no Connection: upgrade.
+        let mut h = hm(&[("connection", "close")]);
+        strip_hop_by_hop(&mut h, true);
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn te_trailers_survives_alone() {
+        let mut h = hm(&[("te", "gzip, Trailers;q=1")]);
+        strip_hop_by_hop(&mut h, false);
+        // "trailers;q=1" is not the bare token; only "trailers" counts.
+        assert!(!h.contains_key("te"));
+        let mut h = hm(&[("te", "gzip, trailers"), ("connection", "te")]);
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(all(&h, "te"), ["trailers"]);
+    }
+
+    fn fwd<'a>(
+        peer: &str,
+        trusted: bool,
+        host: Option<&'a HeaderValue>,
+        id: &'a HeaderValue,
+    ) -> Forwarded<'a> {
+        Forwarded {
+            peer: peer.parse().unwrap(),
+            peer_trusted: trusted,
+            proto: "https",
+            host,
+            request_id: id,
+        }
+    }
+
+    #[test]
+    fn untrusted_peer_forged_headers_are_replaced() {
+        let mut h = hm(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", "7.7.7.7"),
+            ("x-forwarded-proto", "http"),
+            ("x-forwarded-host", "evil"),
+            ("x-forwarded-port", "1"),
+            ("X-Forwarded-Prefix", "/admin"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-request-id", "forged"),
+            ("accept", "*/*"),
+        ]);
+        let host = HeaderValue::from_static("api.example.com");
+        let id = HeaderValue::from_static("gen-1");
+        set_forwarded(&mut h, &fwd("::ffff:203.0.113.9", false, Some(&host), &id));
+        assert_eq!(all(&h, "x-forwarded-for"), ["203.0.113.9"]);
+        assert_eq!(all(&h, "x-forwarded-proto"), ["https"]);
+        assert_eq!(all(&h, "x-forwarded-host"), ["api.example.com"]);
+        assert_eq!(all(&h, "x-request-id"), ["gen-1"]);
+        for gone in [
+            "x-forwarded-port",
+            "x-forwarded-prefix",
+            "forwarded",
+            "x-real-ip",
+        ] {
+            assert!(!h.contains_key(gone), "{gone}");
+        }
+        assert_eq!(all(&h, "accept"), ["*/*"]);
+    }
+
+    #[test]
+    fn untrusted_peer_without_host() {
+        let mut h = hm(&[("x-forwarded-host", "evil")]);
+        let id = HeaderValue::from_static("gen-1");
+        set_forwarded(&mut h, &fwd("2001:db8::1", false, None, &id));
+        assert_eq!(all(&h, "x-forwarded-for"), ["2001:db8::1"]);
+        assert!(!h.contains_key("x-forwarded-host"));
+    }
+
+    #[test]
+    fn trusted_peer_chain_is_extended() {
+        let mut h = hm(&[
+            ("x-forwarded-for", " 198.51.100.7, 10.0.0.9 "),
+            ("x-forwarded-for", "10.0.0.8"),
+            ("x-forwarded-proto", "http"),
+            ("x-forwarded-host", "front.example.com"),
+            ("forwarded", "for=198.51.100.7"),
+            ("x-real-ip", "198.51.100.7"),
+        ]);
+        let host = HeaderValue::from_static("api.example.com");
+        let id = HeaderValue::from_static("kept-id");
+        set_forwarded(&mut h, &fwd("10.0.0.2", true, Some(&host), &id));
+        assert_eq!(
+            all(&h, "x-forwarded-for"),
+            ["198.51.100.7, 10.0.0.9, 10.0.0.8, 10.0.0.2"]
+        );
+        assert_eq!(all(&h, "x-forwarded-proto"), ["http"]);
+        assert_eq!(all(&h, "x-forwarded-host"), ["front.example.com"]);
+        assert_eq!(all(&h, "forwarded"), ["for=198.51.100.7"]);
+        assert_eq!(all(&h, "x-real-ip"), ["198.51.100.7"]);
+        assert_eq!(all(&h, "x-request-id"), ["kept-id"]);
+    }
+
+    #[test]
+    fn trusted_peer_without_incoming_headers() {
+        let mut h = HeaderMap::new();
+        let host = HeaderValue::from_static("api.example.com");
+        let id = HeaderValue::from_static("gen-2");
+        set_forwarded(&mut h, &fwd("10.0.0.2", true, Some(&host), &id));
+        assert_eq!(all(&h, "x-forwarded-for"), ["10.0.0.2"]);
+        assert_eq!(all(&h, "x-forwarded-proto"), ["https"]);
+        assert_eq!(all(&h, "x-forwarded-host"), ["api.example.com"]);
+    }
+
+    #[test]
+    fn request_id_kept_only_from_trusted_peer_and_when_sane() {
+        let h = hm(&[("x-request-id", "abc-123")]);
+        assert_eq!(incoming_request_id(&h, true).unwrap(), "abc-123");
+        assert_eq!(incoming_request_id(&h, false), None);
+        assert_eq!(incoming_request_id(&HeaderMap::new(), true), None);
+        for bad in ["", "has space", "tab\there"] {
+            let h = hm(&[("x-request-id", bad)]);
+            assert_eq!(incoming_request_id(&h, true), None, "{bad:?}");
+        }
+        let long: &'static str = Box::leak("a".repeat(201).into_boxed_str());
+        assert_eq!(
+            incoming_request_id(&hm(&[("x-request-id", long)]), true),
+            None
+        );
+        let ok: &'static str = Box::leak("a".repeat(200).into_boxed_str());
+        assert!(incoming_request_id(&hm(&[("x-request-id", ok)]), true).is_some());
+        let mut h = HeaderMap::new();
+        h.append(X_REQUEST_ID, HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        assert_eq!(incoming_request_id(&h, true), None);
+        let two = hm(&[("x-request-id", "a"), ("x-request-id", "b")]);
+        assert_eq!(incoming_request_id(&two, true), None);
+    }
+}

@@ -1,0 +1,181 @@
+//! An upstream pool: its targets, their passive health, the balancer, and
+//! one pooled keep-alive client shared by every request to the pool.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::uri::{Authority, Scheme};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::balance::Balancer;
+use crate::body::UpstreamBody;
+use crate::config::UpstreamConfig;
+
+/// How long an idle pooled upstream connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// One upstream server of a pool.
+#[derive(Debug)]
+pub struct Target {
+    /// `http` (later also `https`).
+    pub scheme: Scheme,
+    /// `host:port` to connect to.
+    pub authority: Authority,
+    /// `scheme://authority`, for logs and metrics.
+    pub label: Arc<str>,
+    /// Requests to this target whose response has not finished.
+    pub in_flight: AtomicUsize,
+    /// Consecutive failures (passive health).
+    failures: AtomicU32,
+    /// Until when the target is ejected, in milliseconds since the pool's
+    /// epoch; 0 when it is not.
+    ejected_until: AtomicU64,
+}
+
+/// A compiled upstream: targets, balancer and client. Reused across reloads
+/// while its config is unchanged, so pooled connections survive a reload.
+pub struct UpstreamPool {
+    /// The config this pool was built from.
+    pub config: UpstreamConfig,
+    /// The targets, in config order.
+    pub targets: Vec<Target>,
+    balancer: Balancer,
+    /// The pooled client; one per pool because connect timeout and HTTP/2
+    /// differ per upstream.
+    pub client: Client<HttpConnector, UpstreamBody>,
+    epoch: Instant,
+}
+
+/// Why an upstream pool could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("upstreams.{upstream}.targets[{index}]: {message}")]
+pub struct PoolError {
+    upstream: String,
+    index: usize,
+    message: String,
+}
+
+impl UpstreamPool {
+    /// Build the pool for `config`.
+    pub fn new(config: &UpstreamConfig) -> Result<Self, PoolError> {
+        let mut targets = Vec::with_capacity(config.targets.len());
+        for (index, t) in config.targets.iter().enumerate() {
+            let err = |message: &str| PoolError {
+                upstream: config.name.clone(),
+                index,
+                message: message.to_string(),
+            };
+            let scheme = t
+                .url
+                .scheme()
+                .cloned()
+                .ok_or_else(|| err("missing scheme"))?;
+            if scheme != Scheme::HTTP {
+                return Err(err(
+                    "https targets are not supported yet; use http:// (upstream TLS is planned)",
+                ));
+            }
+            let authority = t
+                .url
+                .authority()
+                .cloned()
+                .ok_or_else(|| err("missing host"))?;
+            targets.push(Target {
+                label: format!("{scheme}://{authority}").into(),
+                scheme,
+                authority,
+                in_flight: AtomicUsize::new(0),
+                failures: AtomicU32::new(0),
+                ejected_until: AtomicU64::new(0),
+            });
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .http2_only(config.http2)
+            .set_host(false)
+            .build(connector);
+        let weights = config.targets.iter().map(|t| t.weight).collect();
+        Ok(UpstreamPool {
+            config: config.clone(),
+            targets,
+            balancer: Balancer::new(config.balance, weights),
+            client,
+            epoch: Instant::now(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Pick a healthy target not in `tried`, for a client whose key hashes to
+    /// `key`. With every untried target ejected, none.
+    pub fn pick(&self, key: u64, tried: &[usize]) -> Option<usize> {
+        let now = self.now_ms();
+        self.balancer.pick(
+            key,
+            |t| !tried.contains(&t) && self.targets[t].ejected_until.load(Ordering::Relaxed) <= now,
+            |t| self.targets[t].in_flight.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Record the outcome of a request to `target` for passive health: a
+    /// success resets its failure count; `failures` consecutive failures eject
+    /// it for `eject`.
+    pub fn record(&self, target: usize, ok: bool) {
+        let Some(passive) = &self.config.health.passive else {
+            return;
+        };
+        let t = &self.targets[target];
+        if ok {
+            if t.failures.load(Ordering::Relaxed) != 0 {
+                t.failures.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let failures = t.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if failures >= passive.failures {
+            t.failures.store(0, Ordering::Relaxed);
+            let until = self.now_ms() + passive.eject.as_millis() as u64;
+            t.ejected_until.store(until, Ordering::Relaxed);
+            tracing::warn!(upstream = %self.config.name, target = %t.label, eject_ms = passive.eject.as_millis() as u64, "upstream target ejected");
+        }
+    }
+}
+
+/// Counts a request in its target's `in_flight` until dropped.
+pub struct InFlight {
+    pool: Arc<UpstreamPool>,
+    target: usize,
+}
+
+impl InFlight {
+    /// Count one request on `target` of `pool`.
+    pub fn new(pool: Arc<UpstreamPool>, target: usize) -> Self {
+        pool.targets[target]
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        InFlight { pool, target }
+    }
+
+    /// The target's label.
+    pub fn label(&self) -> &Arc<str> {
+        &self.pool.targets[self.target].label
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.pool.targets[self.target]
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}

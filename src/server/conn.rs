@@ -1,0 +1,101 @@
+//! Serving one connection: HTTP/1.1 or h2c (prior knowledge) through
+//! hyper-util's auto builder, plus a watchdog for what hyper does not time:
+//! a connection that sends nothing (or not a whole head) within `header_read`
+//! of opening, and a keep-alive connection idle for `idle`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::pipeline::{self, ConnInfo};
+use crate::shared::{Activity, Shared};
+
+/// hyper refuses read buffers smaller than this.
+const MIN_BUF: usize = 8192;
+
+/// Serve `stream` until the client closes, a timeout fires, or shutdown.
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let (header_read, idle, max_header_bytes) = {
+        let rt = shared.runtime.load();
+        let s = &rt.config.server;
+        (s.header_read_timeout, s.idle_timeout, s.max_header_bytes)
+    };
+    shared.metrics.connections.inc();
+    let info = Arc::new(ConnInfo {
+        peer,
+        proto: "http",
+        activity: Activity::default(),
+        started: Instant::now(),
+    });
+
+    let svc = {
+        let shared = shared.clone();
+        let info = info.clone();
+        service_fn(move |req| {
+            let shared = shared.clone();
+            let info = info.clone();
+            async move { Ok::<_, Infallible>(pipeline::handle(req, &shared, &info).await) }
+        })
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read)
+        .max_buf_size(max_header_bytes.max(MIN_BUF))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+
+    let mut deadline = tokio::time::Instant::now() + header_read;
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%peer, error = %error, "connection ended with an error");
+                }
+                break;
+            }
+            _ = shutdown.cancelled(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                let (in_flight, requests, last_end_ms) = info.activity.snapshot();
+                let now = tokio::time::Instant::now();
+                if in_flight > 0 {
+                    deadline = now + idle;
+                } else if requests == 0 {
+                    tracing::debug!(%peer, "no request head within header_read: closing");
+                    break;
+                } else {
+                    let idle_for = info.started.elapsed().saturating_sub(Duration::from_millis(last_end_ms));
+                    if idle_for >= idle {
+                        tracing::debug!(%peer, "idle timeout: closing");
+                        break;
+                    }
+                    deadline = now + (idle - idle_for);
+                }
+            }
+        }
+    }
+    shared.metrics.connections.dec();
+}
