@@ -1,0 +1,769 @@
+//! Proxying: upstream errors and timeouts, retries, balancing, header hygiene,
+//! X-Forwarded-* and trusted proxies, `server.deny`, the access log
+//! (SPEC §2 upstreams, §4, §5.2 client address).
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use common::client::{self, Proto};
+use common::{config, config_with_server, free_addr, raw, Echo, Gateway};
+use http::{Method, Request};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// One upstream `e` and a catch-all route to it.
+async fn simple(echo: &Echo) -> Gateway {
+    Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          e: {{ targets: ["{}"], retries: 0 }}
+        routes:
+          - name: all
+            match: {{ path: / }}
+            upstream: e
+        "#,
+        echo.url()
+    )))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_answer_504_upstream_timeout() {
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          slow: {{ targets: ["{e}"], timeout: 400ms, retries: 0 }}
+          patient: {{ targets: ["{e}"], timeout: 10s, retries: 0 }}
+        routes:
+          - name: short
+            match: {{ path: /r }}
+            upstream: patient
+            strip_prefix: true
+            timeout: 300ms
+          - name: up
+            match: {{ path: /u }}
+            upstream: slow
+            strip_prefix: true
+          - name: ok
+            match: {{ path: / }}
+            upstream: patient
+        "#,
+        e = echo.url()
+    )))
+    .await;
+    let c = client::h1();
+    let get = |path: &'static str| {
+        let c = c.clone();
+        let addr = gw.addr();
+        async move {
+            let start = Instant::now();
+            let r = client::send(
+                &c,
+                client::req(Method::GET, addr, path)
+                    .body(client::empty())
+                    .unwrap(),
+            )
+            .await;
+            (r, start.elapsed())
+        }
+    };
+    // The route's timeout overrides the upstream's.
+    let (r, took) = get("/r/delay/3000").await;
+    r.assert_error(504, "upstream_timeout");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(2000),
+        "route timeout 300ms answered after {took:?}"
+    );
+    // The upstream's own timeout.
+    let (r, took) = get("/u/delay/3000").await;
+    r.assert_error(504, "upstream_timeout");
+    assert!(
+        took >= Duration::from_millis(350) && took < Duration::from_millis(2500),
+        "upstream timeout 400ms answered after {took:?}"
+    );
+    // Under the timeouts, fine.
+    let (r, _) = get("/r/delay/50").await;
+    assert_eq!(r.status, 200);
+    let (r, took) = get("/delay/1000").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(took >= Duration::from_millis(1000));
+    // h2c clients get the same.
+    let r = client::get_h2c(gw.addr(), "/r/delay/3000").await;
+    r.assert_error(504, "upstream_timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_refused_or_reset_is_502_upstream_unavailable() {
+    let echo = Echo::start("e").await;
+    let dead = free_addr();
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          dead: {{ targets: ["http://{dead}"], retries: 0, connect_timeout: 1s }}
+          e: {{ targets: ["{}"], retries: 0 }}
+        routes:
+          - name: dead
+            match: {{ path: /dead }}
+            upstream: dead
+          - name: all
+            match: {{ path: / }}
+            upstream: e
+        "#,
+        echo.url()
+    )))
+    .await;
+    client::get(gw.addr(), "/dead")
+        .await
+        .assert_error(502, "upstream_unavailable");
+    client::get_h2c(gw.addr(), "/dead/x")
+        .await
+        .assert_error(502, "upstream_unavailable");
+    // The upstream drops the connection without answering.
+    client::get(gw.addr(), "/close")
+        .await
+        .assert_error(502, "upstream_unavailable");
+    // The gateway itself is fine.
+    assert_eq!(client::get(gw.addr(), "/fine").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_health_ejection_gives_503_no_healthy_upstream() {
+    let dead = free_addr();
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          dead:
+            targets: ["http://{dead}"]
+            retries: 0
+            health: {{ passive: {{ failures: 2, eject: 30s }} }}
+        routes:
+          - name: dead
+            match: {{ path: / }}
+            upstream: dead
+        "#
+    )))
+    .await;
+    let c = client::h1();
+    let get = || {
+        client::send(
+            &c,
+            client::req(Method::GET, gw.addr(), "/")
+                .body(client::empty())
+                .unwrap(),
+        )
+    };
+    get().await.assert_error(502, "upstream_unavailable");
+    get().await.assert_error(502, "upstream_unavailable");
+    get().await.assert_error(503, "no_healthy_upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_go_to_another_target_when_the_first_refuses() {
+    let echo = Echo::start("e").await;
+    let dead = free_addr();
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          r:
+            targets: ["http://{dead}", "{}"]
+            balance: round_robin
+            retries: 1
+            connect_timeout: 1s
+        routes:
+          - name: all
+            match: {{ path: / }}
+            upstream: r
+        "#,
+        echo.url()
+    )))
+    .await;
+    let c = client::h1();
+    for i in 0..20 {
+        let r = client::send(
+            &c,
+            client::req(Method::GET, gw.addr(), &format!("/get/{i}"))
+                .body(client::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "GET {i}: {}", r.text());
+    }
+    // Nothing was sent to the refusing target, so even a POST is retried.
+    for i in 0..6 {
+        let r = client::send(
+            &c,
+            client::req(Method::POST, gw.addr(), &format!("/post/{i}"))
+                .body(client::full(vec![b'x'; 1000]))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "POST {i}: {}", r.text());
+        assert_eq!(r.json()["body_len"], 1000);
+    }
+    assert_eq!(echo.count(), 26);
+}
+
+/// How many of `n` requests each upstream answered.
+async fn spread(gw: &Gateway, client: &client::HttpClient, n: usize) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for i in 0..n {
+        let r = client::send(
+            client,
+            client::req(Method::GET, gw.addr(), &format!("/b/{i}"))
+                .body(client::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        *seen.entry(r.upstream()).or_insert(0) += 1;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_weights_are_exact() {
+    let a = Echo::start("a").await;
+    let b = Echo::start("b").await;
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          w:
+            targets: [{{ url: "{}", weight: 2 }}, {{ url: "{}", weight: 1 }}]
+            balance: round_robin
+        routes:
+          - name: all
+            match: {{ path: / }}
+            upstream: w
+        "#,
+        a.url(),
+        b.url()
+    )))
+    .await;
+    let seen = spread(&gw, &client::h1(), 300).await;
+    assert_eq!(seen.get("a"), Some(&200), "{seen:?}");
+    assert_eq!(seen.get("b"), Some(&100), "{seen:?}");
+    assert_eq!((a.count(), b.count()), (200, 100));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_unweighted_is_even() {
+    let a = Echo::start("a").await;
+    let b = Echo::start("b").await;
+    let c = Echo::start("c").await;
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          w:
+            targets: ["{}", "{}", "{}"]
+        routes:
+          - name: all
+            match: {{ path: / }}
+            upstream: w
+        "#,
+        a.url(),
+        b.url(),
+        c.url()
+    )))
+    .await;
+    spread(&gw, &client::h2c(), 300).await;
+    assert_eq!((a.count(), b.count(), c.count()), (100, 100, 100));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_balancing_is_stable_per_client() {
+    let a = Echo::start("a").await;
+    let b = Echo::start("b").await;
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          h:
+            targets: ["{}", "{}"]
+            balance: hash
+        routes:
+          - name: all
+            match: {{ path: / }}
+            upstream: h
+        "#,
+        a.url(),
+        b.url()
+    )))
+    .await;
+    let mut used = HashMap::new();
+    for last in 10..30 {
+        let source = ip(&format!("127.0.0.{last}"));
+        // A fresh client (new connections) each round: stickiness must not
+        // come from connection reuse.
+        let mut chosen = None;
+        for round in 0..5 {
+            let c = client::h1_from(source);
+            let r = client::send(
+                &c,
+                client::req(Method::GET, gw.addr(), &format!("/h/{round}"))
+                    .body(client::empty())
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(r.status, 200);
+            let up = r.upstream();
+            match &chosen {
+                None => chosen = Some(up),
+                Some(c) => assert_eq!(c, &up, "client {source} moved between targets"),
+            }
+        }
+        *used.entry(chosen.unwrap()).or_insert(0) += 1;
+    }
+    assert_eq!(
+        used.len(),
+        2,
+        "20 clients all hashed to one target: {used:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_requests_avoids_the_busy_target() {
+    let a = Echo::start("a").await;
+    let b = Echo::start("b").await;
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          l:
+            targets: ["{}", "{}"]
+            balance: least_requests
+        routes:
+          - name: all
+            match: {{ path: / }}
+            upstream: l
+        "#,
+        a.url(),
+        b.url()
+    )))
+    .await;
+    for round in 0..3 {
+        let addr = gw.addr();
+        let slow = tokio::spawn(async move { client::get(addr, "/delay/1500").await });
+        common::eventually(
+            Duration::from_secs(3),
+            "the slow request in flight",
+            || async { (a.in_flight() + b.in_flight() == 1).then_some(()) },
+        )
+        .await;
+        let busy = if a.in_flight() == 1 { "a" } else { "b" };
+        let c = client::h1();
+        for i in 0..6 {
+            let r = client::send(
+                &c,
+                client::req(Method::GET, gw.addr(), &format!("/fast/{i}"))
+                    .body(client::empty())
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(r.status, 200);
+            assert_ne!(
+                r.upstream(),
+                busy,
+                "round {round}: request {i} went to the target with a request in flight"
+            );
+        }
+        let r = slow.await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.upstream(), busy);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_balancing_spreads() {
+    let a = Echo::start("a").await;
+    let b = Echo::start("b").await;
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          r:
+            targets: ["{}", "{}"]
+            balance: random
+        routes:
+          - name: all
+            match: {{ path: / }}
+            upstream: r
+        "#,
+        a.url(),
+        b.url()
+    )))
+    .await;
+    spread(&gw, &client::h1(), 200).await;
+    // Binomial(200, 0.5): below 50 has probability < 1e-12.
+    assert_eq!(a.count() + b.count(), 200);
+    assert!(
+        a.count() >= 50 && b.count() >= 50,
+        "random is not spreading: a={} b={}",
+        a.count(),
+        b.count()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hop_by_hop_request_headers_do_not_reach_the_upstream() {
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    let mut c = raw::connect(gw.addr()).await;
+    c.write(
+        b"GET /hop-req HTTP/1.1\r\n\
+          Host: gw.example\r\n\
+          Connection: keep-alive, X-Private, x-other\r\n\
+          X-Private: secret\r\n\
+          X-Other: o\r\n\
+          Keep-Alive: timeout=5\r\n\
+          Proxy-Connection: keep-alive\r\n\
+          TE: deflate\r\n\
+          Trailer: x-foo\r\n\
+          Proxy-Authorization: Basic Zm9vOmJhcg==\r\n\
+          Upgrade: foo/1\r\n\
+          X-Public: yes\r\n\
+          \r\n",
+    )
+    .await
+    .unwrap();
+    let r = c.read_response(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = echo.last().unwrap();
+    for h in [
+        "keep-alive",
+        "proxy-connection",
+        "trailer",
+        "proxy-authorization",
+        "upgrade",
+        "x-private",
+        "x-other",
+        "transfer-encoding",
+    ] {
+        assert!(
+            !seen.has_header(h),
+            "hop-by-hop header {h} reached the upstream: {:?}",
+            seen.headers
+        );
+    }
+    for v in seen.header_all("connection") {
+        let v = v.to_ascii_lowercase();
+        assert!(
+            v == "keep-alive" || v == "close",
+            "the client's Connection header reached the upstream: {v:?}"
+        );
+    }
+    for v in seen.header_all("te") {
+        assert_eq!(v, "trailers", "the client's TE reached the upstream");
+    }
+    assert_eq!(seen.header("x-public").as_deref(), Some("yes"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hop_by_hop_response_headers_do_not_reach_the_client() {
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    for proto in [Proto::H1, Proto::H2c] {
+        let r = client::send_on_new_conn(
+            gw.addr(),
+            proto,
+            Request::builder()
+                .uri(format!("http://{}/hop", gw.addr()))
+                .body(client::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200, "{proto:?}");
+        for h in [
+            "x-resp-private",
+            "keep-alive",
+            "proxy-authenticate",
+            "proxy-connection",
+            "upgrade",
+        ] {
+            assert!(
+                r.header(h).is_none(),
+                "{proto:?}: hop-by-hop response header {h} reached the client: {:?}",
+                r.headers
+            );
+        }
+        if let Some(v) = r.header("connection") {
+            assert!(!v.to_ascii_lowercase().contains("x-resp-private"), "{v}");
+        }
+        assert_eq!(r.header("x-resp-public"), Some("visible"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_are_set_and_forgeries_from_untrusted_peers_replaced() {
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    let r = client::send_on_new_conn(
+        gw.addr(),
+        Proto::H1,
+        Request::builder()
+            .uri("/fwd")
+            .header("host", "gw.example")
+            .header("x-forwarded-for", "1.2.3.4")
+            .header("x-forwarded-for", "5.6.7.8")
+            .header("forwarded", "for=1.2.3.4;proto=https")
+            .header("x-real-ip", "1.2.3.4")
+            .header("x-forwarded-host", "evil.example")
+            .header("x-forwarded-proto", "https")
+            .header("x-forwarded-port", "443")
+            .header("x-request-id", "forged-request-id")
+            .body(client::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let seen = echo.last().unwrap();
+    assert_eq!(
+        seen.header_all("x-forwarded-for"),
+        vec!["127.0.0.1".to_string()]
+    );
+    assert_eq!(
+        seen.header_all("x-forwarded-proto"),
+        vec!["http".to_string()]
+    );
+    assert_eq!(
+        seen.header_all("x-forwarded-host"),
+        vec!["gw.example".to_string()]
+    );
+    for v in seen.header_all("x-forwarded-port") {
+        assert_ne!(v, "443", "a forged X-Forwarded-Port reached the upstream");
+    }
+    for v in seen.header_all("forwarded") {
+        assert!(
+            !v.contains("1.2.3.4"),
+            "forged Forwarded reached the upstream: {v}"
+        );
+    }
+    for v in seen.header_all("x-real-ip") {
+        assert_eq!(v, "127.0.0.1", "forged X-Real-IP reached the upstream");
+    }
+    let rid = r.header("x-request-id").expect("x-request-id").to_string();
+    assert_ne!(
+        rid, "forged-request-id",
+        "request id from an untrusted peer kept"
+    );
+    assert_eq!(seen.header_all("x-request-id"), vec![rid.clone()]);
+    let log = gw.wait_access_log("/fwd", |l| l["path"] == "/fwd").await;
+    assert_eq!(log["client"], "127.0.0.1", "{log}");
+    assert_eq!(log["request_id"], rid.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_proxy_chain_is_extended_and_client_is_rightmost_untrusted() {
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start(&config_with_server(
+        r#"trusted_proxies: ["127.0.0.2/32"]"#,
+        &format!(
+            r#"
+            upstreams:
+              e: {{ targets: ["{}"] }}
+            routes:
+              - name: all
+                match: {{ path: / }}
+                upstream: e
+            "#,
+            echo.url()
+        ),
+    ))
+    .await;
+    let cases: [(&str, &str, Option<&str>, &str, &str); 4] = [
+        // (source, path, incoming XFF, XFF the upstream sees, client)
+        (
+            "127.0.0.2",
+            "/t/a",
+            Some("198.51.100.1, 203.0.113.7"),
+            "198.51.100.1, 203.0.113.7, 127.0.0.2",
+            "203.0.113.7",
+        ),
+        (
+            "127.0.0.2",
+            "/t/b",
+            Some("203.0.113.9, 127.0.0.2"),
+            "203.0.113.9, 127.0.0.2, 127.0.0.2",
+            "203.0.113.9",
+        ),
+        ("127.0.0.2", "/t/c", None, "127.0.0.2", "127.0.0.2"),
+        (
+            "127.0.0.3",
+            "/t/d",
+            Some("203.0.113.50"),
+            "127.0.0.3",
+            "127.0.0.3",
+        ),
+    ];
+    for (source, path, xff, want_xff, want_client) in cases {
+        let c = client::h1_from(ip(source));
+        let mut b = client::req(Method::GET, gw.addr(), path)
+            .header("x-request-id", format!("rid-{}", &path[3..]));
+        if let Some(x) = xff {
+            b = b.header("x-forwarded-for", x);
+        }
+        let r = client::send(&c, b.body(client::empty()).unwrap()).await;
+        assert_eq!(r.status, 200);
+        let seen = echo.last().unwrap();
+        let got: Vec<String> = seen
+            .header_all("x-forwarded-for")
+            .iter()
+            .flat_map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let want: Vec<String> = want_xff.split(", ").map(String::from).collect();
+        assert_eq!(got, want, "{path} from {source}: X-Forwarded-For");
+        let log = gw.wait_access_log(path, |l| l["path"] == path).await;
+        assert_eq!(log["client"], want_client, "{path} from {source}: {log}");
+        let rid = seen.header("x-request-id");
+        if source == "127.0.0.2" {
+            assert_eq!(
+                rid.as_deref(),
+                Some(format!("rid-{}", &path[3..]).as_str()),
+                "X-Request-Id from a trusted peer is kept"
+            );
+        } else {
+            assert_ne!(rid.as_deref(), Some(format!("rid-{}", &path[3..]).as_str()));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_answers_403_before_any_route() {
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start(&config_with_server(
+        r#"
+        deny: ["127.0.0.3/32", "10.0.0.0/8"]
+        "#,
+        &format!(
+            r#"
+            upstreams:
+              e: {{ targets: ["{}"] }}
+            routes:
+              - name: hello
+                match: {{ exact: /hello }}
+                respond: {{ status: 200, body: "hi" }}
+              - name: e
+                match: {{ path: /e }}
+                upstream: e
+            "#,
+            echo.url()
+        ),
+    ))
+    .await;
+    let denied = client::h1_from(ip("127.0.0.3"));
+    for path in ["/e/x", "/hello", "/no/such/route"] {
+        let r = client::send(
+            &denied,
+            client::req(Method::GET, gw.addr(), path)
+                .body(client::empty())
+                .unwrap(),
+        )
+        .await;
+        r.assert_error(403, "forbidden");
+    }
+    assert_eq!(echo.count(), 0, "a denied client reached the upstream");
+    let allowed = client::h1_from(ip("127.0.0.4"));
+    let r = client::send(
+        &allowed,
+        client::req(Method::GET, gw.addr(), "/e/x")
+            .body(client::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(echo.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_applies_to_the_client_behind_a_trusted_proxy() {
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start(&config_with_server(
+        r#"
+        trusted_proxies: ["127.0.0.2/32"]
+        deny: ["203.0.113.0/24"]
+        "#,
+        &format!(
+            r#"
+            upstreams:
+              e: {{ targets: ["{}"] }}
+            routes:
+              - name: e
+                match: {{ path: / }}
+                upstream: e
+            "#,
+            echo.url()
+        ),
+    ))
+    .await;
+    let proxy = client::h1_from(ip("127.0.0.2"));
+    let send = |xff: &'static str| {
+        client::send(
+            &proxy,
+            client::req(Method::GET, gw.addr(), "/x")
+                .header("x-forwarded-for", xff)
+                .body(client::empty())
+                .unwrap(),
+        )
+    };
+    send("203.0.113.5").await.assert_error(403, "forbidden");
+    assert_eq!(send("198.51.100.5").await.status, 200);
+    // From an untrusted peer the header is not believed: not denied.
+    let direct = client::h1_from(ip("127.0.0.5"));
+    let r = client::send(
+        &direct,
+        client::req(Method::GET, gw.addr(), "/x")
+            .header("x-forwarded-for", "203.0.113.5")
+            .body(client::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(echo.count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_log_line_has_the_contract_fields() {
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    let r = client::get_host(gw.addr(), "logs.example", "/logged/path?q=1").await;
+    assert_eq!(r.status, 200);
+    let rid = r.header("x-request-id").unwrap().to_string();
+    let log = gw
+        .wait_access_log("the request", |l| l["request_id"] == rid.as_str())
+        .await;
+    assert_eq!(log["client"], "127.0.0.1", "{log}");
+    assert_eq!(log["method"], "GET", "{log}");
+    assert_eq!(log["host"], "logs.example", "{log}");
+    assert!(
+        log["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/logged/path")),
+        "{log}"
+    );
+    assert_eq!(log["route"], "all", "{log}");
+    assert!(
+        log["upstream"]
+            .as_str()
+            .is_some_and(|u| u.contains(&echo.addr().to_string())),
+        "upstream should name the target {}: {log}",
+        echo.addr()
+    );
+    assert_eq!(log["status"], 200, "{log}");
+    assert!(log["duration_ms"].is_number(), "{log}");
+    assert!(log["bytes"].is_number(), "{log}");
+    // A rejected request is logged too.
+    let r = raw::get(gw.addr(), "/../x").await;
+    let rid = r.header("x-request-id").unwrap_or_default().to_string();
+    let log = gw
+        .wait_access_log("the 400", |l| l["request_id"] == rid.as_str())
+        .await;
+    assert_eq!(log["status"], 400, "{log}");
+}
