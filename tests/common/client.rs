@@ -216,6 +216,14 @@ pub async fn send_on_new_conn(
                     .map_err(|e| format!("h1 handshake: {e}"))?;
                 tokio::spawn(conn);
                 let (mut parts, body) = req.into_parts();
+                // HTTP/1.1 needs a Host field (the gateway answers 400 without one).
+                if !parts.headers.contains_key(hyper::header::HOST) {
+                    if let Some(authority) = parts.uri.authority() {
+                        if let Ok(v) = hyper::header::HeaderValue::from_str(authority.as_str()) {
+                            parts.headers.insert(hyper::header::HOST, v);
+                        }
+                    }
+                }
                 let pq = parts
                     .uri
                     .path_and_query()
