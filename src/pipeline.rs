@@ -170,9 +170,14 @@ async fn route_request(
             };
             let path_and_query = path_and_query(&forwarded_path, req.uri().query())?;
             let (parts, incoming) = req.into_parts();
+            let has_body = !incoming.is_end_stream();
             let body = request_body(incoming, &parts.headers, server.max_body_bytes).await?;
             let mut headers = parts.headers;
-            strip_hop_by_hop_keeping_trailers(&mut headers);
+            if has_body {
+                strip_hop_by_hop_keeping_trailers(&mut headers);
+            } else {
+                strip_hop_by_hop(&mut headers, false);
+            }
             if parts.version >= Version::HTTP_2 {
                 // An HTTP/2 client always takes trailers; an HTTP/1.1
                 // upstream sends them only to a peer that says so.
