@@ -221,7 +221,13 @@ mod tests {
         assert!(v.allowed);
         assert_eq!(v.remaining, 2);
         assert_eq!(v.reset_after, s(60));
-        assert_eq!(v.state, State { ws: T0 + s(60), n: 1 });
+        assert_eq!(
+            v.state,
+            State {
+                ws: T0 + s(60),
+                n: 1
+            }
+        );
     }
 
     #[test]
@@ -263,7 +269,10 @@ mod tests {
 
     #[test]
     fn parameter_changes_keep_what_still_applies() {
-        let st = State { ws: T0 + s(60), n: 4 };
+        let st = State {
+            ws: T0 + s(60),
+            n: 4,
+        };
         // A larger window holding the old one keeps its count.
         let v = check(&p(5, s(3600)), &st, T0 + s(90), 1);
         assert!(v.allowed);
@@ -320,6 +329,18 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn any_input_is_total(
+            limit in 1u64..=MAX_COUNT,
+            w in prop_oneof![Just(None), (1u64..=MAX_DURATION).prop_map(Some)],
+            ws: u64, n: u64, now: u64, cost: u64,
+        ) {
+            let window = w.map_or(Window::Month, Window::Fixed);
+            let p = Params::new(limit, window).unwrap();
+            let v = check(&p, &State { ws, n }, now, cost);
+            prop_assert!(v.reset_after <= v.window);
+        }
+
         #[test]
         fn civil_round_trip(day in 0u64..3_000_000) {
             let (y, m, d) = civil_from_days(day);

@@ -119,7 +119,7 @@ pub struct State {
 /// `state` brought to `now` under `p`: `tat` no earlier than `now` and no
 /// later than `now + tau + max_delay`.
 pub fn effective(p: &Params, state: &State, now: Micros) -> State {
-    let top = now + p.tolerance + p.max_delay;
+    let top = now.saturating_add(p.tolerance + p.max_delay);
     State {
         tat: state.tat.max(now).min(top),
     }
@@ -134,8 +134,8 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         // redis-cell: `increment > delay_variation_tolerance`, never.
         (false, 0, None, tat)
     } else {
-        let new = tat + p.interval * cost;
-        let wait = new.saturating_sub(tau + now);
+        let new = tat.saturating_add(p.interval * cost);
+        let wait = new.saturating_sub(now.saturating_add(tau));
         if wait <= p.max_delay {
             (true, wait, Some(0), new)
         } else {
@@ -224,10 +224,19 @@ mod tests {
             );
         }
         assert_eq!(throttle(&mut st, T0, 15, 30, 60, 1), [1, 16, 0, 2, 32]);
-        assert_eq!(throttle(&mut st, T0 + s(1), 15, 30, 60, 1), [1, 16, 0, 1, 31]);
-        assert_eq!(throttle(&mut st, T0 + s(2), 15, 30, 60, 1), [0, 16, 0, -1, 32]);
+        assert_eq!(
+            throttle(&mut st, T0 + s(1), 15, 30, 60, 1),
+            [1, 16, 0, 1, 31]
+        );
+        assert_eq!(
+            throttle(&mut st, T0 + s(2), 15, 30, 60, 1),
+            [0, 16, 0, -1, 32]
+        );
         // Idle for a minute: back to a full burst.
-        assert_eq!(throttle(&mut st, T0 + s(62), 15, 30, 60, 1), [0, 16, 15, -1, 2]);
+        assert_eq!(
+            throttle(&mut st, T0 + s(62), 15, 30, 60, 1),
+            [0, 16, 15, -1, 2]
+        );
     }
 
     #[test]
@@ -257,7 +266,13 @@ mod tests {
         for (i, (at, qty, remaining, reset, retry, limited)) in cases.into_iter().enumerate() {
             let v = check(&p, &st, T0 + at, qty);
             assert_eq!(
-                (v.allowed, v.limit, v.remaining, v.reset_after, v.retry_after),
+                (
+                    v.allowed,
+                    v.limit,
+                    v.remaining,
+                    v.reset_after,
+                    v.retry_after
+                ),
                 (!limited, 5, remaining, reset, retry),
                 "case {i}"
             );
@@ -306,6 +321,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn any_input_is_total(
+            count in 1u64..=1_000_000,
+            period in 1u64..=86_400_000_000,
+            burst in 1u64..=10_000,
+            max_delay in 0u64..=60_000_000,
+            tat: u64, now: u64, cost: u64,
+        ) {
+            if let Ok(p) = Params::new(Rate::new(count, period).unwrap(), burst, max_delay) {
+                let v = check(&p, &State { tat }, now, cost);
+                prop_assert!(v.reset_after <= v.window);
+            }
+        }
+
         #[test]
         fn never_more_than_burst_plus_rate(
             interval in 1u64..2_000,

@@ -34,9 +34,7 @@
 //!                   ceil((lv - md) / drain) if shaping and lv > md else 0)
 //! ```
 
-use super::{
-    at_most, nonzero, Fluid, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION,
-};
+use super::{at_most, nonzero, Fluid, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION};
 
 /// Validated parameters of a `leaky_bucket` limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,7 +293,10 @@ mod tests {
         assert_eq!(v.reset_after, s(4));
     }
 
-    fn replay(p: &Params, history: &[(Micros, u64)]) -> (State, Micros, Vec<(Micros, Micros, u64)>) {
+    fn replay(
+        p: &Params,
+        history: &[(Micros, u64)],
+    ) -> (State, Micros, Vec<(Micros, Micros, u64)>) {
         let mut st = State::default();
         let mut now = T0;
         let mut taken = Vec::new();
@@ -313,6 +314,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn any_input_is_total(
+            count in 1u64..=1_000_000,
+            period in 1u64..=86_400_000_000,
+            burst in 1u64..=10_000,
+            max_delay in 0u64..=60_000_000,
+            lv: u64, ts: u64, u: u64, now: u64, cost: u64,
+        ) {
+            if let Ok(p) = Params::new(Rate::new(count, period).unwrap(), burst, max_delay) {
+                let v = check(&p, &State { lv, ts, u }, now, cost);
+                prop_assert!(v.reset_after <= v.window);
+            }
+        }
+
         #[test]
         fn never_more_than_burst_plus_drain(
             count in 1u64..20,

@@ -27,10 +27,16 @@
 //! The Redis scripts mirror these functions line for line, and Lua 5.1
 //! numbers are doubles (exact for integers up to 2^53). So time is `u64`
 //! microseconds since the Unix epoch, there is no floating point in any
-//! decision, every division says how it rounds (`floor` unless a function
-//! says `ceil_div`), and `Params::new` refuses parameters for which any
+//! decision, every division says how it rounds (`floor` unless the
+//! formula says `ceil`), and `Params::new` refuses parameters for which any
 //! intermediate value could reach 2^53 (see [`MAX_EXACT`]). Each module's
 //! doc gives its formulas.
+//!
+//! In Lua, `math.floor(a / b)` and `math.ceil(a / b)` are exact for
+//! integers `0 <= a < 2^53`, `b >= 1`: the double division's rounding error
+//! is below `a / b * 2^-53 < 1 / b`, less than the distance from a
+//! non-integer quotient to the nearest integer, so rounding never crosses
+//! one.
 //!
 //! # A request that can never pass
 //!
@@ -188,14 +194,10 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 /// `ceil(a / b)`, and 0 when `b` is 0 (never the case with validated
-/// parameters; it keeps the function total). Lua: `math.ceil(a / b)` is
-/// not exact for large `a`, use `math.floor((a + b - 1) / b)`.
+/// parameters; it keeps the function total). Lua: `math.ceil(a / b)`.
 pub(crate) fn ceil_div(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        0
-    } else {
-        a / b + u64::from(a % b != 0)
-    }
+    a.checked_div(b)
+        .map_or(0, |q| q + u64::from(q.wrapping_mul(b) != a))
 }
 
 /// `Err(Zero)` if `v` is 0.

@@ -101,7 +101,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         None
     } else {
         // Free the oldest entries until the request fits.
-        let excess = used + cost - limit;
+        let excess = used.saturating_add(cost) - limit;
         let mut freed = 0u64;
         s.entries
             .iter()
@@ -109,14 +109,14 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
                 freed = freed.saturating_add(e.n);
                 freed >= excess
             })
-            .map(|e| (e.t + w).saturating_sub(now))
+            .map(|e| e.t.saturating_add(w).saturating_sub(now))
     };
     if allowed {
         // Entries are sorted; only a clock that stepped back puts `now`
         // before the newest one.
         let at = s.entries.partition_point(|e| e.t <= now);
         match at.checked_sub(1).and_then(|i| s.entries.get_mut(i)) {
-            Some(e) if e.t == now => e.n += cost,
+            Some(e) if e.t == now => e.n = e.n.saturating_add(cost),
             _ => s.entries.insert(at, Entry { t: now, n: cost }),
         }
     }
@@ -124,7 +124,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
     let ttl = s
         .entries
         .last()
-        .map_or(0, |e| (e.t + w).saturating_sub(now));
+        .map_or(0, |e| e.t.saturating_add(w).saturating_sub(now));
     Verdict {
         allowed,
         delay: 0,
@@ -182,7 +182,10 @@ mod tests {
             vec![
                 Entry { t: T0 + s(2), n: 1 },
                 Entry { t: T0 + s(4), n: 1 },
-                Entry { t: T0 + s(10), n: 1 },
+                Entry {
+                    t: T0 + s(10),
+                    n: 1
+                },
             ]
         );
         // Two units need the two oldest to leave: T0 + 14 s.
@@ -221,7 +224,13 @@ mod tests {
     #[test]
     fn parameter_changes_stay_sane() {
         let st = State {
-            entries: vec![Entry { t: T0, n: 4 }, Entry { t: T0 + s(30), n: 4 }],
+            entries: vec![
+                Entry { t: T0, n: 4 },
+                Entry {
+                    t: T0 + s(30),
+                    n: 4,
+                },
+            ],
         };
         // A lowered limit: rejected until enough leaves.
         let v = check(&p(5, s(60)), &st, T0 + s(40), 1);
@@ -244,6 +253,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn any_input_is_total(
+            limit in 1u64..=MAX_COUNT,
+            w in 1u64..=MAX_DURATION,
+            entries in proptest::collection::vec((any::<u64>(), any::<u64>()), 0..8),
+            now: u64, cost: u64,
+        ) {
+            let p = Params::new(limit, w).unwrap();
+            let mut entries: Vec<Entry> = entries.into_iter().map(|(t, n)| Entry { t, n }).collect();
+            entries.sort_by_key(|e| e.t);
+            let v = check(&p, &State { entries }, now, cost);
+            prop_assert!(v.reset_after <= v.window);
+        }
+
         #[test]
         fn never_more_than_limit_in_any_trailing_window(
             limit in 1u64..20,

@@ -130,7 +130,8 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
     let e = now - s.ws;
     let (prev, cur) = (s.prev, s.cur);
     let wt = weight(w, e);
-    let room = ((limit * WEIGHT_SCALE).saturating_sub(prev * wt) / WEIGHT_SCALE).saturating_sub(cur);
+    let room =
+        ((limit * WEIGHT_SCALE).saturating_sub(prev * wt) / WEIGHT_SCALE).saturating_sub(cur);
     let fits = cost <= limit;
     let allowed = fits && cost <= room;
     let cur2 = if allowed { cur + cost } else { cur };
@@ -177,15 +178,9 @@ fn retry(w: Micros, limit: u64, e: Micros, prev: u64, cur: u64, cost: u64) -> Mi
     }
     // In the next window the current count becomes `prev`, decaying from
     // full weight, and nothing is current.
-    let e2 = if cur == 0 {
-        0
-    } else {
-        let r2 = (limit - cost) * WEIGHT_SCALE / cur;
-        if r2 >= WEIGHT_SCALE {
-            0
-        } else {
-            first_offset_with_weight(w, r2)
-        }
+    let e2 = match ((limit - cost) * WEIGHT_SCALE).checked_div(cur) {
+        Some(r2) if r2 < WEIGHT_SCALE => first_offset_with_weight(w, r2),
+        _ => 0,
     };
     (w - e) + e2
 }
@@ -231,7 +226,14 @@ mod tests {
             assert_eq!(v.ttl, s(19));
             st = v.state;
         }
-        assert_eq!(st, State { ws: T0, cur: 10, prev: 0 });
+        assert_eq!(
+            st,
+            State {
+                ws: T0,
+                cur: 10,
+                prev: 0
+            }
+        );
         // Full: the next window admits once prev's weight is <= 0.9.
         let v = check(&p, &st, t, 1);
         assert!(!v.allowed);
@@ -241,7 +243,14 @@ mod tests {
         let v = check(&p, &st, T0 + s(11), 1);
         assert!(v.allowed);
         assert_eq!(v.remaining, 0);
-        assert_eq!(v.state, State { ws: T0 + s(10), cur: 1, prev: 10 });
+        assert_eq!(
+            v.state,
+            State {
+                ws: T0 + s(10),
+                cur: 1,
+                prev: 10
+            }
+        );
         st = v.state;
         // Half-way through: prev counts for 5, cur is 1 -> room 4.
         let at = T0 + s(15);
@@ -264,13 +273,21 @@ mod tests {
         let p = p(10, s(10));
         // cur = 10 and a cost of 10: prev must have fully decayed -> the
         // window after the next.
-        let st = State { ws: T0, cur: 10, prev: 0 };
+        let st = State {
+            ws: T0,
+            cur: 10,
+            prev: 0,
+        };
         let v = check(&p, &st, T0 + s(3), 10);
         assert_eq!(v.retry_after, Some(s(17)));
         assert!(!check(&p, &st, T0 + s(20) - 1, 10).allowed);
         assert!(check(&p, &st, T0 + s(20), 10).allowed);
         // cur = 4, cost 8: next window once 4 * wt <= 2000 (wt <= 500).
-        let st = State { ws: T0, cur: 4, prev: 9 };
+        let st = State {
+            ws: T0,
+            cur: 4,
+            prev: 9,
+        };
         let v = check(&p, &st, T0 + s(3), 8);
         assert_eq!(v.retry_after, Some(s(12)));
     }
@@ -287,7 +304,11 @@ mod tests {
 
     #[test]
     fn long_idle_forgets_everything() {
-        let st = State { ws: T0, cur: 10, prev: 10 };
+        let st = State {
+            ws: T0,
+            cur: 10,
+            prev: 10,
+        };
         let v = check(&p(10, s(10)), &st, T0 + 500 * 365 * DAY, 10);
         assert!(v.allowed);
         assert_eq!(v.state.prev, 0);
@@ -296,15 +317,37 @@ mod tests {
     #[test]
     fn parameter_changes_stay_sane() {
         // Counters above a lowered limit are clamped to it.
-        let st = State { ws: T0, cur: 50, prev: 80 };
+        let st = State {
+            ws: T0,
+            cur: 50,
+            prev: 80,
+        };
         let v = check(&p(10, s(10)), &st, T0 + s(5), 1);
         assert!(!v.allowed);
-        assert_eq!(v.state, State { ws: T0, cur: 10, prev: 10 });
+        assert_eq!(
+            v.state,
+            State {
+                ws: T0,
+                cur: 10,
+                prev: 10
+            }
+        );
         assert!(v.retry_after.is_some());
         // A shorter window: the old window started within the previous one.
-        let st = State { ws: T0, cur: 6, prev: 4 };
+        let st = State {
+            ws: T0,
+            cur: 6,
+            prev: 4,
+        };
         let v = check(&p(10, s(5)), &st, T0 + s(7), 1);
-        assert_eq!(v.state, State { ws: T0 + s(5), cur: 1, prev: 6 });
+        assert_eq!(
+            v.state,
+            State {
+                ws: T0 + s(5),
+                cur: 1,
+                prev: 6
+            }
+        );
     }
 
     /// A state reached by real traffic from a fresh key.
@@ -322,6 +365,17 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn any_input_is_total(
+            limit in 1u64..=MAX_COUNT,
+            w in 1u64..=MAX_WINDOW,
+            ws: u64, cur: u64, prev: u64, now: u64, cost: u64,
+        ) {
+            let p = Params::new(limit, w).unwrap();
+            let v = check(&p, &State { ws, cur, prev }, now, cost);
+            prop_assert!(v.reset_after <= v.window);
+        }
+
         #[test]
         fn never_more_than_limit_per_window(
             limit in 1u64..20,

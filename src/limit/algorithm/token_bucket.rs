@@ -38,9 +38,7 @@
 //! larger bucket gains the extra tokens at once, as a fresh key would have
 //! them.
 
-use super::{
-    at_most, nonzero, Fluid, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION,
-};
+use super::{at_most, nonzero, Fluid, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION};
 
 /// Validated parameters of a `token_bucket` limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,10 +159,7 @@ mod tests {
         assert_eq!(Params::new(r, 0, 0), Err(ParamError::Zero("burst")));
         assert!(Params::new(r, 1, MAX_DURATION + 1).is_err());
         let slow = Rate::new(7, DAY).unwrap();
-        assert_eq!(
-            Params::new(slow, 1_000_000, 0),
-            Err(ParamError::Precision)
-        );
+        assert_eq!(Params::new(slow, 1_000_000, 0), Err(ParamError::Precision));
     }
 
     #[test]
@@ -320,6 +315,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn any_input_is_total(
+            count in 1u64..=1_000_000,
+            period in 1u64..=86_400_000_000,
+            burst in 1u64..=10_000,
+            max_delay in 0u64..=60_000_000,
+            d: u64, ts: u64, u: u64, now: u64, cost: u64,
+        ) {
+            if let Ok(p) = Params::new(Rate::new(count, period).unwrap(), burst, max_delay) {
+                let v = check(&p, &State { d, ts, u }, now, cost);
+                prop_assert!(v.reset_after <= v.window);
+            }
+        }
+
         #[test]
         fn never_more_than_burst_plus_refill(
             count in 1u64..20,
