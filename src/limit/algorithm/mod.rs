@@ -44,6 +44,13 @@
 //! always rejected and no wait helps: its [`Verdict::retry_after`] is `None`.
 //! [`Verdict::retry_hint`] gives the figure to put in `Retry-After` then
 //! (the policy window: retrying sooner is pointless).
+//!
+//! # Headers
+//!
+//! `q` = [`Verdict::limit`], `w` = [`Verdict::window`], `r` =
+//! [`Verdict::remaining`], `t` = [`Verdict::reset_hint`] (`reset_after`,
+//! no later than the retry time on a rejection), `Retry-After` =
+//! [`Verdict::retry_hint`]; seconds rounded up.
 
 pub mod concurrency;
 pub mod fixed_window;
@@ -113,9 +120,22 @@ pub struct Verdict<S> {
 
 impl<S> Verdict<S> {
     /// The wait to advertise in `Retry-After` for a rejection: `retry_after`,
-    /// or the policy `window` when the request can never pass.
+    /// or the policy `window` when the request can never pass. (It can
+    /// exceed `window` only for `sliding_window`, up to twice it.)
     pub fn retry_hint(&self) -> Micros {
         self.retry_after.unwrap_or(self.window)
+    }
+
+    /// The `t` to report for this limit: `reset_after`, but on a rejection
+    /// no later than [`Verdict::retry_hint`], so that `Retry-After` is never
+    /// earlier than the `t` it reports (SPEC §5.4) and `t <= w` holds.
+    /// Rounding both up to whole seconds keeps the order.
+    pub fn reset_hint(&self) -> Micros {
+        if self.allowed {
+            self.reset_after
+        } else {
+            self.reset_after.min(self.retry_hint())
+        }
     }
 }
 
@@ -341,6 +361,34 @@ mod tests {
         assert_eq!(Rate::new(1_000_000, DAY).unwrap().ticks(), (86_400, 1));
         assert_eq!(Rate::new(0, SECOND), Err(ParamError::Zero("rate count")));
         assert_eq!(Rate::new(1, 0), Err(ParamError::Zero("rate period")));
+    }
+
+    #[test]
+    fn hints_keep_retry_after_no_earlier_than_t() {
+        let v = Verdict {
+            allowed: false,
+            delay: 0,
+            limit: 20,
+            window: 2 * SECOND,
+            remaining: 0,
+            reset_after: 2 * SECOND,
+            retry_after: Some(100_000),
+            state: (),
+            ttl: 2 * SECOND,
+        };
+        assert_eq!((v.reset_hint(), v.retry_hint()), (100_000, 100_000));
+        let never = Verdict {
+            retry_after: None,
+            reset_after: 0,
+            ..v.clone()
+        };
+        assert_eq!((never.reset_hint(), never.retry_hint()), (0, 2 * SECOND));
+        let ok = Verdict {
+            allowed: true,
+            retry_after: Some(0),
+            ..v
+        };
+        assert_eq!(ok.reset_hint(), 2 * SECOND);
     }
 
     #[test]
