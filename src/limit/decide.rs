@@ -1,0 +1,135 @@
+//! The all-or-nothing decision over a request's limits (SPEC §5.1, §5.3):
+//! the reference procedure. The memory store runs it inside one critical
+//! section over the request's keys; `lua/dispatch.lua` mirrors it inside one
+//! script call.
+//!
+//! ```text
+//! for each limit: v = check(params, state, now, cost)      -- pure, nothing stored yet
+//! locked = the enforced limits with a lockout whose lock is still running
+//! rejected = the enforced limits not locked whose v is not allowed
+//! if nothing is locked or rejected:
+//!     store every allowed v.state (for v.ttl); shadow limits that would
+//!     reject are counted as shadow_rejected and store nothing
+//! else:
+//!     store no limit state at all: the request consumes nothing anywhere
+//!     each rejected limit with a lockout counts a strike (lockout::strike);
+//!     one that starts a lockout answers locked_out with the lock's length
+//! ```
+//!
+//! Locked limits answer `locked_out` with the lock's remaining time and are
+//! not struck again. Shadow limits never lock and never block.
+
+use super::algorithm::Micros;
+use super::lockout::{strike, LockState};
+use super::state::AlgoState;
+use super::{Check, Outcome, Status};
+
+/// What the store holds for one check when the decision starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Loaded {
+    /// The limit's state (`None`: a fresh key).
+    pub algo: Option<AlgoState>,
+    /// The lockout state (default: never struck).
+    pub lock: LockState,
+}
+
+/// What the store must write back for one check.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Writes {
+    /// The new limit state and its time to live (0: delete the key).
+    pub algo: Option<(AlgoState, Micros)>,
+    /// The new lockout state and its time to live (0: delete the key).
+    pub lock: Option<(LockState, Micros)>,
+}
+
+/// Decide `checks` at `now` from their `loaded` states (same order).
+pub fn decide(checks: &[Check], loaded: &[Loaded], now: Micros) -> (Vec<Outcome>, Vec<Writes>) {
+    let mut outcomes = Vec::with_capacity(checks.len());
+    let mut writes = vec![Writes::default(); checks.len()];
+    let mut verdicts = Vec::with_capacity(checks.len());
+    let mut blocked = false;
+
+    for (check, state) in checks.iter().zip(loaded) {
+        let fresh;
+        let algo = match &state.algo {
+            Some(s) => s,
+            None => {
+                fresh = check.params.fresh();
+                &fresh
+            }
+        };
+        let v = check.params.check(algo, now, check.cost, check.lease);
+        let enforced = !check.shadow;
+        let locked = enforced && check.lockout.is_some() && state.lock.locked(now);
+        let status = if locked {
+            Status::LockedOut
+        } else if v.allowed {
+            Status::Allowed
+        } else if enforced {
+            Status::Rejected
+        } else {
+            Status::ShadowRejected
+        };
+        blocked |= matches!(status, Status::LockedOut | Status::Rejected);
+        let outcome = if locked {
+            let left = state.lock.lu - now;
+            Outcome {
+                status,
+                lock_started: false,
+                delay: 0,
+                limit: v.limit,
+                window: v.window,
+                remaining: 0,
+                reset: left.min(v.window),
+                retry_after: left,
+            }
+        } else {
+            Outcome {
+                status,
+                lock_started: false,
+                delay: v.delay,
+                limit: v.limit,
+                window: v.window,
+                remaining: v.remaining,
+                reset: v.reset_hint(),
+                retry_after: if v.allowed { 0 } else { v.retry_hint() },
+            }
+        };
+        outcomes.push(outcome);
+        verdicts.push(v);
+    }
+
+    for (i, (check, v)) in checks.iter().zip(verdicts).enumerate() {
+        let outcome = &mut outcomes[i];
+        if !blocked {
+            if v.allowed {
+                writes[i].algo = Some((v.state, v.ttl));
+            }
+            continue;
+        }
+        match outcome.status {
+            Status::Allowed => {
+                // Another limit rejected the request: nothing was taken here.
+                outcome.status = Status::NotConsumed;
+                outcome.delay = 0;
+                outcome.remaining = v.remaining.saturating_add(check.cost).min(v.limit);
+            }
+            Status::Rejected => {
+                if let Some(p) = &check.lockout {
+                    let (lock, started) = strike(p, &loaded[i].lock, now);
+                    writes[i].lock = Some((lock, lock.ttl(p, now)));
+                    if let Some(length) = started {
+                        outcome.status = Status::LockedOut;
+                        outcome.lock_started = true;
+                        outcome.remaining = 0;
+                        outcome.retry_after = length;
+                        outcome.reset = length.min(outcome.window);
+                    }
+                }
+            }
+            Status::ShadowRejected => outcome.delay = 0,
+            Status::LockedOut | Status::NotConsumed => {}
+        }
+    }
+    (outcomes, writes)
+}
