@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway::{run_cli, temp_dir, Launch};
+use common::gateway::{parse_metric, run_cli, temp_dir, Launch};
 use common::{client, config, config_with_server, eventually, raw, Echo, Gateway};
 use http::Method;
 
@@ -427,15 +427,12 @@ async fn admin_api_answers_and_stays_off_the_traffic_port() {
         "{:?}",
         m.headers
     );
-    assert!(
-        m.text().contains("tollgate_config_generation"),
-        "{}",
-        m.text()
-    );
-    assert!(
-        m.text().contains("tollgate_config_reloads_total"),
-        "{}",
-        m.text()
+    let text = m.text();
+    let g = gw.generation().await;
+    assert_eq!(
+        parse_metric(&text, "tollgate_config_generation"),
+        Some(g as f64),
+        "{text}"
     );
     let c = gw.config_state().await;
     for k in ["generation", "loaded_at", "sha256", "last_error"] {
@@ -461,6 +458,14 @@ async fn admin_api_answers_and_stays_off_the_traffic_port() {
     // And the admin port does not proxy.
     assert_eq!(gw.admin_get("/e/x").await.status, 404);
     assert_eq!(echo.count(), 0);
+    // Both reload series exist from the start (so a rate or an alert on
+    // failures works before the first one); no reload has failed yet.
+    assert!(parse_metric(&text, OK).is_some(), "no {OK} series:\n{text}");
+    assert_eq!(
+        parse_metric(&text, FAIL),
+        Some(0.0),
+        "no {FAIL} series at 0:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
