@@ -213,3 +213,64 @@ impl<F: FnOnce(u64, bool) + Send + 'static> Drop for Finish<F> {
         self.end(completed);
     }
 }
+
+/// How much of a chunked request body [`prefetch`] reads ahead at most.
+pub const PREFETCH_LIMIT: usize = 64 * 1024;
+
+/// Read whatever part of `body` has already arrived (up to
+/// [`PREFETCH_LIMIT`] bytes) without waiting for more. A malformed chunk in
+/// that part is an error now, before anything is forwarded; the rest of the
+/// body still streams.
+pub async fn prefetch<B>(mut body: B) -> Result<Body, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut frames = std::collections::VecDeque::new();
+    let mut bytes = 0usize;
+    let ended = std::future::poll_fn(|cx| loop {
+        if bytes >= PREFETCH_LIMIT {
+            return Poll::Ready(Ok(false));
+        }
+        match Pin::new(&mut body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                bytes += frame.data_ref().map_or(0, Bytes::len);
+                frames.push_back(frame);
+            }
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e.into())),
+            Poll::Ready(None) => return Poll::Ready(Ok(true)),
+            Poll::Pending => return Poll::Ready(Ok(false)),
+        }
+    })
+    .await?;
+    let rest = if ended { None } else { Some(boxed(body)) };
+    Ok(Prefetched { frames, rest }.boxed_unsync())
+}
+
+/// Frames read ahead by [`prefetch`], then the rest of the body.
+struct Prefetched {
+    frames: std::collections::VecDeque<Frame<Bytes>>,
+    rest: Option<Body>,
+}
+
+impl http_body::Body for Prefetched {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(frame) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        match self.rest.as_mut() {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+}

@@ -31,6 +31,7 @@ use crate::proxy::{self, balance::splitmix64, Outbound};
 use crate::route::matcher::strip_prefix;
 use crate::route::normalise::normalise_path;
 use crate::runtime::{Action, Runtime};
+use crate::server::sniff::Framing;
 use crate::shared::{Activity, Shared};
 
 /// What the pipeline knows of the connection a request came on.
@@ -44,6 +45,8 @@ pub struct ConnInfo {
     pub activity: Activity,
     /// When the connection was accepted.
     pub started: Instant,
+    /// What the framing watcher saw of this connection's request heads.
+    pub framing: Arc<Framing>,
 }
 
 /// Handle one request: never fails, every error becomes a response.
@@ -53,7 +56,7 @@ pub async fn handle(
     conn: &Arc<ConnInfo>,
 ) -> Response<Body> {
     let started = Instant::now();
-    conn.activity.begin();
+    let number = conn.activity.begin();
     let rt = shared.runtime.load_full();
     let server = &rt.config.server;
 
@@ -74,8 +77,16 @@ pub async fn handle(
         status: 0,
         started,
     };
-    let (response, in_flight) = match route_request(req, &rt, &mut record, peer, trusted, conn)
-        .await
+    let (response, in_flight) = match route_request(
+        req,
+        &rt,
+        &mut record,
+        peer,
+        trusted,
+        conn,
+        number,
+    )
+    .await
     {
         Ok(answer) => answer,
         Err(error) => {
@@ -94,18 +105,30 @@ async fn route_request(
     peer: IpAddr,
     trusted: bool,
     conn: &ConnInfo,
+    number: u64,
 ) -> Result<(Response<Body>, Option<InFlight>), GatewayError> {
     let server = &rt.config.server;
     if identity::in_any(peer, &server.deny) || identity::in_any(record.client, &server.deny) {
         return Err(GatewayError::Denied);
     }
     check_head(&req, server.max_header_bytes)?;
+    if req.version() < Version::HTTP_2 && conn.framing.ambiguous(number) {
+        // hyper dropped the Content-Length it saw beside Transfer-Encoding.
+        return Err(GatewayError::BadRequest {
+            reason: "both Content-Length and Transfer-Encoding",
+            close: true,
+        });
+    }
     let host = request_host(&req)?;
     record.host = host
         .as_ref()
         .and_then(|h| h.to_str().ok())
         .map(str::to_owned);
 
+    if req.uri().path() == "*" {
+        // `OPTIONS *` (check_head allowed it): about the server, not a route.
+        return Err(GatewayError::NoRoute);
+    }
     let path = normalise_path(req.uri().path()).map_err(|_| GatewayError::BadRequest {
         reason: "invalid path",
         close: false,
@@ -312,7 +335,12 @@ fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, GatewayE
     if bytes.is_empty() || bytes.contains(&b'@') {
         return Err(bad());
     }
-    http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
+    let authority = http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
+    // `Authority` accepts any text after the last ':'; a port must be digits.
+    let host_end = authority.as_str().rfind(']').unwrap_or(0);
+    if authority.as_str()[host_end..].contains(':') && authority.port_u16().is_none() {
+        return Err(bad());
+    }
     Ok(Some(value.clone()))
 }
 
@@ -327,7 +355,8 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// The body to send upstream. Unlimited: streamed as it comes. With
+/// The body to send upstream. Unlimited: streamed as it comes (a chunked
+/// body's already-arrived part is checked first, see [`body::prefetch`]). With
 /// `max_body_bytes` and a Content-Length within it: streamed (hyper holds the
 /// client to its length). With a limit and no length (chunked, HTTP/2): read
 /// up to the limit first, so a body that turns out too large gets 413 before
@@ -337,10 +366,19 @@ async fn request_body(
     headers: &HeaderMap,
     max: Option<u64>,
 ) -> Result<Body, GatewayError> {
-    let Some(max) = max else {
-        return Ok(body::boxed(incoming));
+    let malformed = |_| GatewayError::BadRequest {
+        reason: "malformed request body",
+        close: true,
     };
-    if content_length(headers).is_some() || incoming.is_end_stream() {
+    let sized = content_length(headers).is_some();
+    let Some(max) = max else {
+        if sized || incoming.is_end_stream() {
+            return Ok(body::boxed(incoming));
+        }
+        // Chunked: what has already arrived is checked before forwarding.
+        return body::prefetch(incoming).await.map_err(malformed);
+    };
+    if sized || incoming.is_end_stream() {
         return Ok(body::boxed(incoming));
     }
     let limit = usize::try_from(max).unwrap_or(usize::MAX);
@@ -349,10 +387,7 @@ async fn request_body(
         Err(error) if error.is::<http_body_util::LengthLimitError>() => {
             Err(GatewayError::BodyTooLarge)
         }
-        Err(_) => Err(GatewayError::BadRequest {
-            reason: "malformed request body",
-            close: true,
-        }),
+        Err(error) => Err(malformed(error)),
     }
 }
 

@@ -321,6 +321,7 @@ async fn normaliser_resolves_dots_slashes_and_unreserved_escapes() {
     for (target, upstream, path) in [
         ("/a/./b", "ab", "/a/b"),
         ("/a/x/../b", "ab", "/a/b"),
+        // RFC 3986 keeps the trailing slash, and `exact: /a/b` does not match `/a/b/`.
         ("/a/b/.", "rest", "/a/b/"),
         ("//a//b", "ab", "/a/b"),
         ("/./a/./b", "ab", "/a/b"),

@@ -14,6 +14,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use super::sniff::{Framing, SniffIo};
 use crate::pipeline::{self, ConnInfo};
 use crate::shared::{Activity, Shared};
 
@@ -39,7 +40,9 @@ pub async fn serve(
         proto: "http",
         activity: Activity::default(),
         started: Instant::now(),
+        framing: Arc::new(Framing::default()),
     });
+    let io = SniffIo::new(stream, max_header_bytes.max(MIN_BUF), info.framing.clone());
 
     let svc = {
         let shared = shared.clone();
@@ -61,10 +64,13 @@ pub async fn serve(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX));
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
 
-    let mut deadline = tokio::time::Instant::now() + header_read;
+    // The watchdog: until the first request, `header_read` from the start;
+    // then `idle` from the end of the last response while none is in flight.
+    let start = tokio::time::Instant::now();
+    let mut deadline = start + header_read;
     let mut draining = false;
     loop {
         tokio::select! {
@@ -78,16 +84,20 @@ pub async fn serve(
                 draining = true;
                 conn.as_mut().graceful_shutdown();
             }
+            _ = info.activity.idle() => {
+                deadline = tokio::time::Instant::now() + idle;
+            }
             _ = tokio::time::sleep_until(deadline) => {
                 let (in_flight, requests, last_end_ms) = info.activity.snapshot();
                 let now = tokio::time::Instant::now();
                 if in_flight > 0 {
-                    deadline = now + idle;
+                    // Busy: the end of the response re-arms the clock.
+                    deadline = now + idle.max(header_read);
                 } else if requests == 0 {
                     tracing::debug!(%peer, "no request head within header_read: closing");
                     break;
                 } else {
-                    let idle_for = info.started.elapsed().saturating_sub(Duration::from_millis(last_end_ms));
+                    let idle_for = now.saturating_duration_since(start + Duration::from_millis(last_end_ms));
                     if idle_for >= idle {
                         tracing::debug!(%peer, "idle timeout: closing");
                         break;

@@ -6,6 +6,7 @@
 //! are tracked in one [`TaskTracker`] so shutdown can wait for them.
 
 mod conn;
+pub mod sniff;
 
 use std::collections::HashMap;
 use std::io;

@@ -1,0 +1,674 @@
+//! The validated configuration: what the rest of the gateway is built from.
+//!
+//! Everything here has been checked and defaulted: names are resolved,
+//! durations are `Duration`s, regexes are compiled, and an `Option` only
+//! remains where "absent" is a real setting (no TLS, no lockout).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
+use ipnet::IpNet;
+use serde::de::{Deserialize, Deserializer};
+
+use super::units::{deserialize_from_str, Cidr};
+pub use super::units::{Rate, Window};
+use super::{HeaderMatch, PathMatch};
+
+/// A whole, valid configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Traffic listeners and connection limits.
+    pub server: ServerConfig,
+    /// The admin listener.
+    pub admin: AdminConfig,
+    /// Where limit state lives.
+    pub store: StoreConfig,
+    /// Upstream pools, in file order.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Every limit: the named policies first (file order), then the inline
+    /// limits of the routes (route order, then list order).
+    pub limits: Vec<LimitConfig>,
+    /// Routes, in the order they are tried.
+    pub routes: Vec<RouteConfig>,
+}
+
+impl Config {
+    /// The upstream called `name`.
+    pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
+        self.upstreams.iter().find(|u| u.name == name)
+    }
+
+    /// The limit called `name`.
+    pub fn limit(&self, name: &str) -> Option<&LimitConfig> {
+        self.limits.iter().find(|l| l.name == name)
+    }
+}
+
+/// `server:`: the traffic side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Plain (HTTP/1.1 and h2c) listeners; empty only when `tls` has some.
+    pub listen: Vec<SocketAddr>,
+    /// TLS listeners and their certificates.
+    pub tls: Option<TlsConfig>,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Clients answered 403 before any route.
+    pub deny: Vec<IpNet>,
+    /// IPv6 clients are grouped by this prefix length (0..=128).
+    pub ipv6_prefix: u8,
+    /// Time allowed to receive a request head (`timeouts.header_read`).
+    pub header_read_timeout: Duration,
+    /// Keep-alive idle time of a connection (`timeouts.idle`).
+    pub idle_timeout: Duration,
+    /// Largest accepted request head, in bytes (larger: 431).
+    pub max_header_bytes: usize,
+    /// Largest accepted request body, in bytes (larger: 413); `None`: no cap.
+    pub max_body_bytes: Option<u64>,
+    /// Connections accepted at once (at least 1).
+    pub max_connections: usize,
+    /// How long in-flight requests may finish after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+/// `server.tls:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// TLS listeners (at least one).
+    pub listen: Vec<SocketAddr>,
+    /// Certificates chosen by SNI; the first is the default (at least one).
+    pub certificates: Vec<CertificateConfig>,
+}
+
+/// One certificate and its key; relative paths are resolved against the
+/// config file's directory. The files are not read while parsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateConfig {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+}
+
+/// `admin:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Admin listener; `None` when disabled (`listen: ""` or `listen: null`).
+    pub listen: Option<SocketAddr>,
+    /// Bearer token required on the admin API; `None` when empty or absent.
+    pub token: Option<String>,
+}
+
+/// `store:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The backend.
+    pub backend: StoreBackend,
+    /// Every store key starts with `"<prefix>:"`; non-empty, no whitespace.
+    pub prefix: String,
+    /// Deadline of one store call (greater than zero).
+    pub timeout: Duration,
+    /// What a failed or late store call decides.
+    pub on_error: OnError,
+    /// Whose clock limits use.
+    pub clock: Clock,
+}
+
+/// Where limit state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// In-process, per instance.
+    Memory,
+    /// One Redis server.
+    Redis {
+        /// `redis://` or `rediss://` URL, credentials allowed.
+        url: String,
+    },
+    /// A Redis Cluster.
+    RedisCluster {
+        /// Seed node URLs (at least one).
+        urls: Vec<String>,
+    },
+}
+
+/// `store.on_error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Decide with the per-instance memory store.
+    Local,
+    /// Let the request pass.
+    Allow,
+    /// Answer 503 `limiter_unavailable`.
+    Deny,
+}
+
+/// `store.clock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// Redis `TIME`, inside the scripts.
+    Store,
+    /// The gateway's own clock.
+    Local,
+}
+
+/// One entry of `upstreams:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// Its key in `upstreams:`.
+    pub name: String,
+    /// Targets (at least one).
+    pub targets: Vec<TargetConfig>,
+    /// How a target is chosen.
+    pub balance: Balance,
+    /// Deadline of a TCP (and TLS) connect.
+    pub connect_timeout: Duration,
+    /// Deadline until the response head arrives (then 504).
+    pub timeout: Duration,
+    /// Retries on another target.
+    pub retries: u32,
+    /// Speak HTTP/2 to the targets.
+    pub http2: bool,
+    /// TLS settings for `https://` targets.
+    pub tls: Option<UpstreamTls>,
+    /// Health checking.
+    pub health: HealthConfig,
+}
+
+/// One target of an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetConfig {
+    /// `http://` or `https://` with an authority, no path (or `/`), no query.
+    pub url: Uri,
+    /// Relative share of requests (at least 1).
+    pub weight: u32,
+}
+
+/// `upstreams.*.balance`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Each target in turn (weighted).
+    RoundRobin,
+    /// The target with the fewest requests in flight.
+    LeastRequests,
+    /// A random target (weighted).
+    Random,
+    /// By a hash of the client key, so a client sticks to a target.
+    Hash,
+}
+
+/// `upstreams.*.tls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// CA bundle to verify targets with, instead of the system roots.
+    pub ca: Option<PathBuf>,
+    /// Verify the target's certificate (default true).
+    pub verify: bool,
+    /// SNI and verification name, instead of the target's host.
+    pub server_name: Option<String>,
+}
+
+/// `upstreams.*.health`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HealthConfig {
+    /// Ejection after consecutive failures of real requests.
+    pub passive: Option<PassiveHealth>,
+    /// Periodic probes.
+    pub active: Option<ActiveHealth>,
+}
+
+/// `health.passive`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassiveHealth {
+    /// Consecutive failures that eject a target (at least 1).
+    pub failures: u32,
+    /// How long an ejected target stays out.
+    pub eject: Duration,
+}
+
+/// `health.active`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveHealth {
+    /// Probe path (starts with `/`).
+    pub path: String,
+    /// Time between probes.
+    pub interval: Duration,
+    /// Deadline of one probe.
+    pub timeout: Duration,
+    /// Successes that bring a target back (at least 1).
+    pub healthy: u32,
+    /// Failures that take a target out (at least 1).
+    pub unhealthy: u32,
+}
+
+/// One limit: a named policy or a route's inline limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitConfig {
+    /// Its name: the policy's key, an inline limit's `name`, or `<route>.<index>`.
+    pub name: String,
+    /// The algorithm and its parameters.
+    pub algorithm: Algorithm,
+    /// The client key's components (at least one).
+    pub key: Vec<KeySource>,
+    /// What happens when a header, query parameter or cookie is absent.
+    pub on_missing_key: OnMissingKey,
+    /// Units one request takes (at least 1).
+    pub cost: u64,
+    /// Enforce or only observe.
+    pub mode: Mode,
+    /// Lockout penalty after rejections.
+    pub lockout: Option<LockoutConfig>,
+    /// Clients this limit never counts.
+    pub exempt: Vec<ClientMatch>,
+    /// Other parameters for some clients; the first match wins.
+    pub overrides: Vec<Override>,
+}
+
+/// A limit's algorithm with its parameters (SPEC §5.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Algorithm {
+    /// At most `limit` units per aligned window.
+    FixedWindow {
+        /// Units per window (at least 1).
+        limit: u64,
+        /// The window (a duration or calendar months).
+        window: Window,
+    },
+    /// Cloudflare's two-counter approximation of a sliding window.
+    SlidingWindow {
+        /// Units per window (at least 1).
+        limit: u64,
+        /// The window (greater than zero).
+        window: Duration,
+    },
+    /// Exact sliding window over a log of requests.
+    SlidingLog {
+        /// Units per window (at least 1).
+        limit: u64,
+        /// The window (greater than zero).
+        window: Duration,
+    },
+    /// A bucket of `burst` tokens refilled at `rate`.
+    TokenBucket {
+        /// Refill rate.
+        rate: Rate,
+        /// Bucket size (at least 1; default: the rate's count).
+        burst: u64,
+        /// Longest a request may be held instead of rejected (default 0).
+        max_delay: Duration,
+    },
+    /// The generic cell rate algorithm (redis-cell semantics).
+    Gcra {
+        /// Emission rate.
+        rate: Rate,
+        /// Requests allowed at once on a fresh key (at least 1).
+        burst: u64,
+        /// Longest a request may be held instead of rejected (default 0).
+        max_delay: Duration,
+    },
+    /// A bucket of size `burst` draining at `rate`.
+    LeakyBucket {
+        /// Drain rate.
+        rate: Rate,
+        /// Bucket size (at least 1).
+        burst: u64,
+        /// 0: policing; greater: shaping with this longest wait.
+        max_delay: Duration,
+    },
+    /// At most `limit` requests in flight.
+    Concurrency {
+        /// Requests in flight at once (at least 1).
+        limit: u64,
+        /// Lease after which a slot is released anyway (default 5m).
+        lease: Duration,
+    },
+}
+
+impl Algorithm {
+    /// The name used in the config file (`token_bucket`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow { .. } => "fixed_window",
+            Algorithm::SlidingWindow { .. } => "sliding_window",
+            Algorithm::SlidingLog { .. } => "sliding_log",
+            Algorithm::TokenBucket { .. } => "token_bucket",
+            Algorithm::Gcra { .. } => "gcra",
+            Algorithm::LeakyBucket { .. } => "leaky_bucket",
+            Algorithm::Concurrency { .. } => "concurrency",
+        }
+    }
+}
+
+/// Where one component of a client key comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KeySource {
+    /// `client_ip`: the client address (IPv6 grouped by prefix).
+    ClientIp,
+    /// `header:NAME`: a request header (name lowercased).
+    Header(HeaderName),
+    /// `query:NAME`: a query parameter.
+    Query(String),
+    /// `cookie:NAME`: a cookie.
+    Cookie(String),
+    /// `route`: the route's name.
+    Route,
+    /// `global`: one value for everyone.
+    Global,
+}
+
+impl FromStr for KeySource {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "expected a key source (client_ip, header:NAME, query:NAME, cookie:NAME, route, global), got \"{text}\""
+            )
+        };
+        match text.trim() {
+            "client_ip" => return Ok(KeySource::ClientIp),
+            "route" => return Ok(KeySource::Route),
+            "global" => return Ok(KeySource::Global),
+            _ => {}
+        }
+        let (kind, name) = text.trim().split_once(':').ok_or_else(bad)?;
+        if name.is_empty() {
+            return Err(bad());
+        }
+        match kind {
+            "header" => HeaderName::from_bytes(name.as_bytes())
+                .map(KeySource::Header)
+                .map_err(|_| format!("\"{name}\" is not a valid header name, in \"{text}\"")),
+            "query" => Ok(KeySource::Query(name.to_owned())),
+            "cookie" => Ok(KeySource::Cookie(name.to_owned())),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl fmt::Display for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySource::ClientIp => f.write_str("client_ip"),
+            KeySource::Header(name) => write!(f, "header:{name}"),
+            KeySource::Query(name) => write!(f, "query:{name}"),
+            KeySource::Cookie(name) => write!(f, "cookie:{name}"),
+            KeySource::Route => f.write_str("route"),
+            KeySource::Global => f.write_str("global"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for KeySource {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize_from_str(deserializer, "a key source like \"client_ip\"")
+    }
+}
+
+/// `on_missing_key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMissingKey {
+    /// Use the client address instead.
+    ClientIp,
+    /// Do not apply this limit.
+    Skip,
+    /// Reject the request.
+    Deny,
+}
+
+/// `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Reject what the limit rejects.
+    Enforce,
+    /// Decide, count, log and emit headers, never reject.
+    Shadow,
+}
+
+/// `lockout:` (SPEC §5.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockoutConfig {
+    /// Rejections within `within` that start a lockout (at least 1).
+    pub after: u32,
+    /// The strike-counting window (default: the limit's window or rate period;
+    /// 31 days for monthly windows).
+    pub within: Duration,
+    /// The first lockout's length (greater than zero).
+    pub duration: Duration,
+    /// Each repeat lasts `escalate` times the previous (at least 1).
+    pub escalate: u32,
+    /// Cap on a lockout's length (at least `duration`; default max(duration, 24h)).
+    pub max_duration: Duration,
+    /// A client with no lockout for this long starts again at `duration`.
+    pub forget_after: Duration,
+}
+
+/// Which clients an `exempt` entry or override applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ClientMatch {
+    /// The client address is in this network.
+    Cidr(IpNet),
+    /// `source=value`: a header, query parameter or cookie has this value.
+    Source {
+        /// `Header`, `Query` or `Cookie`, never `ClientIp`, `Route` or `Global`.
+        source: KeySource,
+        /// The exact value (non-empty).
+        value: String,
+    },
+}
+
+impl FromStr for ClientMatch {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let Some((source, value)) = text.split_once('=') else {
+            return text
+                .parse::<Cidr>()
+                .map(|c| ClientMatch::Cidr(c.0))
+                .map_err(|_| {
+                    format!(
+                        "expected a CIDR, an IP address or \"header:NAME=value\", got \"{text}\""
+                    )
+                });
+        };
+        let source: KeySource = source.trim().parse()?;
+        if matches!(
+            source,
+            KeySource::ClientIp | KeySource::Route | KeySource::Global
+        ) {
+            return Err(format!(
+                "\"{source}\" cannot be matched by value (use a CIDR for client addresses), got \"{text}\""
+            ));
+        }
+        if value.is_empty() {
+            return Err(format!("the value to match is empty, in \"{text}\""));
+        }
+        Ok(ClientMatch::Source {
+            source,
+            value: value.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ClientMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientMatch::Cidr(net) => write!(f, "{net}"),
+            ClientMatch::Source { source, value } => write!(f, "{source}={value}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ClientMatch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize_from_str(deserializer, "a CIDR or \"header:NAME=value\"")
+    }
+}
+
+/// Other parameters for the clients that `matcher` selects. Only parameters
+/// of the limit's algorithm are set, at least one; `None` keeps the limit's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// Which clients.
+    pub matcher: ClientMatch,
+    /// Replaces `limit` (window algorithms, concurrency).
+    pub limit: Option<u64>,
+    /// Replaces `rate` (bucket algorithms, gcra).
+    pub rate: Option<Rate>,
+    /// Replaces `burst` (bucket algorithms, gcra).
+    pub burst: Option<u64>,
+    /// Replaces `window` (window algorithms).
+    pub window: Option<Window>,
+}
+
+/// One route.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    /// Unique, non-empty; used in logs, metrics and headers.
+    pub name: String,
+    /// Lowercased host names; `*.example.com` matches any subdomain. Empty: any.
+    pub hosts: Vec<String>,
+    /// The path matcher.
+    pub path: PathMatch,
+    /// Uppercased methods; empty: any.
+    pub methods: Vec<Method>,
+    /// Header matchers (names lowercased), all of which must hold.
+    pub headers: Vec<(HeaderName, HeaderMatch)>,
+    /// What a matched request gets.
+    pub action: RouteAction,
+    /// Remove the matched `path` prefix before forwarding.
+    pub strip_prefix: bool,
+    /// Send the client's Host (true) or the target's authority (false).
+    pub preserve_host: bool,
+    /// Overrides the upstream's response-head timeout.
+    pub timeout: Option<Duration>,
+    /// Names of the route's limits, into `Config::limits`, in order.
+    pub limits: Vec<String>,
+    /// How rejections look.
+    pub limit_response: LimitResponse,
+    /// 1-based line of the route in the file; 0 if unknown.
+    pub line: usize,
+}
+
+/// What a route does with a matched request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteAction {
+    /// Forward to the upstream of this name.
+    Upstream(String),
+    /// Answer directly.
+    Respond(RespondConfig),
+}
+
+/// `respond:`: a fixed answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RespondConfig {
+    /// Status (default 200).
+    pub status: StatusCode,
+    /// Body (default empty).
+    pub body: String,
+    /// Extra headers, in file order.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// `limit_response:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitResponse {
+    /// Status of a rejection (default 429).
+    pub status: StatusCode,
+    /// Which rate-limit headers are sent.
+    pub headers: HeaderStyle,
+}
+
+impl Default for LimitResponse {
+    fn default() -> Self {
+        LimitResponse {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            headers: HeaderStyle::Standard,
+        }
+    }
+}
+
+/// `limit_response.headers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
+    Standard,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
+    Legacy,
+    /// Both sets.
+    Both,
+    /// No rate-limit headers.
+    None,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_sources() {
+        let k = |s: &str| s.parse::<KeySource>();
+        assert_eq!(k("client_ip"), Ok(KeySource::ClientIp));
+        assert_eq!(
+            k("header:X-User"),
+            Ok(KeySource::Header(HeaderName::from_static("x-user")))
+        );
+        assert_eq!(k("query:api_key"), Ok(KeySource::Query("api_key".into())));
+        assert_eq!(k("cookie:session"), Ok(KeySource::Cookie("session".into())));
+        assert_eq!(k("route"), Ok(KeySource::Route));
+        assert_eq!(k("global"), Ok(KeySource::Global));
+        assert_eq!(
+            k("ip"),
+            Err("expected a key source (client_ip, header:NAME, query:NAME, cookie:NAME, route, global), got \"ip\"".into())
+        );
+        assert!(k("header:").is_err());
+        assert!(k("header:bad name").is_err());
+        for text in [
+            "client_ip",
+            "header:x-user",
+            "query:q",
+            "cookie:c",
+            "route",
+            "global",
+        ] {
+            assert_eq!(k(text).map(|s| s.to_string()), Ok(text.to_owned()));
+        }
+    }
+
+    #[test]
+    fn client_matches() {
+        let m = |s: &str| s.parse::<ClientMatch>();
+        assert_eq!(
+            m("10.0.0.0/8").map(|c| c.to_string()),
+            Ok("10.0.0.0/8".to_owned())
+        );
+        assert_eq!(
+            m("203.0.113.7").map(|c| c.to_string()),
+            Ok("203.0.113.7/32".to_owned())
+        );
+        assert_eq!(
+            m("header:x-api-key=internal-batch"),
+            Ok(ClientMatch::Source {
+                source: KeySource::Header(HeaderName::from_static("x-api-key")),
+                value: "internal-batch".into()
+            })
+        );
+        assert_eq!(
+            m("client_ip=1.2.3.4"),
+            Err("\"client_ip\" cannot be matched by value (use a CIDR for client addresses), got \"client_ip=1.2.3.4\"".into())
+        );
+        assert!(m("route=x").is_err());
+        assert!(m("header:x=").is_err());
+        assert_eq!(
+            m("nonsense"),
+            Err("expected a CIDR, an IP address or \"header:NAME=value\", got \"nonsense\"".into())
+        );
+    }
+}

@@ -1,0 +1,402 @@
+//! The config file as written: serde types that mirror the YAML, with every
+//! field optional where the file may leave it out. Unknown fields are
+//! rejected here; everything else is checked in `validate`.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::model::{
+    Balance, ClientMatch, Clock, HeaderStyle, KeySource, Mode, OnError, OnMissingKey,
+};
+use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub server: Option<RawServer>,
+    pub admin: Option<RawAdmin>,
+    pub store: Option<RawStore>,
+    #[serde(default)]
+    pub upstreams: Ordered<RawUpstream>,
+    #[serde(default)]
+    pub limits: Ordered<RawLimit>,
+    pub routes: Option<Vec<RawRoute>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub listen: Option<Vec<Addr>>,
+    pub tls: Option<RawServerTls>,
+    pub trusted_proxies: Option<Vec<Cidr>>,
+    pub deny: Option<Vec<Cidr>>,
+    pub ipv6_prefix: Option<u8>,
+    pub timeouts: Option<RawTimeouts>,
+    pub max_header_bytes: Option<Size>,
+    pub max_body_bytes: Option<Size>,
+    pub max_connections: Option<usize>,
+    pub shutdown_grace: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServerTls {
+    pub listen: Option<Vec<Addr>>,
+    pub certificates: Option<Vec<RawCertificate>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCertificate {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTimeouts {
+    pub header_read: Option<Dur>,
+    pub idle: Option<Dur>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAdmin {
+    #[serde(default)]
+    pub listen: AdminListen,
+    pub token: Option<String>,
+}
+
+/// `admin.listen`: absent keeps the default; `""` or `null` disables.
+#[derive(Debug, Default)]
+pub(crate) enum AdminListen {
+    #[default]
+    Default,
+    Disabled,
+    At(Addr),
+}
+
+impl<'de> Deserialize<'de> for AdminListen {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AdminListen;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an address like \"127.0.0.1:9901\", or \"\" to disable")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<AdminListen, E> {
+                if v.trim().is_empty() {
+                    Ok(AdminListen::Disabled)
+                } else {
+                    v.parse().map(AdminListen::At).map_err(E::custom)
+                }
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<AdminListen, E> {
+                Ok(AdminListen::Disabled)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<AdminListen, E> {
+                Ok(AdminListen::Disabled)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    pub backend: Option<RawBackend>,
+    pub url: Option<String>,
+    pub urls: Option<Vec<String>>,
+    pub prefix: Option<String>,
+    pub timeout: Option<Dur>,
+    pub on_error: Option<OnError>,
+    pub clock: Option<Clock>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RawBackend {
+    Memory,
+    Redis,
+    RedisCluster,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstream {
+    pub targets: Option<Vec<RawTarget>>,
+    pub balance: Option<Balance>,
+    pub connect_timeout: Option<Dur>,
+    pub timeout: Option<Dur>,
+    pub retries: Option<u32>,
+    pub http2: Option<bool>,
+    pub tls: Option<RawUpstreamTls>,
+    pub health: Option<RawHealth>,
+}
+
+/// A target: a URL string or `{url, weight}`.
+#[derive(Debug)]
+pub(crate) struct RawTarget {
+    pub url: String,
+    pub weight: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTargetMap {
+    url: String,
+    weight: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for RawTarget {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawTarget;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a URL or {url, weight}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawTarget, E> {
+                Ok(RawTarget {
+                    url: v.to_owned(),
+                    weight: None,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawTarget, A::Error> {
+                let m = RawTargetMap::deserialize(MapAccessDeserializer::new(map))?;
+                Ok(RawTarget {
+                    url: m.url,
+                    weight: m.weight,
+                })
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstreamTls {
+    pub ca: Option<PathBuf>,
+    pub verify: Option<bool>,
+    pub server_name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealth {
+    pub passive: Option<RawPassive>,
+    pub active: Option<RawActive>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPassive {
+    pub failures: Option<u32>,
+    pub eject: Option<Dur>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawActive {
+    pub path: Option<String>,
+    pub interval: Option<Dur>,
+    pub timeout: Option<Dur>,
+    pub healthy: Option<u32>,
+    pub unhealthy: Option<u32>,
+}
+
+/// The algorithm names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum AlgorithmKind {
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+    TokenBucket,
+    Gcra,
+    LeakyBucket,
+    Concurrency,
+}
+
+/// A limit, flat as written: the algorithm's parameters sit next to
+/// `algorithm`, and `validate` checks which belong.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimit {
+    pub name: Option<String>,
+    pub algorithm: AlgorithmKind,
+    pub limit: Option<u64>,
+    pub window: Option<Window>,
+    pub rate: Option<Rate>,
+    pub burst: Option<u64>,
+    pub max_delay: Option<Dur>,
+    pub lease: Option<Dur>,
+    pub key: Option<OneOrMany<KeySource>>,
+    pub on_missing_key: Option<OnMissingKey>,
+    pub cost: Option<u64>,
+    pub mode: Option<Mode>,
+    pub lockout: Option<RawLockout>,
+    pub exempt: Option<Vec<ClientMatch>>,
+    pub overrides: Option<Vec<RawOverride>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLockout {
+    pub after: Option<u32>,
+    pub within: Option<Dur>,
+    pub duration: Option<Dur>,
+    pub escalate: Option<u32>,
+    pub max_duration: Option<Dur>,
+    pub forget_after: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOverride {
+    #[serde(rename = "match")]
+    pub matcher: ClientMatch,
+    pub limit: Option<u64>,
+    pub rate: Option<Rate>,
+    pub burst: Option<u64>,
+    pub window: Option<Window>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    pub name: String,
+    #[serde(rename = "match")]
+    pub matcher: Option<RawMatch>,
+    pub upstream: Option<String>,
+    pub respond: Option<RawRespond>,
+    pub strip_prefix: Option<bool>,
+    pub preserve_host: Option<bool>,
+    pub timeout: Option<Dur>,
+    pub limits: Option<Vec<RawRouteLimit>>,
+    pub limit_response: Option<RawLimitResponse>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMatch {
+    pub hosts: Option<Vec<String>>,
+    pub path: Option<String>,
+    pub exact: Option<String>,
+    pub regex: Option<String>,
+    pub methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub headers: Ordered<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRespond {
+    pub status: Option<u16>,
+    pub body: Option<String>,
+    #[serde(default)]
+    pub headers: Ordered<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimitResponse {
+    pub status: Option<u16>,
+    pub headers: Option<HeaderStyle>,
+}
+
+/// A route's `limits:` entry: a policy name or an inline limit.
+#[derive(Debug)]
+pub(crate) enum RawRouteLimit {
+    Name(String),
+    Inline(Box<RawLimit>),
+}
+
+impl<'de> Deserialize<'de> for RawRouteLimit {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawRouteLimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a limit name or an inline limit")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawRouteLimit, E> {
+                Ok(RawRouteLimit::Name(v.to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawRouteLimit, A::Error> {
+                RawLimit::deserialize(MapAccessDeserializer::new(map))
+                    .map(|l| RawRouteLimit::Inline(Box::new(l)))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A YAML mapping kept in file order, as `(key, value)` pairs; `null` is
+/// empty. Duplicate keys are kept for `validate` to report.
+#[derive(Debug)]
+pub(crate) struct Ordered<V>(pub Vec<(String, V)>);
+
+impl<V> Default for Ordered<V> {
+    fn default() -> Self {
+        Ordered(Vec::new())
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Ordered<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Vis<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Vis<V> {
+            type Value = Ordered<V>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Ordered<V>, E> {
+                Ok(Ordered::default())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordered<V>, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(Ordered(entries))
+            }
+        }
+        deserializer.deserialize_any(Vis(PhantomData))
+    }
+}
+
+/// One item or a list of them (`key: client_ip` or `key: [a, b]`).
+#[derive(Debug)]
+pub(crate) struct OneOrMany<T>(pub Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Vis<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Vis<T> {
+            type Value = OneOrMany<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("one value or a list")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OneOrMany<T>, E> {
+                T::deserialize(de::value::StrDeserializer::<E>::new(v)).map(|t| OneOrMany(vec![t]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany<T>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(OneOrMany(items))
+            }
+        }
+        deserializer.deserialize_any(Vis(PhantomData))
+    }
+}

@@ -1,0 +1,1158 @@
+//! End-to-end tests of `parse`: the SPEC example, defaults, naming, and one
+//! test per kind of error, each pinning the field path and line.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+
+use super::*;
+
+const SPEC_EXAMPLE: &str = include_str!("../../tests/fixtures/config/spec_example.yaml");
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "LIMIT" => Some("7".into()),
+        "ADMIN_TOKEN" => Some("s3cret".into()),
+        "REDIS_HOST" => Some("cache.internal".into()),
+        _ => None,
+    }
+}
+
+fn ok(text: &str) -> Loaded {
+    match parse_with_env(text, "gateway.yaml", &env) {
+        Ok(loaded) => loaded,
+        Err(err) => panic!("expected a valid config, got: {err}"),
+    }
+}
+
+fn err(text: &str) -> ConfigError {
+    match parse_with_env(text, "gateway.yaml", &env) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(err) => err,
+    }
+}
+
+/// Asserts the error's field path and line, and returns the error.
+fn err_at(text: &str, field: &str, line: usize) -> ConfigError {
+    let e = err(text);
+    assert_eq!(e.field, field, "field of: {e}");
+    assert_eq!(e.line, Some(line), "line of: {e}");
+    assert!(e.column.is_some(), "column of: {e}");
+    e
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A valid base: one upstream, one policy; tests append routes.
+const BASE: &str = "\
+upstreams:
+  users:
+    targets: [\"http://127.0.0.1:9001\"]
+limits:
+  per_client:
+    algorithm: token_bucket
+    rate: 10/s
+routes:
+";
+
+// ----- the SPEC example -----
+
+#[test]
+fn spec_example_parses() {
+    let loaded = match parse_with_env(SPEC_EXAMPLE, "/etc/tollgate/gateway.yaml", &env) {
+        Ok(loaded) => loaded,
+        Err(e) => panic!("{e}"),
+    };
+    let c = &loaded.config;
+
+    assert_eq!(c.server.listen, vec!["0.0.0.0:8080".parse().expect("addr")]);
+    let tls = c.server.tls.as_ref().expect("tls");
+    assert_eq!(tls.listen, vec!["0.0.0.0:8443".parse().expect("addr")]);
+    assert_eq!(
+        tls.certificates,
+        vec![CertificateConfig {
+            cert: PathBuf::from("/etc/tollgate/certs/api.pem"),
+            key: PathBuf::from("/etc/tollgate/certs/api.key"),
+        }]
+    );
+    assert!(c.server.trusted_proxies.is_empty() && c.server.deny.is_empty());
+    assert_eq!(c.server.ipv6_prefix, 64);
+    assert_eq!(c.server.header_read_timeout, secs(10));
+    assert_eq!(c.server.idle_timeout, secs(60));
+    assert_eq!(c.server.max_header_bytes, 16 * 1024);
+    assert_eq!(c.server.max_body_bytes, None);
+    assert_eq!(c.server.max_connections, 10_000);
+    assert_eq!(c.server.shutdown_grace, secs(30));
+
+    assert_eq!(
+        c.admin.listen,
+        Some("127.0.0.1:9901".parse().expect("addr"))
+    );
+    assert_eq!(c.admin.token, None, "${{TOLLGATE_ADMIN_TOKEN:-}} is empty");
+
+    assert_eq!(c.store.backend, StoreBackend::Memory);
+    assert_eq!(c.store.prefix, "tollgate");
+    assert_eq!(c.store.timeout, Duration::from_millis(50));
+    assert_eq!(c.store.on_error, OnError::Local);
+    assert_eq!(c.store.clock, Clock::Store);
+
+    assert_eq!(c.upstreams.len(), 1);
+    let users = &c.upstreams[0];
+    assert_eq!(users.name, "users");
+    assert_eq!(users.targets.len(), 2);
+    assert_eq!(users.targets[0].url, "http://127.0.0.1:9001");
+    assert_eq!(users.targets[0].weight, 1);
+    assert_eq!(users.targets[1].url, "http://127.0.0.1:9002");
+    assert_eq!(users.targets[1].weight, 2);
+    assert_eq!(users.balance, Balance::RoundRobin);
+    assert_eq!(users.connect_timeout, secs(2));
+    assert_eq!(users.timeout, secs(30));
+    assert_eq!(users.retries, 1);
+    assert!(!users.http2);
+    assert_eq!(
+        users.tls,
+        Some(UpstreamTls {
+            ca: Some(PathBuf::from("/etc/tollgate/certs/ca.pem")),
+            verify: true,
+            server_name: Some("users.internal".into()),
+        })
+    );
+    assert_eq!(
+        users.health.passive,
+        Some(PassiveHealth {
+            failures: 5,
+            eject: secs(30)
+        })
+    );
+    assert_eq!(
+        users.health.active,
+        Some(ActiveHealth {
+            path: "/healthz".into(),
+            interval: secs(5),
+            timeout: secs(1),
+            healthy: 2,
+            unhealthy: 3,
+        })
+    );
+
+    let names: Vec<&str> = c.limits.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["per_client", "login", "hello.0"]);
+    let per_client = &c.limits[0];
+    assert_eq!(
+        per_client.algorithm,
+        Algorithm::TokenBucket {
+            rate: Rate {
+                count: 10,
+                period: secs(1)
+            },
+            burst: 20,
+            max_delay: Duration::ZERO,
+        }
+    );
+    assert_eq!(per_client.key, vec![KeySource::ClientIp]);
+    let login = &c.limits[1];
+    assert_eq!(
+        login.algorithm,
+        Algorithm::FixedWindow {
+            limit: 5,
+            window: Window::Fixed(secs(60))
+        }
+    );
+    assert_eq!(
+        login.key,
+        vec![
+            KeySource::ClientIp,
+            KeySource::Header(HeaderName::from_static("x-user"))
+        ]
+    );
+    assert_eq!(login.on_missing_key, OnMissingKey::ClientIp);
+    assert_eq!(login.cost, 1);
+    assert_eq!(login.mode, Mode::Enforce);
+    assert_eq!(
+        login.lockout,
+        Some(LockoutConfig {
+            after: 1,
+            within: secs(60),
+            duration: secs(15 * 60),
+            escalate: 2,
+            max_duration: secs(86_400),
+            forget_after: secs(86_400),
+        })
+    );
+    assert_eq!(login.exempt, vec!["10.0.0.0/8".parse().expect("match")]);
+    assert_eq!(
+        login.overrides,
+        vec![Override {
+            matcher: "header:x-user=batch".parse().expect("match"),
+            limit: Some(50),
+            rate: None,
+            burst: None,
+            window: None,
+        }]
+    );
+    let hello_limit = &c.limits[2];
+    assert_eq!(
+        hello_limit.algorithm,
+        Algorithm::Gcra {
+            rate: Rate {
+                count: 5,
+                period: secs(10)
+            },
+            burst: 5,
+            max_delay: Duration::ZERO,
+        }
+    );
+    let lockout = hello_limit.lockout.as_ref().expect("lockout");
+    assert_eq!(lockout.duration, secs(30));
+    assert_eq!(lockout.within, secs(10), "defaults to the rate's period");
+    assert_eq!(lockout.max_duration, secs(86_400));
+
+    assert_eq!(c.routes.len(), 2);
+    let r = &c.routes[0];
+    assert_eq!(r.name, "users");
+    assert_eq!(r.hosts, ["api.example.com", "*.example.com"]);
+    assert!(matches!(&r.path, PathMatch::Prefix(p) if p == "/users"));
+    assert_eq!(r.methods, [Method::GET, Method::POST]);
+    assert_eq!(
+        r.headers,
+        vec![(
+            HeaderName::from_static("x-version"),
+            HeaderMatch::Exact("2".into())
+        )]
+    );
+    assert_eq!(r.action, RouteAction::Upstream("users".into()));
+    assert!(r.strip_prefix && r.preserve_host);
+    assert_eq!(r.timeout, Some(secs(10)));
+    assert_eq!(r.limits, ["per_client", "login"]);
+    assert_eq!(r.limit_response, LimitResponse::default());
+    assert_eq!(r.line, 65);
+    let h = &c.routes[1];
+    assert_eq!(h.name, "hello");
+    assert!(matches!(&h.path, PathMatch::Exact(p) if p == "/hello"));
+    let RouteAction::Respond(respond) = &h.action else {
+        panic!("respond expected");
+    };
+    assert_eq!(respond.status, StatusCode::OK);
+    assert_eq!(respond.body, "hello\n");
+    assert_eq!(respond.headers.len(), 1);
+    assert_eq!(respond.headers[0].0, "content-type");
+    assert_eq!(respond.headers[0].1, "text/plain");
+    assert_eq!(h.limits, ["hello.0"]);
+    assert_eq!(h.line, 77);
+
+    assert_eq!(
+        loaded.warnings,
+        [
+            "store.on_error: local has no effect with backend: memory (the memory store does not fail)",
+            "upstreams.users.tls has no effect: the upstream has no https:// target",
+        ]
+    );
+    assert_eq!(loaded.sha256.len(), 64);
+}
+
+#[test]
+fn spec_example_loads_from_its_file() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config/spec_example.yaml");
+    let loaded = load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.config.routes.len(), 2);
+    // sha256 of the bytes on disk, before expansion.
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(&path).expect("fixture");
+    assert_eq!(loaded.sha256, hex::encode(Sha256::digest(bytes)));
+    let cert = &loaded.config.server.tls.as_ref().expect("tls").certificates[0].cert;
+    assert_eq!(cert, &path.parent().expect("dir").join("certs/api.pem"));
+}
+
+#[test]
+fn load_names_an_unreadable_file() {
+    let e = load(Path::new("/nonexistent/gateway.yaml")).expect_err("missing file");
+    assert_eq!(e.file, "/nonexistent/gateway.yaml");
+    assert!(e.field.is_empty() && e.line.is_none());
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/gateway.yaml: cannot read the config file: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn sha256_is_of_the_text_before_expansion() {
+    let text = "admin:\n  token: \"${ADMIN_TOKEN}\"\n";
+    let loaded = ok(text);
+    assert_eq!(loaded.config.admin.token.as_deref(), Some("s3cret"));
+    use sha2::{Digest, Sha256};
+    assert_eq!(loaded.sha256, hex::encode(Sha256::digest(text.as_bytes())));
+}
+
+// ----- defaults -----
+
+#[test]
+fn empty_file_is_all_defaults() {
+    let loaded = ok("");
+    let c = &loaded.config;
+    assert_eq!(c.server.listen, vec!["0.0.0.0:8080".parse().expect("addr")]);
+    assert_eq!(c.server.tls, None);
+    assert_eq!(
+        c.admin.listen,
+        Some("127.0.0.1:9901".parse().expect("addr"))
+    );
+    assert_eq!(c.store.backend, StoreBackend::Memory);
+    assert!(c.upstreams.is_empty() && c.limits.is_empty() && c.routes.is_empty());
+    assert_eq!(
+        loaded.warnings,
+        ["no routes: every request is answered 404"]
+    );
+    assert_eq!(ok("# nothing yet\n").config.routes.len(), 0);
+    assert_eq!(ok("server:\nroutes:\n").config.server.ipv6_prefix, 64);
+}
+
+#[test]
+fn route_and_limit_defaults() {
+    let c = ok("\
+upstreams:
+  u: { targets: [\"https://u.internal\"] }
+routes:
+  - name: r
+    upstream: u
+    limits:
+      - { algorithm: token_bucket, rate: 3/250ms }
+      - { algorithm: concurrency, limit: 2 }
+      - { algorithm: sliding_log, limit: 9, window: 1h }
+")
+    .config;
+    let r = &c.routes[0];
+    assert!(r.hosts.is_empty() && r.methods.is_empty() && r.headers.is_empty());
+    assert!(matches!(r.path, PathMatch::Any));
+    assert!(!r.strip_prefix && r.preserve_host);
+    assert_eq!(r.timeout, None);
+    assert_eq!(r.limit_response.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.limit_response.headers, HeaderStyle::Standard);
+    assert_eq!(r.line, 4);
+
+    let tb = &c.limits[0];
+    assert_eq!(
+        tb.algorithm,
+        Algorithm::TokenBucket {
+            rate: Rate {
+                count: 3,
+                period: Duration::from_millis(250)
+            },
+            burst: 3,
+            max_delay: Duration::ZERO
+        },
+        "burst defaults to the rate's count"
+    );
+    assert_eq!(tb.key, vec![KeySource::ClientIp]);
+    assert_eq!(tb.on_missing_key, OnMissingKey::ClientIp);
+    assert_eq!((tb.cost, tb.mode), (1, Mode::Enforce));
+    assert!(tb.lockout.is_none() && tb.exempt.is_empty() && tb.overrides.is_empty());
+    assert_eq!(
+        c.limits[1].algorithm,
+        Algorithm::Concurrency {
+            limit: 2,
+            lease: secs(300)
+        }
+    );
+    assert_eq!(
+        c.limits[2].algorithm,
+        Algorithm::SlidingLog {
+            limit: 9,
+            window: secs(3600)
+        }
+    );
+    let u = &c.upstreams[0];
+    assert_eq!(u.health, HealthConfig::default());
+    assert_eq!(u.tls, None);
+}
+
+#[test]
+fn store_and_admin_settings() {
+    let c = ok("\
+admin: { listen: \"\", token: \"\" }
+store:
+  backend: redis
+  url: \"redis://:pw@${REDIS_HOST}:6380/1\"
+  on_error: deny
+  clock: local
+  prefix: tg
+  timeout: 250ms
+")
+    .config;
+    assert_eq!(c.admin.listen, None);
+    assert_eq!(c.admin.token, None);
+    assert_eq!(
+        c.store.backend,
+        StoreBackend::Redis {
+            url: "redis://:pw@cache.internal:6380/1".into()
+        }
+    );
+    assert_eq!(c.store.on_error, OnError::Deny);
+    assert_eq!(c.store.clock, Clock::Local);
+    assert_eq!(c.store.prefix, "tg");
+    assert_eq!(c.store.timeout, Duration::from_millis(250));
+
+    assert_eq!(ok("admin: { listen: null }\n").config.admin.listen, None);
+    assert_eq!(ok("admin: { listen: }\n").config.admin.listen, None);
+    assert_eq!(
+        ok("store: { backend: redis }\n").config.store.backend,
+        StoreBackend::Redis {
+            url: "redis://127.0.0.1:6379/0".into()
+        }
+    );
+    assert_eq!(
+        ok("store: { backend: redis_cluster, urls: [\"redis://a:7000\", \"rediss://b:7001\"] }\n")
+            .config
+            .store
+            .backend,
+        StoreBackend::RedisCluster {
+            urls: vec!["redis://a:7000".into(), "rediss://b:7001".into()]
+        }
+    );
+    err_at("store:\n  backend: redis_cluster\n", "store.urls", 2);
+}
+
+#[test]
+fn on_error_local_with_memory_warns_only_when_written() {
+    let written = ok("store: { on_error: local }\nroutes: [{ name: r, respond: {} }]\n");
+    assert_eq!(written.warnings.len(), 1);
+    assert!(written.warnings[0].starts_with("store.on_error: local has no effect"));
+    assert!(ok("routes: [{ name: r, respond: {} }]\n")
+        .warnings
+        .is_empty());
+}
+
+#[test]
+fn server_settings() {
+    let c = ok("\
+server:
+  listen: []
+  tls:
+    listen: [\"[::]:8443\"]
+    certificates: [{ cert: /abs/c.pem, key: k.pem }]
+  trusted_proxies: [\"10.0.0.0/8\", \"192.168.1.1\"]
+  deny: [\"2001:db8::/32\"]
+  ipv6_prefix: 56
+  timeouts: { header_read: 5s, idle: 2m }
+  max_header_bytes: 32KiB
+  max_body_bytes: 10MiB
+  max_connections: 5
+  shutdown_grace: 0
+")
+    .config;
+    let s = &c.server;
+    assert!(s.listen.is_empty());
+    let tls = s.tls.as_ref().expect("tls");
+    assert_eq!(tls.certificates[0].cert, PathBuf::from("/abs/c.pem"));
+    assert_eq!(tls.certificates[0].key, PathBuf::from("k.pem"));
+    assert_eq!(
+        s.trusted_proxies,
+        vec![
+            "10.0.0.0/8".parse::<ipnet::IpNet>().expect("net"),
+            "192.168.1.1/32".parse().expect("net")
+        ]
+    );
+    assert_eq!(
+        s.deny,
+        vec!["2001:db8::/32".parse::<ipnet::IpNet>().expect("net")]
+    );
+    assert_eq!(s.ipv6_prefix, 56);
+    assert_eq!(
+        (s.header_read_timeout, s.idle_timeout),
+        (secs(5), secs(120))
+    );
+    assert_eq!(s.max_header_bytes, 32 * 1024);
+    assert_eq!(s.max_body_bytes, Some(10 << 20));
+    assert_eq!(s.max_connections, 5);
+    assert_eq!(s.shutdown_grace, Duration::ZERO);
+}
+
+#[test]
+fn listener_rules() {
+    let e = err_at("server:\n  listen: []\n", "server.listen", 2);
+    assert_eq!(e.message, "at least one listener is required");
+    err_at(
+        "server:\n  listen: [\"0.0.0.0:80\", \"127.0.0.1:80\"]\n",
+        "server.listen[1]",
+        2,
+    );
+    // `admin:` is absent: the field is exact, its position unknown.
+    let e = err("server:\n  listen: [\"0.0.0.0:9901\"]\n");
+    assert_eq!((e.field.as_str(), e.line), ("admin.listen", None));
+    assert!(
+        e.message.contains("the admin API needs its own address"),
+        "{e}"
+    );
+    err_at("server:\n  ipv6_prefix: 129\n", "server.ipv6_prefix", 2);
+    err_at(
+        "server:\n  max_connections: 0\n",
+        "server.max_connections",
+        2,
+    );
+    // Port 0 (tests) never collides.
+    ok("server: { listen: [\"127.0.0.1:0\"] }\nadmin: { listen: \"127.0.0.1:0\" }\n");
+}
+
+// ----- limits: naming, keys, windows, lockouts -----
+
+#[test]
+fn inline_limits_are_named_after_their_route() {
+    let c = ok(&format!(
+        "{BASE}  - name: hello
+    respond: {{ body: hi }}
+    limits:
+      - per_client
+      - {{ algorithm: fixed_window, limit: 5, window: 1m }}
+      - {{ name: hello_daily, algorithm: fixed_window, limit: 100, window: 1d }}
+      - {{ algorithm: gcra, rate: 1/s }}
+"
+    ))
+    .config;
+    let names: Vec<&str> = c.limits.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["per_client", "hello.1", "hello_daily", "hello.3"]);
+    assert_eq!(
+        c.routes[0].limits,
+        ["per_client", "hello.1", "hello_daily", "hello.3"]
+    );
+    assert!(c.limit("hello_daily").is_some() && c.upstream("users").is_some());
+}
+
+#[test]
+fn keys_are_one_source_or_a_list() {
+    let c = ok("\
+limits:
+  a: { algorithm: sliding_window, limit: 1, window: 1s, key: \"header:X-User\" }
+  b: { algorithm: sliding_window, limit: 1, window: 1s, key: [route, global, \"query:k\", \"cookie:s\"] }
+")
+    .config;
+    assert_eq!(
+        c.limits[0].key,
+        vec![KeySource::Header(HeaderName::from_static("x-user"))]
+    );
+    assert_eq!(
+        c.limits[1].key,
+        vec![
+            KeySource::Route,
+            KeySource::Global,
+            KeySource::Query("k".into()),
+            KeySource::Cookie("s".into())
+        ]
+    );
+    let e = err_at(
+        "limits:\n  a: { algorithm: gcra, rate: 1/s, key: [client_ip, ip] }\n",
+        "limits.a.key[1]",
+        2,
+    );
+    assert!(e.message.starts_with("expected a key source"), "{e}");
+    err_at(
+        "limits:\n  a: { algorithm: gcra, rate: 1/s, key: [] }\n",
+        "limits.a.key",
+        2,
+    );
+}
+
+#[test]
+fn monthly_windows_and_lockout_defaults() {
+    let c = ok("\
+limits:
+  quota:
+    algorithm: fixed_window
+    limit: 10000
+    window: month
+    lockout: { duration: 1h }
+  shaped:
+    algorithm: leaky_bucket
+    rate: 100/m
+    burst: 10
+    max_delay: 2s
+    lockout: { duration: 1h, after: 3, within: 5m, escalate: 2, max_duration: 2h, forget_after: 7d }
+")
+    .config;
+    assert_eq!(
+        c.limits[0].algorithm,
+        Algorithm::FixedWindow {
+            limit: 10_000,
+            window: Window::Month
+        }
+    );
+    let l = c.limits[0].lockout.as_ref().expect("lockout");
+    assert_eq!(l.within, secs(31 * 86_400));
+    assert_eq!((l.after, l.escalate), (1, 1));
+    assert_eq!(l.max_duration, secs(86_400));
+    assert_eq!(l.forget_after, secs(86_400));
+    assert_eq!(
+        c.limits[1].lockout,
+        Some(LockoutConfig {
+            after: 3,
+            within: secs(300),
+            duration: secs(3600),
+            escalate: 2,
+            max_duration: secs(7200),
+            forget_after: secs(7 * 86_400),
+        })
+    );
+    assert_eq!(
+        c.limits[1].algorithm,
+        Algorithm::LeakyBucket {
+            rate: Rate {
+                count: 100,
+                period: secs(60)
+            },
+            burst: 10,
+            max_delay: secs(2)
+        }
+    );
+    let e = err_at(
+        "limits:\n  s:\n    algorithm: sliding_window\n    limit: 1\n    window: month\n",
+        "limits.s.window",
+        5,
+    );
+    assert_eq!(
+        e.message,
+        "`window: month` is only supported by fixed_window, not sliding_window"
+    );
+    let e = err_at(
+        "limits:\n  l: { algorithm: gcra, rate: 1/s, lockout: { duration: 1h, max_duration: 1m } }\n",
+        "limits.l.lockout.max_duration",
+        2,
+    );
+    assert_eq!(
+        e.message,
+        "max_duration (1m) must be at least duration (1h)"
+    );
+    err_at(
+        "limits:\n  l: { algorithm: gcra, rate: 1/s, lockout: { after: 2 } }\n",
+        "limits.l.lockout",
+        2,
+    );
+}
+
+#[test]
+fn exempt_and_overrides() {
+    let c = ok("\
+limits:
+  l:
+    algorithm: token_bucket
+    rate: 10/s
+    exempt: [\"10.0.0.0/8\", \"header:x-api-key=internal-batch\"]
+    overrides:
+      - { match: \"header:x-api-key=partner-7\", rate: 100/s, burst: 200 }
+      - { match: \"203.0.113.0/24\", burst: 1 }
+")
+    .config;
+    let l = &c.limits[0];
+    assert_eq!(l.exempt.len(), 2);
+    assert_eq!(
+        l.overrides[0].rate,
+        Some(Rate {
+            count: 100,
+            period: secs(1)
+        })
+    );
+    assert_eq!(l.overrides[0].burst, Some(200));
+    assert_eq!(l.overrides[1].matcher.to_string(), "203.0.113.0/24");
+
+    let e = err_at(
+        "limits:\n  l:\n    algorithm: gcra\n    rate: 1/s\n    exempt: [\"client_ip=1.2.3.4\"]\n",
+        "limits.l.exempt[0]",
+        5,
+    );
+    assert!(e.message.contains("cannot be matched by value"), "{e}");
+    err_at(
+        "limits:\n  l:\n    algorithm: gcra\n    rate: 1/s\n    overrides: [{ match: \"10.0.0.0/8\" }]\n",
+        "limits.l.overrides[0]",
+        5,
+    );
+}
+
+#[test]
+fn cost_above_capacity_warns() {
+    let loaded = ok("\
+limits:
+  l: { algorithm: fixed_window, limit: 2, window: 1s, cost: 3 }
+routes: [{ name: r, respond: {}, limits: [l] }]
+");
+    assert_eq!(
+        loaded.warnings,
+        ["limit \"l\": cost 3 is more than its capacity 2, so every request is rejected"]
+    );
+}
+
+#[test]
+fn limit_config_compares_for_reload() {
+    let a = ok("limits:\n  l: { algorithm: gcra, rate: 1/s }\n").config;
+    let b = ok("limits:\n  l: { algorithm: gcra, rate: 1/s, burst: 1 }\n").config;
+    let c = ok("limits:\n  l: { algorithm: gcra, rate: 2/s }\n").config;
+    assert_eq!(a.limits, b.limits);
+    assert_ne!(a.limits, c.limits);
+}
+
+// ----- routes -----
+
+#[test]
+fn route_matchers() {
+    let c = ok(&format!(
+        "{BASE}  - name: a
+    match:
+      hosts: [API.example.com]
+      regex: \"^/v[0-9]+/items$\"
+      methods: [get, Post]
+      headers: {{ x-version: 2, X-Debug: \"*\" }}
+    upstream: users
+    preserve_host: false
+    timeout: 3s
+    limit_response: {{ status: 503, headers: none }}
+"
+    ))
+    .config;
+    let r = &c.routes[0];
+    assert_eq!(r.hosts, ["api.example.com"]);
+    assert!(matches!(&r.path, PathMatch::Regex(re) if re.is_match("/v2/items")));
+    assert_eq!(r.methods, [Method::GET, Method::POST]);
+    assert_eq!(
+        r.headers,
+        vec![
+            (
+                HeaderName::from_static("x-version"),
+                HeaderMatch::Exact("2".into())
+            ),
+            (HeaderName::from_static("x-debug"), HeaderMatch::Present),
+        ]
+    );
+    assert!(!r.preserve_host);
+    assert_eq!(r.timeout, Some(secs(3)));
+    assert_eq!(r.limit_response.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.limit_response.headers, HeaderStyle::None);
+}
+
+#[test]
+fn shadowed_routes_are_reported_with_lines() {
+    let loaded = ok("\
+routes:
+  - name: all
+    respond: {}
+  - name: users
+    match: { path: /users }
+    respond: {}
+");
+    assert_eq!(
+        loaded.warnings,
+        ["route \"users\" (line 4) is shadowed by route \"all\" (line 2)"]
+    );
+}
+
+#[test]
+fn env_expansion_in_a_whole_config() {
+    let c = ok("\
+# ${UNSET_IN_A_COMMENT} is fine
+limits:
+  l: { algorithm: fixed_window, limit: ${LIMIT}, window: ${WINDOW:-30s} }
+  m: { algorithm: fixed_window, limit: ${NOT_SET:-3}, window: 1s }
+admin: { token: ${ADMIN_TOKEN} }
+")
+    .config;
+    assert_eq!(
+        c.limits[0].algorithm,
+        Algorithm::FixedWindow {
+            limit: 7,
+            window: Window::Fixed(secs(30))
+        }
+    );
+    assert_eq!(
+        c.limits[1].algorithm,
+        Algorithm::FixedWindow {
+            limit: 3,
+            window: Window::Fixed(secs(1))
+        }
+    );
+    assert_eq!(c.admin.token.as_deref(), Some("s3cret"));
+}
+
+// ----- one test per kind of error: exact field path and line -----
+
+#[test]
+fn bad_rate() {
+    let e = err_at(
+        &format!(
+            "{BASE}  - name: a
+    upstream: users
+  - name: b
+    upstream: users
+  - name: c
+    upstream: users
+    limits:
+      - {{ algorithm: token_bucket, rate: 10 per s }}
+"
+        ),
+        "routes[2].limits[0].rate",
+        16,
+    );
+    assert_eq!(
+        e.to_string(),
+        "gateway.yaml:16:42: routes[2].limits[0].rate: expected \"<n>/<period>\", got \"10 per s\""
+    );
+}
+
+#[test]
+fn bad_duration() {
+    let e = err_at(
+        "server:\n  timeouts:\n    idle: 10 secs\n",
+        "server.timeouts.idle",
+        3,
+    );
+    assert_eq!(
+        e.to_string(),
+        "gateway.yaml:3:11: server.timeouts.idle: expected a duration like \"10s\", got \"10 secs\""
+    );
+}
+
+#[test]
+fn bad_size() {
+    let e = err_at(
+        "server:\n  max_header_bytes: 16 kilobytes\n",
+        "server.max_header_bytes",
+        2,
+    );
+    assert_eq!(
+        e.message,
+        "expected a size like \"16KiB\", got \"16 kilobytes\""
+    );
+}
+
+#[test]
+fn bad_cidr() {
+    let e = err_at(
+        "server:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - 10.0.0.0/99\n",
+        "server.trusted_proxies[1]",
+        4,
+    );
+    assert_eq!(
+        e.to_string(),
+        "gateway.yaml:4:7: server.trusted_proxies[1]: expected a CIDR like \"10.0.0.0/8\" or an IP address, got \"10.0.0.0/99\""
+    );
+}
+
+#[test]
+fn bad_url() {
+    let e = err_at(
+        "upstreams:\n  u:\n    targets:\n      - http://ok:1\n      - ftp://files\n",
+        "upstreams.u.targets[1]",
+        5,
+    );
+    assert_eq!(
+        e.message,
+        "a target URL must start with http:// or https://, got \"ftp://files\""
+    );
+    err_at(
+        "upstreams:\n  u:\n    targets:\n      - { url: \"http://x/api\", weight: 2 }\n",
+        "upstreams.u.targets[0].url",
+        4,
+    );
+    err_at(
+        "upstreams:\n  u:\n    targets:\n      - { url: \"http://x\", weight: 0 }\n",
+        "upstreams.u.targets[0].weight",
+        4,
+    );
+    err_at(
+        "upstreams:\n  u:\n    targets: []\n",
+        "upstreams.u.targets",
+        3,
+    );
+    err_at(
+        "store:\n  backend: redis\n  url: \"http://127.0.0.1:6379\"\n",
+        "store.url",
+        3,
+    );
+}
+
+#[test]
+fn bad_regex() {
+    let e = err_at(
+        &format!(
+            "{BASE}  - name: a\n    match: {{ regex: \"^/v[0-9+/items$\" }}\n    upstream: users\n"
+        ),
+        "routes[0].match.regex",
+        10,
+    );
+    assert_eq!(e.message, "invalid regex: unclosed character class");
+}
+
+#[test]
+fn burst_zero() {
+    let e = err_at(
+        "limits:\n  l:\n    algorithm: token_bucket\n    rate: 10/s\n    burst: 0\n",
+        "limits.l.burst",
+        5,
+    );
+    assert_eq!(
+        e.to_string(),
+        "gateway.yaml:5:12: limits.l.burst: burst must be at least 1"
+    );
+}
+
+#[test]
+fn lockout_on_concurrency() {
+    let e = err_at(
+        "limits:\n  c:\n    algorithm: concurrency\n    limit: 10\n    lockout: { duration: 1m }\n",
+        "limits.c.lockout",
+        5,
+    );
+    assert_eq!(
+        e.message,
+        "a lockout is not supported on a concurrency limit"
+    );
+}
+
+#[test]
+fn unknown_field() {
+    let e = err_at(
+        &format!("{BASE}  - name: a\n    upstream: users\n    limitt: [per_client]\n"),
+        "routes[0]",
+        11,
+    );
+    assert!(
+        e.message
+            .starts_with("unknown field `limitt`, expected one of `name`, `match`"),
+        "{e}"
+    );
+    err_at("server:\n  listen_on: []\n", "server", 2);
+    err_at(
+        "limits:\n  l: { algorithm: gcra, rate: 1/s, lockout: { duration: 1m, forever: true } }\n",
+        "limits.l.lockout",
+        2,
+    );
+}
+
+#[test]
+fn parameter_of_another_algorithm() {
+    let e = err_at(
+        "limits:\n  l:\n    algorithm: token_bucket\n    rate: 10/s\n    limit: 5\n",
+        "limits.l.limit",
+        5,
+    );
+    assert_eq!(
+        e.message,
+        "`limit` is not a parameter of token_bucket (it takes rate, burst, max_delay)"
+    );
+    err_at(
+        "limits:\n  l: { algorithm: fixed_window, limit: 1, window: 1s, max_delay: 1s }\n",
+        "limits.l.max_delay",
+        2,
+    );
+    let e = err_at("limits:\n  l:\n    algorithm: gcra\n", "limits.l", 3);
+    assert_eq!(e.message, "missing field `rate`, which gcra requires");
+    err_at(
+        "limits:\n  l:\n    algorithm: leaky\n",
+        "limits.l.algorithm",
+        3,
+    );
+}
+
+#[test]
+fn override_with_a_parameter_of_another_algorithm() {
+    let e = err_at(
+        "limits:\n  l:\n    algorithm: fixed_window\n    limit: 5\n    window: 1m\n    overrides:\n      - { match: \"10.0.0.0/8\", rate: 10/s }\n",
+        "limits.l.overrides[0].rate",
+        7,
+    );
+    assert_eq!(
+        e.message,
+        "`rate` is not a parameter of fixed_window (an override may set limit, window)"
+    );
+}
+
+#[test]
+fn unknown_upstream() {
+    let e = err_at(
+        &format!("{BASE}  - name: a\n    upstream: user\n"),
+        "routes[0].upstream",
+        10,
+    );
+    assert_eq!(
+        e.to_string(),
+        "gateway.yaml:10:15: routes[0].upstream: unknown upstream \"user\" (known: users)"
+    );
+}
+
+#[test]
+fn unknown_limit() {
+    let e = err_at(
+        &format!("{BASE}  - name: a\n    upstream: users\n    limits: [per_client, per_cleint]\n"),
+        "routes[0].limits[1]",
+        11,
+    );
+    assert_eq!(
+        e.message,
+        "unknown limit \"per_cleint\" (known: per_client)"
+    );
+}
+
+#[test]
+fn duplicate_route() {
+    let e = err_at(
+        &format!("{BASE}  - name: a\n    upstream: users\n  - name: a\n    respond: {{}}\n"),
+        "routes[1].name",
+        11,
+    );
+    assert_eq!(
+        e.message,
+        "duplicate route name \"a\" (first used by routes[0])"
+    );
+}
+
+#[test]
+fn duplicate_limit() {
+    let e = err_at(
+        &format!(
+            "{BASE}  - name: a\n    upstream: users\n    limits:\n      - {{ name: per_client, algorithm: gcra, rate: 1/s }}\n"
+        ),
+        "routes[0].limits[0].name",
+        12,
+    );
+    assert_eq!(
+        e.message,
+        "duplicate limit name \"per_client\" (already defined at limits.per_client)"
+    );
+    // An inline limit's generated name collides too.
+    err_at(
+        "limits:\n  r.0: { algorithm: gcra, rate: 1/s }\nroutes:\n  - name: r\n    respond: {}\n    limits: [{ algorithm: gcra, rate: 1/s }]\n",
+        "routes[0].limits[0]",
+        6,
+    );
+    // Duplicate keys under `limits:` and `upstreams:`.
+    err_at(
+        "limits:\n  l: { algorithm: gcra, rate: 1/s }\n  l: { algorithm: gcra, rate: 2/s }\n",
+        "limits.l",
+        2,
+    );
+    err_at(
+        "upstreams:\n  u: { targets: [\"http://a\"] }\n  u: { targets: [\"http://b\"] }\n",
+        "upstreams.u",
+        2,
+    );
+}
+
+#[test]
+fn both_or_neither_upstream_and_respond() {
+    let e = err_at(
+        &format!("{BASE}  - name: a\n    upstream: users\n    respond: {{ status: 204 }}\n"),
+        "routes[0]",
+        9,
+    );
+    assert_eq!(
+        e.to_string(),
+        "gateway.yaml:9:5: routes[0]: a route needs exactly one of `upstream` and `respond`"
+    );
+    err_at(&format!("{BASE}  - name: a\n"), "routes[0]", 9);
+}
+
+#[test]
+fn path_and_exact_together() {
+    let e = err_at(
+        &format!("{BASE}  - name: a\n    match: {{ path: /a, exact: /a }}\n    upstream: users\n"),
+        "routes[0].match",
+        10,
+    );
+    assert_eq!(
+        e.message,
+        "`path` and `exact` cannot be combined: use one of `path`, `exact` and `regex`"
+    );
+    err_at(
+        &format!("{BASE}  - name: a\n    match: {{ exact: users }}\n    upstream: users\n"),
+        "routes[0].match.exact",
+        10,
+    );
+}
+
+#[test]
+fn strip_prefix_without_path() {
+    let e = err_at(
+        &format!("{BASE}  - name: a\n    match: {{ exact: /a }}\n    upstream: users\n    strip_prefix: true\n"),
+        "routes[0].strip_prefix",
+        12,
+    );
+    assert_eq!(
+        e.message,
+        "strip_prefix needs a `path` prefix matcher in `match`"
+    );
+}
+
+#[test]
+fn unset_env_var() {
+    let e = err_at(
+        "store:\n  backend: redis\n  url: \"redis://${REDIS_HOST}:${REDIS_PORT}/0\"\n",
+        "store.url",
+        3,
+    );
+    assert_eq!(
+        e.to_string(),
+        "gateway.yaml:3:31: store.url: environment variable REDIS_PORT is not set (write ${REDIS_PORT:-default} to give a default)"
+    );
+}
+
+#[test]
+fn yaml_syntax_errors_have_a_position() {
+    let e = err("routes:\n  - name: a\n   bad: [\n");
+    assert!(e.line.is_some(), "{e}");
+    assert!(e.field.is_empty(), "{e}");
+    let e = err("- just\n- a list\n");
+    assert_eq!(e.field, "");
+    assert_eq!(
+        e.message,
+        "invalid type: sequence, expected struct RawConfig"
+    );
+}
+
+#[test]
+fn bad_names_and_values() {
+    err_at(
+        "upstreams:\n  \"my api\": { targets: [\"http://a\"] }\n",
+        "upstreams.my api",
+        2,
+    );
+    err_at(
+        &format!("{BASE}  - name: \"\"\n    upstream: users\n"),
+        "routes[0].name",
+        9,
+    );
+    err_at(
+        &format!("{BASE}  - name: a\n    match: {{ hosts: [\"a.*.com\"] }}\n    upstream: users\n"),
+        "routes[0].match.hosts[0]",
+        10,
+    );
+    err_at(
+        &format!("{BASE}  - name: a\n    match: {{ methods: [\"GE T\"] }}\n    upstream: users\n"),
+        "routes[0].match.methods[0]",
+        10,
+    );
+    err_at(
+        &format!("{BASE}  - name: a\n    respond: {{ status: 99 }}\n"),
+        "routes[0].respond.status",
+        10,
+    );
+    err_at(
+        &format!("{BASE}  - name: a\n    respond: {{ headers: {{ content-length: 5 }} }}\n"),
+        "routes[0].respond.headers.content-length",
+        10,
+    );
+    err_at(
+        &format!("{BASE}  - name: a\n    upstream: users\n    limit_response: {{ status: 200 }}\n"),
+        "routes[0].limit_response.status",
+        11,
+    );
+    err_at(
+        &format!("{BASE}  - name: a\n    upstream: users\n    limits: [per_client, per_client]\n"),
+        "routes[0].limits[1]",
+        11,
+    );
+    err_at("store:\n  prefix: \"a b\"\n", "store.prefix", 2);
+    err_at("store:\n  timeout: 0\n", "store.timeout", 2);
+    err_at(
+        "limits:\n  l: { name: x, algorithm: gcra, rate: 1/s }\n",
+        "limits.l.name",
+        2,
+    );
+}

@@ -1,0 +1,371 @@
+//! A watcher of HTTP/1 request framing under hyper.
+//!
+//! hyper resolves a request that has both `Content-Length` and
+//! `Transfer-Encoding` safely (chunked wins, the length is dropped from the
+//! header map, the connection closes after it) but gives the service no way
+//! to see that it happened, and SPEC §4 wants such a request answered 400.
+//! [`SniffIo`] reads the same bytes hyper reads, follows request heads and
+//! body framing (Content-Length and chunked) just enough to find each head,
+//! and records the number of the first head that carried both fields. The
+//! pipeline compares it with the number of the request it is handling.
+//!
+//! It never changes a byte and never blocks: on anything it does not
+//! understand (HTTP/2, an upgrade, a malformed head that hyper will reject
+//! anyway) it stops watching.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The longest chunk-size or trailer line followed before giving up.
+const MAX_LINE: usize = 4096;
+
+/// What the sniffer tells the pipeline: the 1-based number of the first
+/// request head with both Content-Length and Transfer-Encoding, 0 if none.
+#[derive(Debug, Default)]
+pub struct Framing {
+    first_ambiguous: AtomicU64,
+}
+
+impl Framing {
+    /// Whether request number `n` (1-based, in arrival order) had both fields.
+    pub fn ambiguous(&self, n: u64) -> bool {
+        n != 0 && self.first_ambiguous.load(Ordering::Relaxed) == n
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    /// Reading a request head (or the empty lines before one).
+    Head,
+    /// Skipping this many body bytes.
+    Body(u64),
+    /// Reading a chunk-size line.
+    ChunkSize,
+    /// Skipping this many chunk bytes.
+    ChunkData(u64),
+    /// Reading the CRLF after a chunk.
+    ChunkEnd,
+    /// Reading trailer lines up to the empty one.
+    Trailers,
+    /// Not watching any more.
+    Done,
+}
+
+pin_project! {
+    /// An IO that lets hyper read through it while following the framing.
+    pub struct SniffIo<T> {
+        #[pin]
+        inner: T,
+        state: State,
+        line: Vec<u8>,
+        heads: u64,
+        max_head: usize,
+        framing: Arc<Framing>,
+    }
+}
+
+impl<T> SniffIo<T> {
+    /// Watch `inner`; heads longer than `max_head` end the watch (hyper
+    /// answers those 431 itself).
+    pub fn new(inner: T, max_head: usize, framing: Arc<Framing>) -> Self {
+        SniffIo {
+            inner,
+            state: State::Head,
+            line: Vec::new(),
+            heads: 0,
+            max_head,
+            framing,
+        }
+    }
+}
+
+/// The framing state machine, apart from the IO so it can be tested alone.
+struct Machine<'a> {
+    state: &'a mut State,
+    line: &'a mut Vec<u8>,
+    heads: &'a mut u64,
+    max_head: usize,
+    framing: &'a Framing,
+}
+
+impl Machine<'_> {
+    fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            match *self.state {
+                State::Done => return,
+                State::Body(left) => {
+                    let n = (bytes.len() as u64).min(left);
+                    bytes = &bytes[n as usize..];
+                    *self.state = if left == n {
+                        State::Head
+                    } else {
+                        State::Body(left - n)
+                    };
+                }
+                State::ChunkData(left) => {
+                    let n = (bytes.len() as u64).min(left);
+                    bytes = &bytes[n as usize..];
+                    *self.state = if left == n {
+                        State::ChunkEnd
+                    } else {
+                        State::ChunkData(left - n)
+                    };
+                }
+                State::Head => bytes = self.head(bytes),
+                State::ChunkSize | State::ChunkEnd | State::Trailers => bytes = self.lines(bytes),
+            }
+        }
+    }
+
+    /// Collect a head; returns what follows it.
+    fn head<'b>(&mut self, bytes: &'b [u8]) -> &'b [u8] {
+        // Empty lines before a request line are tolerated (RFC 9112 §2.2).
+        let bytes = if self.line.is_empty() {
+            let skip = bytes
+                .iter()
+                .take_while(|b| **b == b'\r' || **b == b'\n')
+                .count();
+            &bytes[skip..]
+        } else {
+            bytes
+        };
+        if bytes.is_empty() {
+            return bytes;
+        }
+        let search_from = self.line.len().saturating_sub(3);
+        self.line.extend_from_slice(bytes);
+        let Some(end) = find(&self.line[search_from..], b"\r\n\r\n").map(|i| search_from + i + 4)
+        else {
+            if self.line.len() > self.max_head {
+                self.stop();
+            }
+            return &[];
+        };
+        let consumed_here = end - (self.line.len() - bytes.len());
+        let next = self.classify_head(end);
+        self.line.clear();
+        *self.state = next;
+        &bytes[consumed_here..]
+    }
+
+    /// Parse the head in `line[..end]` and say what comes after it.
+    fn classify_head(&mut self, end: usize) -> State {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut request = httparse::Request::new(&mut headers);
+        if !matches!(
+            request.parse(&self.line[..end]),
+            Ok(httparse::Status::Complete(_))
+        ) {
+            return State::Done;
+        }
+        *self.heads += 1;
+        let (mut length, mut chunked, mut has_cl, mut has_te, mut upgrade) =
+            (None, false, false, false, request.method == Some("CONNECT"));
+        for h in request.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                has_cl = true;
+                length = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                has_te = true;
+                chunked = h
+                    .value
+                    .rsplit(|b| *b == b',')
+                    .next()
+                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            } else if h.name.eq_ignore_ascii_case("upgrade") {
+                upgrade = true;
+            }
+        }
+        if has_cl && has_te {
+            let _ = self.framing.first_ambiguous.compare_exchange(
+                0,
+                *self.heads,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        if upgrade || (request.version != Some(1) && has_te) {
+            // A tunnel follows, or hyper rejects the request: stop here.
+            State::Done
+        } else if has_te {
+            if chunked {
+                State::ChunkSize
+            } else {
+                State::Done
+            }
+        } else if !has_cl {
+            State::Head
+        } else {
+            match length {
+                Some(0) => State::Head,
+                Some(n) => State::Body(n),
+                None => State::Done,
+            }
+        }
+    }
+
+    /// Collect one chunk-size, chunk-end or trailer line; returns the rest.
+    fn lines<'b>(&mut self, bytes: &'b [u8]) -> &'b [u8] {
+        let Some(nl) = bytes.iter().position(|b| *b == b'\n') else {
+            self.line.extend_from_slice(bytes);
+            if self.line.len() > MAX_LINE {
+                self.stop();
+            }
+            return &[];
+        };
+        self.line.extend_from_slice(&bytes[..nl]);
+        let line = self.line.strip_suffix(b"\r").unwrap_or(&self.line);
+        let next = match *self.state {
+            State::ChunkSize => {
+                let size = line.split(|b| *b == b';').next().unwrap_or_default();
+                match std::str::from_utf8(size)
+                    .ok()
+                    .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+                {
+                    Some(0) => State::Trailers,
+                    Some(n) => State::ChunkData(n),
+                    None => State::Done,
+                }
+            }
+            State::ChunkEnd if line.is_empty() => State::ChunkSize,
+            State::Trailers if line.is_empty() => State::Head,
+            State::Trailers => State::Trailers,
+            _ => State::Done,
+        };
+        self.line.clear();
+        *self.state = next;
+        &bytes[nl + 1..]
+    }
+
+    fn stop(&mut self) {
+        *self.state = State::Done;
+        *self.line = Vec::new();
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+impl<T: AsyncRead> AsyncRead for SniffIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let polled = this.inner.poll_read(cx, buf);
+        if !matches!(this.state, State::Done) {
+            let mut machine = Machine {
+                state: this.state,
+                line: this.line,
+                heads: this.heads,
+                max_head: *this.max_head,
+                framing: this.framing,
+            };
+            machine.feed(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite> AsyncWrite for SniffIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.project().inner.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.project().inner.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feed `stream` in pieces of `step` bytes; the first ambiguous head's number.
+    fn run(stream: &[u8], step: usize) -> u64 {
+        let framing = Framing::default();
+        let (mut state, mut line, mut heads) = (State::Head, Vec::new(), 0);
+        let mut m = Machine {
+            state: &mut state,
+            line: &mut line,
+            heads: &mut heads,
+            max_head: 16384,
+            framing: &framing,
+        };
+        for piece in stream.chunks(step) {
+            m.feed(piece);
+        }
+        framing.first_ambiguous.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn finds_the_ambiguous_head_after_bodies_of_both_framings() {
+        let stream = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n\
+POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello\
+POST /b HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhe\r\n\r\r\n3\r\nabc\r\n0\r\nx-t: 1\r\n\r\n\
+POST /c HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+        for step in [1, 2, 3, 7, 64, stream.len()] {
+            assert_eq!(run(stream, step), 4, "step {step}");
+        }
+    }
+
+    #[test]
+    fn a_body_that_looks_like_a_head_is_skipped() {
+        let decoy = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let stream = format!(
+            "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{decoy}GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            decoy.len()
+        );
+        assert_eq!(run(stream.as_bytes(), 5), 0);
+        assert_eq!(run(decoy.as_bytes(), 5), 1);
+    }
+
+    #[test]
+    fn te_before_cl_counts_too_and_clean_streams_report_nothing() {
+        assert_eq!(
+            run(
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+                4
+            ),
+            1
+        );
+        assert_eq!(
+            run(
+                b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+                3
+            ),
+            0
+        );
+    }
+}
