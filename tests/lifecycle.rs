@@ -604,11 +604,30 @@ async fn sigint_exits_0() {
     assert_eq!(status.code(), Some(0));
 }
 
-fn write_temp(name: &str, contents: &str) -> std::path::PathBuf {
+/// A file in its own temp directory; both go on drop.
+struct TempFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn write_temp(name: &str, contents: &str) -> TempFile {
     let dir = temp_dir("cli");
-    let p = dir.join(name);
-    std::fs::write(&p, contents).unwrap();
-    p
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    TempFile { dir, path }
 }
 
 fn non_empty_lines(s: &str) -> Vec<&str> {
@@ -744,7 +763,8 @@ fn check_reads_tollgate_config_when_no_flag() {
     assert_eq!(code, 1, "TOLLGATE_CONFIG must be read: {err}");
     assert!(err.contains(&bad.display().to_string()), "{err}");
     // A missing file: exit 1, one line naming it.
-    let missing = temp_dir("cli").join("missing.yaml");
+    let holder = write_temp("present.yaml", "");
+    let missing = holder.dir.join("missing.yaml");
     let (code, _, err) = run_cli(&["check", "-c", &missing.display().to_string()], &[], None);
     assert_eq!(code, 1);
     let lines = non_empty_lines(&err);
