@@ -187,7 +187,8 @@ impl<F: FnOnce(u64, bool) + Send + Unpin + 'static> http_body::Body for Finish<F
                 if let Some(data) = frame.data_ref() {
                     this.bytes += data.len() as u64;
                 }
-                if this.inner.is_end_stream() {
+                // Trailers are always the last frame.
+                if frame.is_trailers() || this.inner.is_end_stream() {
                     this.end(true);
                 }
             }

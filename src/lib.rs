@@ -34,6 +34,7 @@ pub mod body;
 pub mod config;
 pub mod error;
 pub mod identity;
+pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod pipeline;

@@ -65,6 +65,10 @@ impl Metrics {
             "Client connections open now",
             connections.clone(),
         );
+        // Both outcomes exist from the start, at 0.
+        for result in ["success", "failure"] {
+            let _ = reloads.get_or_create(&ReloadLabels { result });
+        }
         Metrics {
             registry,
             requests,

@@ -170,9 +170,19 @@ async fn route_request(
             };
             let path_and_query = path_and_query(&forwarded_path, req.uri().query())?;
             let (parts, incoming) = req.into_parts();
+            let has_body = !incoming.is_end_stream();
             let body = request_body(incoming, &parts.headers, server.max_body_bytes).await?;
             let mut headers = parts.headers;
-            strip_hop_by_hop(&mut headers, false);
+            if has_body {
+                strip_hop_by_hop_keeping_trailers(&mut headers);
+            } else {
+                strip_hop_by_hop(&mut headers, false);
+            }
+            if parts.version >= Version::HTTP_2 {
+                // An HTTP/2 client always takes trailers; an HTTP/1.1
+                // upstream sends them only to a peer that says so.
+                headers.insert(header::TE, HeaderValue::from_static("trailers"));
+            }
             set_forwarded(
                 &mut headers,
                 &Forwarded {
@@ -196,7 +206,7 @@ async fn route_request(
             let (response, in_flight) = proxy::forward(pool, out).await?;
             record.upstream = Some(in_flight.label().clone());
             let (mut parts, incoming) = response.into_parts();
-            strip_hop_by_hop(&mut parts.headers, false);
+            strip_hop_by_hop_keeping_trailers(&mut parts.headers);
             Ok((
                 Response::from_parts(parts, body::boxed(incoming)),
                 Some(in_flight),
@@ -234,6 +244,22 @@ fn finish(
             conn.activity.end(conn.started.elapsed().as_millis() as u64);
         }))
     })
+}
+
+/// Strip hop-by-hop headers, then declare again the trailer fields the
+/// sender declared: `Trailer` is hop-by-hop, but hyper's HTTP/1 encoder only
+/// sends trailer fields the message declares, so the gateway re-declares them
+/// as part of its own framing.
+fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap) {
+    let declared: Vec<HeaderValue> = if headers.contains_key(header::TRAILER) {
+        headers.get_all(header::TRAILER).iter().cloned().collect()
+    } else {
+        Vec::new()
+    };
+    strip_hop_by_hop(headers, false);
+    for value in declared {
+        headers.append(header::TRAILER, value);
+    }
 }
 
 /// A fresh request id: 128 random bits in hex.

@@ -222,7 +222,7 @@ impl Machine<'_> {
             return &[];
         };
         self.line.extend_from_slice(&bytes[..nl]);
-        let line = self.line.strip_suffix(b"\r").unwrap_or(&self.line);
+        let line = self.line.strip_suffix(b"\r").unwrap_or(self.line);
         let next = match *self.state {
             State::ChunkSize => {
                 let size = line.split(|b| *b == b';').next().unwrap_or_default();

@@ -1,0 +1,443 @@
+//! `sliding_window`: Cloudflare's approximate sliding window, from the
+//! counts of the current and the previous aligned window:
+//! `estimate = prev * (1 - elapsed / window) + cur`. O(1) state.
+//!
+//! # Formulas (integer maths; the Lua script mirrors them)
+//!
+//! The previous window's weight `1 - elapsed / window` is a fixed-point
+//! fraction in thousandths, rounded up (so the estimate never undercounts):
+//!
+//! ```text
+//! S     = 1000                                   -- WEIGHT_SCALE
+//! start = now - now % w;  e = now - start        -- 0 <= e < w
+//! (prev, cur) = (s.prev, s.cur) if s.ws >= start
+//!             = (s.cur, 0)      if s.ws + w >= start    -- s is the previous window
+//!             = (0, 0)          otherwise
+//! prev = min(prev, limit); cur = min(cur, limit)   -- after a lowered limit
+//! wt    = ceil((w - e) * S / w) = floor(((w - e) * S + w - 1) / w)   -- 1..=S
+//! room  = max(0, floor((limit * S - prev * wt) / S) - cur)
+//! ok    = cost <= room      -- i.e. prev * wt + (cur + cost) * S <= limit * S
+//! cur'  = cur + cost if ok else cur;  state = {ws = start, cur = cur', prev = prev}
+//! remaining   = room - cost if ok else room
+//! reset_after = w if cur' > 0, else w - e if prev > 0, else 0
+//! ttl         = 2w - e if cur' > 0, else w - e if prev > 0, else 0
+//! ```
+//!
+//! `reset_after` is capped at `w`: units of the current window only stop
+//! counting at the end of the next one (`2w - e`).
+//!
+//! `retry_after` (rejected, `cost <= limit`) is the first instant the
+//! estimate admits the request, as `prev`'s weight decays:
+//!
+//! ```text
+//! if cur + cost <= limit:                        -- maybe later in this window
+//!     R  = floor((limit - cur - cost) * S / prev)   -- the largest weight that fits
+//!     e* = w - floor(R * w / S)                     -- the first e with wt(e) <= R
+//!     if e* < w: retry_after = e* - e
+//! otherwise, in the next window (prev = cur, cur = 0):
+//!     R2 = floor((limit - cost) * S / cur)  (cur > 0; else the next window admits at once)
+//!     e2 = 0 if R2 >= S else w - floor(R2 * w / S)
+//!     retry_after = (w - e) + e2                    -- e2 = w: the window after, empty
+//! ```
+//!
+//! Bounds: `w <= MAX_WINDOW` keeps `(w - e) * S + w` and `R * w` below
+//! 2^53; `limit <= MAX_COUNT` keeps `prev * S + (cur + cost) * S` below
+//! 2^53.
+
+use super::{at_most, nonzero, Micros, ParamError, Verdict, DAY, MAX_COUNT};
+
+/// The fixed-point scale of the previous window's weight (thousandths).
+pub const WEIGHT_SCALE: u64 = 1_000;
+
+/// The longest window accepted: 100 days (so `w * (S + 1) < 2^53`).
+pub const MAX_WINDOW: Micros = 100 * DAY;
+
+/// Validated parameters of a `sliding_window` limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    limit: u64,
+    window: Micros,
+}
+
+impl Params {
+    /// At most about `limit` units per trailing `window`; both at least 1.
+    pub fn new(limit: u64, window: Micros) -> Result<Params, ParamError> {
+        nonzero("limit", limit)?;
+        nonzero("window", window)?;
+        at_most("limit", limit, MAX_COUNT)?;
+        at_most("window", window, MAX_WINDOW)?;
+        Ok(Params { limit, window })
+    }
+
+    /// The quota.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window, in microseconds.
+    pub fn window(&self) -> Micros {
+        self.window
+    }
+}
+
+/// The stored counters of one key (Redis hash fields `ws`, `cur`, `prev`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct State {
+    /// Start of the window `cur` belongs to (µs since the epoch).
+    pub ws: Micros,
+    /// Units taken in the window starting at `ws`.
+    pub cur: u64,
+    /// Units taken in the window before it.
+    pub prev: u64,
+}
+
+/// `state` brought to `now` under `p`: `ws` the current window's start,
+/// counters shifted (or dropped) accordingly and clamped to `limit`.
+pub fn effective(p: &Params, state: &State, now: Micros) -> State {
+    let w = p.window;
+    let start = now - now % w;
+    let (prev, cur) = if state.ws >= start {
+        (state.prev, state.cur)
+    } else if state.ws.saturating_add(w) >= start {
+        (state.cur, 0)
+    } else {
+        (0, 0)
+    };
+    State {
+        ws: start,
+        cur: cur.min(p.limit),
+        prev: prev.min(p.limit),
+    }
+}
+
+/// The previous window's weight at `e` into a window of `w`, in
+/// thousandths, rounded up: `ceil((w - e) * S / w)`.
+fn weight(w: Micros, e: Micros) -> u64 {
+    ((w - e) * WEIGHT_SCALE).div_ceil(w)
+}
+
+/// The first offset `e` into a window of `w` at which the weight is at most
+/// `r` (`r < S`): `w - floor(r * w / S)`.
+fn first_offset_with_weight(w: Micros, r: u64) -> Micros {
+    w - r * w / WEIGHT_SCALE
+}
+
+/// Decide a request of `cost` units at `now`.
+pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State> {
+    let cost = cost.max(1);
+    let (w, limit) = (p.window, p.limit);
+    let s = effective(p, state, now);
+    let e = now - s.ws;
+    let (prev, cur) = (s.prev, s.cur);
+    let wt = weight(w, e);
+    let room =
+        ((limit * WEIGHT_SCALE).saturating_sub(prev * wt) / WEIGHT_SCALE).saturating_sub(cur);
+    let fits = cost <= limit;
+    let allowed = fits && cost <= room;
+    let cur2 = if allowed { cur + cost } else { cur };
+    let retry_after = if allowed {
+        Some(0)
+    } else if !fits {
+        None
+    } else {
+        Some(retry(w, limit, e, prev, cur, cost))
+    };
+    let (reset_after, ttl) = if cur2 > 0 {
+        (w, 2 * w - e)
+    } else if prev > 0 {
+        (w - e, w - e)
+    } else {
+        (0, 0)
+    };
+    Verdict {
+        allowed,
+        delay: 0,
+        limit,
+        window: w,
+        remaining: if allowed { room - cost } else { room },
+        reset_after,
+        retry_after,
+        state: State {
+            ws: s.ws,
+            cur: cur2,
+            prev,
+        },
+        ttl,
+    }
+}
+
+/// The wait until a rejected request (`cost <= limit`) at offset `e` would
+/// be admitted, with the counters `prev`, `cur` of the current window.
+fn retry(w: Micros, limit: u64, e: Micros, prev: u64, cur: u64, cost: u64) -> Micros {
+    if cur + cost <= limit && prev > 0 {
+        let r = (limit - cur - cost) * WEIGHT_SCALE / prev;
+        let first = first_offset_with_weight(w, r.min(WEIGHT_SCALE));
+        if first < w {
+            return first.saturating_sub(e);
+        }
+    }
+    // In the next window the current count becomes `prev`, decaying from
+    // full weight, and nothing is current.
+    let e2 = match ((limit - cost) * WEIGHT_SCALE).checked_div(cur) {
+        Some(r2) if r2 < WEIGHT_SCALE => first_offset_with_weight(w, r2),
+        _ => 0,
+    };
+    (w - e) + e2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{ms, s, steps, T0};
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(limit: u64, w: Micros) -> Params {
+        Params::new(limit, w).unwrap()
+    }
+
+    #[test]
+    fn rejects_meaningless_params() {
+        assert_eq!(Params::new(0, s(1)), Err(ParamError::Zero("limit")));
+        assert_eq!(Params::new(1, 0), Err(ParamError::Zero("window")));
+        assert!(Params::new(1, MAX_WINDOW + 1).is_err());
+    }
+
+    #[test]
+    fn weight_is_in_thousandths_rounded_up() {
+        assert_eq!(weight(s(10), 0), 1000);
+        assert_eq!(weight(s(10), 1), 1000);
+        assert_eq!(weight(s(10), ms(10)), 999);
+        assert_eq!(weight(s(10), s(5)), 500);
+        assert_eq!(weight(s(10), s(10) - 1), 1);
+        assert_eq!(first_offset_with_weight(s(10), 500), s(5));
+        assert_eq!(first_offset_with_weight(s(10), 0), s(10));
+    }
+
+    #[test]
+    fn scripted_sequence_across_windows() {
+        let p = p(10, s(10));
+        let mut st = State::default();
+        let t = T0 + s(1);
+        for i in 0..10 {
+            let v = check(&p, &st, t, 1);
+            assert!(v.allowed);
+            assert_eq!(v.remaining, 9 - i);
+            assert_eq!(v.reset_after, s(10));
+            assert_eq!(v.ttl, s(19));
+            st = v.state;
+        }
+        assert_eq!(
+            st,
+            State {
+                ws: T0,
+                cur: 10,
+                prev: 0
+            }
+        );
+        // Full: the next window admits once prev's weight is <= 0.9.
+        let v = check(&p, &st, t, 1);
+        assert!(!v.allowed);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.retry_after, Some(s(10)));
+        assert!(!check(&p, &st, T0 + s(11) - 1, 1).allowed);
+        let v = check(&p, &st, T0 + s(11), 1);
+        assert!(v.allowed);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(
+            v.state,
+            State {
+                ws: T0 + s(10),
+                cur: 1,
+                prev: 10
+            }
+        );
+        st = v.state;
+        // Half-way through: prev counts for 5, cur is 1 -> room 4.
+        let at = T0 + s(15);
+        let v = check(&p, &st, at, 5);
+        assert!(!v.allowed);
+        assert_eq!(v.remaining, 4);
+        // Needs prev's weight <= 0.4, at e = 6 s.
+        assert_eq!(v.retry_after, Some(s(1)));
+        assert!(!check(&p, &st, at + s(1) - 1, 5).allowed);
+        assert!(check(&p, &st, at + s(1), 5).allowed);
+        let v = check(&p, &st, at, 4);
+        assert!(v.allowed);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.reset_after, s(10));
+        assert_eq!(v.ttl, s(15));
+    }
+
+    #[test]
+    fn retry_in_the_next_window_and_the_one_after() {
+        let p = p(10, s(10));
+        // cur = 10 and a cost of 10: prev must have fully decayed -> the
+        // window after the next.
+        let st = State {
+            ws: T0,
+            cur: 10,
+            prev: 0,
+        };
+        let v = check(&p, &st, T0 + s(3), 10);
+        assert_eq!(v.retry_after, Some(s(17)));
+        assert!(!check(&p, &st, T0 + s(20) - 1, 10).allowed);
+        assert!(check(&p, &st, T0 + s(20), 10).allowed);
+        // cur = 4, cost 8: next window once 4 * wt <= 2000 (wt <= 500).
+        let st = State {
+            ws: T0,
+            cur: 4,
+            prev: 9,
+        };
+        let v = check(&p, &st, T0 + s(3), 8);
+        assert_eq!(v.retry_after, Some(s(12)));
+    }
+
+    #[test]
+    fn cost_above_the_limit_never_passes() {
+        let v = check(&p(10, s(10)), &State::default(), T0, 11);
+        assert!(!v.allowed);
+        assert_eq!(v.retry_after, None);
+        assert_eq!(v.retry_hint(), s(10));
+        assert_eq!(v.remaining, 10);
+        assert_eq!(v.ttl, 0);
+    }
+
+    #[test]
+    fn long_idle_forgets_everything() {
+        let st = State {
+            ws: T0,
+            cur: 10,
+            prev: 10,
+        };
+        let v = check(&p(10, s(10)), &st, T0 + 500 * 365 * DAY, 10);
+        assert!(v.allowed);
+        assert_eq!(v.state.prev, 0);
+    }
+
+    #[test]
+    fn parameter_changes_stay_sane() {
+        // Counters above a lowered limit are clamped to it.
+        let st = State {
+            ws: T0,
+            cur: 50,
+            prev: 80,
+        };
+        let v = check(&p(10, s(10)), &st, T0 + s(5), 1);
+        assert!(!v.allowed);
+        assert_eq!(
+            v.state,
+            State {
+                ws: T0,
+                cur: 10,
+                prev: 10
+            }
+        );
+        assert!(v.retry_after.is_some());
+        // A shorter window: the old window started within the previous one.
+        let st = State {
+            ws: T0,
+            cur: 6,
+            prev: 4,
+        };
+        let v = check(&p(10, s(5)), &st, T0 + s(7), 1);
+        assert_eq!(
+            v.state,
+            State {
+                ws: T0 + s(5),
+                cur: 1,
+                prev: 6
+            }
+        );
+    }
+
+    /// A state reached by real traffic from a fresh key.
+    fn replay(p: &Params, history: &[(Micros, u64)]) -> (State, Micros) {
+        let mut st = State::default();
+        let mut now = T0;
+        for &(g, c) in history {
+            now += g;
+            let v = check(p, &st, now, c);
+            if v.allowed {
+                st = v.state;
+            }
+        }
+        (st, now)
+    }
+
+    proptest! {
+        #[test]
+        fn any_input_is_total(
+            limit in 1u64..=MAX_COUNT,
+            w in 1u64..=MAX_WINDOW,
+            ws: u64, cur: u64, prev: u64, now: u64, cost: u64,
+        ) {
+            let p = Params::new(limit, w).unwrap();
+            let v = check(&p, &State { ws, cur, prev }, now, cost);
+            prop_assert!(v.reset_after <= v.window);
+        }
+
+        #[test]
+        fn never_more_than_limit_per_window(
+            limit in 1u64..20,
+            w in 1u64..5_000,
+            history in steps(3_000, 6, 200),
+        ) {
+            let p = p(limit, w);
+            let mut st = State::default();
+            let mut now = T0;
+            let mut taken: std::collections::BTreeMap<Micros, u64> = Default::default();
+            for (gap, cost) in history {
+                now += gap;
+                let v = check(&p, &st, now, cost);
+                prop_assert!(v.reset_after <= v.window);
+                prop_assert!(v.ttl <= 2 * v.window);
+                if v.allowed {
+                    *taken.entry(now - now % w).or_default() += cost;
+                    st = v.state;
+                }
+            }
+            for (_, n) in taken {
+                prop_assert!(n <= limit);
+            }
+        }
+
+        #[test]
+        fn retry_after_is_exact(
+            limit in 1u64..30,
+            w in 1u64..50_000,
+            history in steps(20_000, 8, 60),
+            gap in 0u64..20_000,
+            cost in 1u64..35,
+        ) {
+            let p = p(limit, w);
+            let (st, now) = replay(&p, &history);
+            let now = now + gap;
+            let v = check(&p, &st, now, cost);
+            match v.retry_after {
+                Some(0) => prop_assert!(v.allowed),
+                Some(r) => {
+                    prop_assert!(!v.allowed);
+                    prop_assert!(!check(&p, &st, now + r - 1, cost).allowed);
+                    prop_assert!(check(&p, &st, now + r, cost).allowed);
+                }
+                None => prop_assert!(!v.allowed && cost > limit),
+            }
+        }
+
+        #[test]
+        fn remaining_is_what_fits(
+            limit in 1u64..30,
+            w in 1u64..50_000,
+            history in steps(20_000, 8, 60),
+            gap in 0u64..20_000,
+        ) {
+            let p = p(limit, w);
+            let (st, now) = replay(&p, &history);
+            let now = now + gap;
+            let v = check(&p, &st, now, 1);
+            let room = if v.allowed { v.remaining + 1 } else { v.remaining };
+            prop_assert!(room == 0 || check(&p, &st, now, room).allowed);
+            prop_assert!(!check(&p, &st, now, room + 1).allowed);
+        }
+    }
+}

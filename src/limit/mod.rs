@@ -1,0 +1,3 @@
+//! Throttling.
+
+pub mod algorithm;
