@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway::{run_cli, temp_dir, Launch};
+use common::gateway::{parse_metric, run_cli, temp_dir, Launch};
 use common::{client, config, config_with_server, eventually, raw, Echo, Gateway};
 use http::Method;
 
@@ -369,7 +369,28 @@ async fn thirty_sighup_reloads_under_load_fail_no_request() {
         gw.sighup();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The 30th file was invalid: refused, and counted.
+    eventually(
+        Duration::from_secs(5),
+        "a failed reload to be counted",
+        || async { (metric0(&gw, FAIL).await >= 1.0).then_some(()) },
+    )
+    .await;
+    assert!(gw.generation().await > g0);
+    assert!(gw.config_state().await["last_error"].is_string());
+    // A last valid file, still under load.
+    gw.rewrite_config(&cfg(&echo, &["final"]));
+    gw.sighup();
+    eventually(
+        Duration::from_secs(5),
+        "the final config to be served",
+        || async {
+            let r = client::get(gw.addr(), "/final").await;
+            (r.status == 200).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let (ok, failures) = hammer.finish().await;
     assert!(
         failures.is_empty(),
@@ -377,16 +398,7 @@ async fn thirty_sighup_reloads_under_load_fail_no_request() {
         failures.len(),
         &failures[..failures.len().min(5)]
     );
-    assert!(ok > 100, "only {ok} requests in ~3.5 s");
-    // The last valid file (v29) is live; the invalid v30 was refused.
-    eventually(Duration::from_secs(5), "v29 to be served", || async {
-        let r = client::get(gw.addr(), "/v29").await;
-        (r.status == 200).then_some(())
-    })
-    .await;
-    assert!(gw.generation().await > g0);
-    assert!(metric0(&gw, FAIL).await >= 1.0);
-    assert!(gw.config_state().await["last_error"].is_string());
+    assert!(ok > 100, "only {ok} requests during 31 reloads");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,15 +439,12 @@ async fn admin_api_answers_and_stays_off_the_traffic_port() {
         "{:?}",
         m.headers
     );
-    assert!(
-        m.text().contains("tollgate_config_generation"),
-        "{}",
-        m.text()
-    );
-    assert!(
-        m.text().contains("tollgate_config_reloads_total"),
-        "{}",
-        m.text()
+    let text = m.text();
+    let g = gw.generation().await;
+    assert_eq!(
+        parse_metric(&text, "tollgate_config_generation"),
+        Some(g as f64),
+        "{text}"
     );
     let c = gw.config_state().await;
     for k in ["generation", "loaded_at", "sha256", "last_error"] {
@@ -461,6 +470,14 @@ async fn admin_api_answers_and_stays_off_the_traffic_port() {
     // And the admin port does not proxy.
     assert_eq!(gw.admin_get("/e/x").await.status, 404);
     assert_eq!(echo.count(), 0);
+    // Both reload series exist from the start (so a rate or an alert on
+    // failures works before the first one); no reload has failed yet.
+    assert!(parse_metric(&text, OK).is_some(), "no {OK} series:\n{text}");
+    assert_eq!(
+        parse_metric(&text, FAIL),
+        Some(0.0),
+        "no {FAIL} series at 0:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -587,11 +604,30 @@ async fn sigint_exits_0() {
     assert_eq!(status.code(), Some(0));
 }
 
-fn write_temp(name: &str, contents: &str) -> std::path::PathBuf {
+/// A file in its own temp directory; both go on drop.
+struct TempFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn write_temp(name: &str, contents: &str) -> TempFile {
     let dir = temp_dir("cli");
-    let p = dir.join(name);
-    std::fs::write(&p, contents).unwrap();
-    p
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    TempFile { dir, path }
 }
 
 fn non_empty_lines(s: &str) -> Vec<&str> {
@@ -727,7 +763,8 @@ fn check_reads_tollgate_config_when_no_flag() {
     assert_eq!(code, 1, "TOLLGATE_CONFIG must be read: {err}");
     assert!(err.contains(&bad.display().to_string()), "{err}");
     // A missing file: exit 1, one line naming it.
-    let missing = temp_dir("cli").join("missing.yaml");
+    let holder = write_temp("present.yaml", "");
+    let missing = holder.dir.join("missing.yaml");
     let (code, _, err) = run_cli(&["check", "-c", &missing.display().to_string()], &[], None);
     assert_eq!(code, 1);
     let lines = non_empty_lines(&err);

@@ -425,11 +425,40 @@ async fn bad_chunk_sizes_are_rejected_and_nothing_is_forwarded() {
             "overflowing chunk size",
             "fffffffffffffffffff\r\nhello\r\n0\r\n\r\n",
         ),
-        ("chunk longer than its size", "2\r\nhello\r\n0\r\n\r\n"),
+        ("negative chunk size", "-5\r\nhello\r\n0\r\n\r\n"),
     ] {
         let req =
             format!("POST /chunk HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
         assert_rejected(&gw, &echo, what, req.as_bytes(), &[400], true, true).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_framing_error_mid_body_never_delivers_a_complete_request() {
+    // A streaming gateway may have sent the head upstream before the bad
+    // chunk arrives; it must then abort the upstream request rather than end
+    // it cleanly, so the upstream never acts on a truncated body.
+    let (gw, echo) = smuggling_gateway().await;
+    for (what, body) in [
+        ("chunk longer than its size", "2\r\nhello\r\n0\r\n\r\n"),
+        (
+            "bad size after a good chunk",
+            "5\r\nhello\r\nzz\r\nworld\r\n0\r\n\r\n",
+        ),
+    ] {
+        let req =
+            format!("POST /chunk HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+        let ex = raw::exchange(gw.addr(), req.as_bytes()).await;
+        if let Some(r) = &ex.response {
+            assert_eq!(r.status, 400, "{what}: {:?} {:?}", r.status_line, r.text());
+        }
+        assert!(ex.closed, "{what}: the connection was left open");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            echo.completed(),
+            0,
+            "{what}: the upstream received a complete request"
+        );
     }
 }
 

@@ -196,8 +196,8 @@ pub enum Proto {
 
 /// Sends one request on a new connection to `addr`, whatever the request's
 /// URI or Host say. For HTTP/1.1 the URI's path and query are written as the
-/// request-target; for h2c the URI (which must be absolute) gives `:scheme`
-/// and `:authority`.
+/// request-target (and `Host` is the URI's authority unless set); for h2c the
+/// URI (which must be absolute) gives `:scheme` and `:authority`.
 pub async fn send_on_new_conn(
     addr: SocketAddr,
     proto: Proto,
@@ -216,12 +216,12 @@ pub async fn send_on_new_conn(
                     .map_err(|e| format!("h1 handshake: {e}"))?;
                 tokio::spawn(conn);
                 let (mut parts, body) = req.into_parts();
-                // HTTP/1.1 needs a Host field (the gateway answers 400 without one).
-                if !parts.headers.contains_key(hyper::header::HOST) {
-                    if let Some(authority) = parts.uri.authority() {
-                        if let Ok(v) = hyper::header::HeaderValue::from_str(authority.as_str()) {
-                            parts.headers.insert(hyper::header::HOST, v);
-                        }
+                // Like any HTTP/1.1 client: Host from the URI unless given.
+                if !parts.headers.contains_key(http::header::HOST) {
+                    if let Some(a) = parts.uri.authority() {
+                        let v = http::HeaderValue::from_str(a.as_str())
+                            .map_err(|e| format!("host: {e}"))?;
+                        parts.headers.insert(http::header::HOST, v);
                     }
                 }
                 let pq = parts

@@ -16,8 +16,8 @@
 //! - `/hop`: a response carrying hop-by-hop headers;
 //! - `/close`: the connection is dropped without an answer.
 //!
-//! The echo counts requests (at the moment their head arrives) and body bytes,
-//! and records each request's head.
+//! The echo counts requests (at the moment their head arrives), requests whose
+//! body arrived whole, and body bytes, and records each request's head.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -85,6 +85,7 @@ impl Recorded {
 struct State {
     requests: AtomicUsize,
     in_flight: AtomicUsize,
+    completed: AtomicUsize,
     body_bytes: AtomicU64,
     log: Mutex<Vec<Recorded>>,
 }
@@ -153,6 +154,11 @@ impl Echo {
     /// Requests received so far (counted when their head arrived).
     pub fn count(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Requests whose body was received whole (ended without an error).
+    pub fn completed(&self) -> usize {
+        self.state.completed.load(Ordering::SeqCst)
     }
 
     /// Requests being handled right now.
@@ -274,6 +280,8 @@ async fn handle(
             }
         }
     }
+
+    st.completed.fetch_add(1, Ordering::SeqCst);
 
     let mut status = StatusCode::OK;
     if let Some(code) = p.strip_prefix("/status/") {
