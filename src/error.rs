@@ -44,6 +44,9 @@ pub enum GatewayError {
     /// The upstream did not answer within the route's timeout.
     #[error("upstream timed out")]
     UpstreamTimeout,
+    /// The limit store could not decide and `on_error: deny` applies.
+    #[error("limit store unavailable")]
+    LimiterUnavailable,
 }
 
 impl GatewayError {
@@ -68,6 +71,9 @@ impl GatewayError {
                 (StatusCode::SERVICE_UNAVAILABLE, "no_healthy_upstream")
             }
             GatewayError::UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+            GatewayError::LimiterUnavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable")
+            }
         }
     }
 

@@ -44,6 +44,10 @@ pub struct AccessRecord {
     pub upstream: Option<Arc<str>>,
     /// The response status.
     pub status: u16,
+    /// What the route's limits decided: `none` (no limit applied),
+    /// `allowed`, `delayed`, `shadow_rejected`, `rejected`, `locked_out`,
+    /// `unavailable`.
+    pub decision: &'static str,
     /// When the request arrived.
     pub started: Instant,
 }
@@ -63,6 +67,7 @@ impl AccessRecord {
             route = self.route.as_deref().unwrap_or_default(),
             upstream = self.upstream.as_deref().unwrap_or_default(),
             status = self.status,
+            limit = self.decision,
             duration_ms = (duration_ms * 1000.0).round() / 1000.0,
             bytes,
             completed,

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! load runtime -> identify client -> deny list -> check framing and Host
-//!   -> normalise path -> match route -> [limits: decided here] -> check body size
+//!   -> normalise path -> match route -> limits -> check body size
 //!   -> respond | forward -> response headers -> access log (when the body ends)
 //! ```
 //!
@@ -12,7 +12,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Version};
@@ -22,7 +22,11 @@ use hyper::body::Incoming;
 
 use crate::body::{self, Body, Finish};
 use crate::error::GatewayError;
+use crate::config::HeaderStyle;
 use crate::identity;
+use crate::limit::engine::{Decision, Figure, Leases};
+use crate::limit::headers::{self as limit_headers, LimitFigures};
+use crate::limit::key::RequestView;
 use crate::log::AccessRecord;
 use crate::metrics::RequestLabels;
 use crate::proxy::headers::{incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded};
@@ -75,9 +79,10 @@ pub async fn handle(
         route: None,
         upstream: None,
         status: 0,
+        decision: "none",
         started,
     };
-    let (response, in_flight) = match route_request(
+    let (response, held) = match route_request(
         req,
         &rt,
         &mut record,
@@ -91,10 +96,10 @@ pub async fn handle(
         Ok(answer) => answer,
         Err(error) => {
             tracing::debug!(request_id = record.request_id.to_str().unwrap_or_default(), %error, "request rejected");
-            (error.response(&record.request_id), None)
+            (error.response(&record.request_id), Held::default())
         }
     };
-    finish(response, record, shared, conn, in_flight)
+    finish(response, record, shared, conn, held)
 }
 
 /// The stages between identifying the client and the response head.
@@ -106,7 +111,7 @@ async fn route_request(
     trusted: bool,
     conn: &ConnInfo,
     number: u64,
-) -> Result<(Response<Body>, Option<InFlight>), GatewayError> {
+) -> Result<(Response<Body>, Held), GatewayError> {
     let server = &rt.config.server;
     if identity::in_any(peer, &server.deny) || identity::in_any(record.client, &server.deny) {
         return Err(GatewayError::Denied);
@@ -143,7 +148,61 @@ async fn route_request(
     let route = &rt.routes[index];
     record.route = Some(route.name.clone());
 
-    // Limits are decided here, between matching the route and answering it.
+    // Limits: decided here, between matching the route and answering it.
+    let mut held = Held::default();
+    let mut figures = Vec::new();
+    if !route.limits.is_empty() {
+        let view = RequestView {
+            client: record.client,
+            headers: req.headers(),
+            query: req.uri().query(),
+            route: &route.name,
+            ipv6_prefix: server.ipv6_prefix,
+        };
+        match rt.limiter.check(&route.limits, &view).await {
+            Decision::Allow {
+                delay,
+                figures: f,
+                leases,
+                shadow_rejected,
+            } => {
+                record.decision = if delay > 0 {
+                    "delayed"
+                } else if shadow_rejected {
+                    "shadow_rejected"
+                } else {
+                    "allowed"
+                };
+                figures = f;
+                held.leases = leases;
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_micros(delay)).await;
+                }
+            }
+            Decision::Reject {
+                locked_out,
+                limit,
+                retry_after,
+                figures,
+            } => {
+                record.decision = if locked_out { "locked_out" } else { "rejected" };
+                let mut response = limit_headers::rejection(
+                    route.reject_status,
+                    locked_out,
+                    &limit,
+                    retry_after,
+                    &record.request_id,
+                    limit_headers::is_grpc(req.headers()),
+                );
+                add_limit_headers(&mut response, route.header_style, &figures);
+                return Ok((response, held));
+            }
+            Decision::Unavailable => {
+                record.decision = "unavailable";
+                return Err(GatewayError::LimiterUnavailable);
+            }
+        }
+    }
 
     if let (Some(max), Some(len)) = (server.max_body_bytes, content_length(req.headers())) {
         if len > max {
@@ -160,7 +219,8 @@ async fn route_request(
             let mut response = Response::new(body::full(body.clone()));
             *response.status_mut() = *status;
             *response.headers_mut() = headers.clone();
-            Ok((response, None))
+            add_limit_headers(&mut response, route.header_style, &figures);
+            Ok((response, held))
         }
         Action::Upstream(pool) => {
             let forwarded_path = if route.strip_prefix {
@@ -205,14 +265,38 @@ async fn route_request(
             };
             let (response, in_flight) = proxy::forward(pool, out).await?;
             record.upstream = Some(in_flight.label().clone());
+            held.in_flight = Some(in_flight);
             let (mut parts, incoming) = response.into_parts();
             strip_hop_by_hop_keeping_trailers(&mut parts.headers);
-            Ok((
-                Response::from_parts(parts, body::boxed(incoming)),
-                Some(in_flight),
-            ))
+            let mut response = Response::from_parts(parts, body::boxed(incoming));
+            add_limit_headers(&mut response, route.header_style, &figures);
+            Ok((response, held))
         }
     }
+}
+
+/// What a request holds until its response body ends: its place in the
+/// upstream target's in-flight count, and its concurrency leases.
+#[derive(Default)]
+struct Held {
+    in_flight: Option<InFlight>,
+    leases: Option<Leases>,
+}
+
+/// Add the route's rate-limit headers for `figures` to `response`.
+fn add_limit_headers(response: &mut Response<Body>, style: HeaderStyle, figures: &[Figure]) {
+    if figures.is_empty() {
+        return;
+    }
+    let limits: Vec<LimitFigures<'_>> = figures
+        .iter()
+        .map(|f| LimitFigures {
+            name: &f.name,
+            outcome: &f.outcome,
+            concurrency: f.concurrency,
+        })
+        .collect();
+    limit_headers::add_headers(response.headers_mut(), style, &limits);
 }
 
 /// Last stage: stamp the response, count it, and arrange for the access-log
@@ -222,7 +306,7 @@ fn finish(
     mut record: AccessRecord,
     shared: &Arc<Shared>,
     conn: &Arc<ConnInfo>,
-    in_flight: Option<InFlight>,
+    held: Held,
 ) -> Response<Body> {
     response
         .headers_mut()
@@ -239,7 +323,7 @@ fn finish(
     let conn = conn.clone();
     response.map(move |body| {
         body::boxed(Finish::new(body, move |bytes, completed| {
-            drop(in_flight);
+            drop(held);
             record.emit(bytes, completed);
             conn.activity.end(conn.started.elapsed().as_millis() as u64);
         }))

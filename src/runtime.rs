@@ -13,7 +13,9 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-use crate::config::{Config, PathMatch, RouteAction};
+use crate::config::{Config, HeaderStyle, PathMatch, RouteAction};
+use crate::limit::engine::{Limiter, LimiterError};
+use crate::limit::policy::{Policy, PolicyError};
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};
 use crate::route::Router;
@@ -34,6 +36,11 @@ pub struct Runtime {
     pub routes: Vec<RouteRuntime>,
     /// The upstream pools by name.
     pub upstreams: HashMap<String, Arc<UpstreamPool>>,
+    /// Every limit, compiled, by name.
+    pub policies: HashMap<String, Arc<Policy>>,
+    /// The limiter (store, deny cache); shared with the previous generation
+    /// while `store:` is unchanged, so limit state survives reloads.
+    pub limiter: Arc<Limiter>,
 }
 
 /// What a route does once matched.
@@ -65,6 +72,12 @@ pub struct RouteRuntime {
     pub timeout: Duration,
     /// Respond or forward.
     pub action: Action,
+    /// The route's limits, in order.
+    pub limits: Vec<Arc<Policy>>,
+    /// The status of a rejection.
+    pub reject_status: StatusCode,
+    /// Which rate-limit headers to send.
+    pub header_style: HeaderStyle,
 }
 
 /// Why a config could not be turned into a runtime.
@@ -76,6 +89,15 @@ pub enum BuildError {
     /// A route names an upstream that does not exist (validation prevents it).
     #[error("unknown upstream {0:?}")]
     UnknownUpstream(String),
+    /// A route names a limit that does not exist (validation prevents it).
+    #[error("unknown limit {0:?}")]
+    UnknownLimit(String),
+    /// A limit's parameters are unusable.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The limit store could not be set up.
+    #[error(transparent)]
+    Limiter(#[from] LimiterError),
 }
 
 impl Runtime {
@@ -99,6 +121,12 @@ impl Runtime {
             };
             upstreams.insert(up.name.clone(), pool);
         }
+
+        let mut policies = HashMap::with_capacity(config.limits.len());
+        for limit in &config.limits {
+            policies.insert(limit.name.clone(), Arc::new(Policy::compile(limit)?));
+        }
+        let limiter = Limiter::build(&config.store, previous.map(|p| &p.limiter))?;
 
         let mut matchers = Vec::with_capacity(config.routes.len());
         let mut routes = Vec::with_capacity(config.routes.len());
@@ -131,7 +159,20 @@ impl Runtime {
                     (Action::Upstream(pool), timeout)
                 }
             };
+            let limits = route
+                .limits
+                .iter()
+                .map(|name| {
+                    policies
+                        .get(name)
+                        .cloned()
+                        .ok_or_else(|| BuildError::UnknownLimit(name.clone()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             routes.push(RouteRuntime {
+                limits,
+                reject_status: route.limit_response.status,
+                header_style: route.limit_response.headers,
                 name: route.name.as_str().into(),
                 path: route.path.clone(),
                 strip_prefix: route.strip_prefix,
@@ -149,6 +190,8 @@ impl Runtime {
             router: Router::new(matchers),
             routes,
             upstreams,
+            policies,
+            limiter,
         })
     }
 }

@@ -13,6 +13,9 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use crate::body::{self, Body};
+use crate::limit::engine::now_micros;
+use crate::limit::headers::secs_ceil;
+use crate::limit::{key, Check};
 use crate::reload::Gateway;
 
 /// Serve the admin API on `listener` for as long as the process runs.
@@ -91,7 +94,11 @@ pub async fn handle(req: Request<Incoming>, gateway: &Gateway) -> Response<Body>
             );
             response
         }
-        (_, "/healthz" | "/readyz" | "/config" | "/reload" | "/metrics") => json(
+        (&Method::GET, "/lockouts") => lockouts(gateway).await,
+        (&Method::GET | &Method::DELETE, p) if p.starts_with("/limits/") => {
+            limit_state(method, &p["/limits/".len()..], gateway).await
+        }
+        (_, "/healthz" | "/readyz" | "/config" | "/reload" | "/metrics" | "/lockouts") => json(
             StatusCode::METHOD_NOT_ALLOWED,
             serde_json::json!({"error": "method_not_allowed"}),
         ),
@@ -100,6 +107,147 @@ pub async fn handle(req: Request<Incoming>, gateway: &Gateway) -> Response<Body>
             serde_json::json!({"error": "not_found"}),
         ),
     }
+}
+
+/// `GET` / `DELETE /limits/{limit}/{key}`: one (limit, client)'s state, or
+/// reset it (and lift any lockout) on every instance.
+async fn limit_state(method: &Method, rest: &str, gateway: &Gateway) -> Response<Body> {
+    let rt = gateway.shared.runtime.load_full();
+    let Some((limit, key)) = rest.split_once('/') else {
+        return json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "not_found"}),
+        );
+    };
+    let (Some(limit), Some(display)) = (percent_decode(limit), percent_decode(key)) else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "bad_key", "message": "invalid percent-encoding"}),
+        );
+    };
+    let Some(policy) = rt.policies.get(&limit) else {
+        return json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "unknown_limit", "limit": limit}),
+        );
+    };
+    let Some(store_key) = key::store_key_of_display(&policy.namespace, &policy.sources, &display)
+    else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "bad_key", "message": "the key does not fit the limit's key sources"}),
+        );
+    };
+    if method == Method::DELETE {
+        return match rt.limiter.reset(&store_key).await {
+            Ok(()) => json(
+                StatusCode::OK,
+                serde_json::json!({"limit": limit, "key": display, "reset": true}),
+            ),
+            Err(error) => json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"error": "limiter_unavailable", "message": error}),
+            ),
+        };
+    }
+    let check = Check {
+        key: store_key,
+        params: policy.params.clone(),
+        cost: 1,
+        lockout: policy.lockout,
+        shadow: policy.shadow,
+        lease: 0,
+    };
+    match rt.limiter.inspect(&check).await {
+        Ok((algo, lock)) => {
+            let now = now_micros();
+            let fresh = algo.is_none();
+            let state = algo.unwrap_or_else(|| policy.params.fresh());
+            // A request of cost 1 now: what it would leave, and when the
+            // quota would be whole again.
+            let v = policy.params.check(&state, now, 1, 0);
+            let remaining = if v.allowed {
+                (v.remaining + 1).min(v.limit)
+            } else {
+                v.remaining
+            };
+            let locked = lock.locked(now);
+            json(
+                StatusCode::OK,
+                serde_json::json!({
+                    "limit": limit,
+                    "key": display,
+                    "algorithm": policy.params.name(),
+                    "quota": v.limit,
+                    "remaining": remaining,
+                    "reset": if fresh { 0 } else { secs_ceil(v.reset_after) },
+                    "locked": locked,
+                    "locked_until": locked.then(|| rfc3339(lock.lu)),
+                    "locked_for": if locked { secs_ceil(lock.lu - now) } else { 0 },
+                    "strikes": lock.n,
+                    "lockouts": lock.lv,
+                }),
+            )
+        }
+        Err(error) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"error": "limiter_unavailable", "message": error}),
+        ),
+    }
+}
+
+/// `GET /lockouts`: the clients locked out now, per limit.
+async fn lockouts(gateway: &Gateway) -> Response<Body> {
+    let rt = gateway.shared.runtime.load_full();
+    match rt.limiter.lockouts().await {
+        Ok(list) => {
+            let mut by_limit: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+                Default::default();
+            let count = list.len();
+            for (store_key, left) in list {
+                let (limit, display) = rt
+                    .limiter
+                    .label_of(&store_key)
+                    .map(|(l, d)| (l.to_string(), d))
+                    .unwrap_or_else(|| ("unknown".to_string(), key::hex(&store_key)));
+                by_limit.entry(limit).or_default().push(serde_json::json!({
+                    "key": display,
+                    "remaining": secs_ceil(left),
+                }));
+            }
+            json(
+                StatusCode::OK,
+                serde_json::json!({"count": count, "lockouts": by_limit}),
+            )
+        }
+        Err(error) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"error": "limiter_unavailable", "message": error}),
+        ),
+    }
+}
+
+fn rfc3339(us: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Decode `%XX` escapes (the admin `{key}` is percent-encoded in the URL).
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Whether the request carries the admin token (or none is configured).

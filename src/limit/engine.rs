@@ -1,0 +1,428 @@
+//! The limiter: what the pipeline calls between "match route" and
+//! "forward". It turns a route's limits into [`Check`]s for this client
+//! (keys, exemptions, overrides), answers from the local deny cache when it
+//! can, otherwise makes the one store call, applies `on_error` when the store
+//! cannot answer, and remembers rejections in the deny cache.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::config::{OnError, StoreBackend, StoreConfig};
+use crate::limit::deny_cache::DenyCache;
+use crate::limit::key::{client_key, client_matches, KeyOutcome, RequestView};
+use crate::limit::policy::Policy;
+use crate::limit::store::memory::MemoryStore;
+use crate::limit::store::redis::RedisStore;
+use crate::limit::{Check, Micros, Outcome, Status, StoreKey};
+
+/// How many (limit, client) rejections the deny cache remembers at most.
+const DENY_CACHE_CAPACITY: usize = 100_000;
+
+/// The wall clock in microseconds since the Unix epoch.
+pub fn now_micros() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// One limit's figures for the rate-limit headers.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// The limit's name.
+    pub name: Arc<str>,
+    /// What it said.
+    pub outcome: Outcome,
+    /// A `concurrency` limit (its policy item says so).
+    pub concurrency: bool,
+}
+
+/// What the limiter says of a request.
+pub enum Decision {
+    /// Forward it, after `delay`. `figures` feed the rate-limit headers
+    /// (empty when no limit applied or the store could not decide);
+    /// `leases` must live until the response ends.
+    Allow {
+        /// Hold the request this long first.
+        delay: Micros,
+        /// Header figures, one per limit that applied.
+        figures: Vec<Figure>,
+        /// Concurrency leases, released when dropped.
+        leases: Option<Leases>,
+        /// Some limit in shadow mode would have rejected it.
+        shadow_rejected: bool,
+    },
+    /// Reject it.
+    Reject {
+        /// `locked_out` rather than `rate_limited`.
+        locked_out: bool,
+        /// The limit that rejected it.
+        limit: Arc<str>,
+        /// The wait to advertise.
+        retry_after: Micros,
+        /// Header figures.
+        figures: Vec<Figure>,
+    },
+    /// The store could not decide and `on_error: deny` says 503.
+    Unavailable,
+}
+
+enum Backend {
+    Memory,
+    Redis(Arc<RedisStore>),
+}
+
+/// The limiter of one store configuration; kept across reloads while the
+/// `store:` section is unchanged, so limit state survives them.
+pub struct Limiter {
+    config: StoreConfig,
+    backend: Backend,
+    /// The memory backend, or `on_error: local`'s fallback.
+    local: Arc<MemoryStore>,
+    deny: DenyCache,
+    /// (limit, display key) of the keys this instance locked out, so
+    /// `GET /lockouts` can name them (store keys are hashes).
+    labels: std::sync::Mutex<HashMap<StoreKey, (Arc<str>, String, Micros)>>,
+}
+
+/// How many lockout labels are kept at most.
+const LABELS_CAPACITY: usize = 100_000;
+
+/// Concurrency leases held by an admitted request; released on drop.
+pub struct Leases {
+    limiter: Arc<Limiter>,
+    checks: Vec<Check>,
+    local: bool,
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        let now = now_micros();
+        let checks = std::mem::take(&mut self.checks);
+        match (&self.limiter.backend, self.local) {
+            (Backend::Redis(redis), false) => {
+                let redis = redis.clone();
+                if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                    handle.spawn(async move {
+                        for c in &checks {
+                            if let Err(error) = redis.release(&c.key, c.lease, now).await {
+                                // The lease expires by itself after `lease`.
+                                tracing::debug!(%error, "concurrency release failed");
+                            }
+                        }
+                    });
+                }
+            }
+            _ => {
+                for c in &checks {
+                    self.limiter.local.release(c, now);
+                }
+            }
+        }
+    }
+}
+
+/// Why a limiter could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("store: {0}")]
+pub struct LimiterError(String);
+
+impl Limiter {
+    /// The limiter for `config`; reuses `previous` when its store config is
+    /// the same. Never waits on Redis: an unreachable Redis is the
+    /// `on_error` policy's business, not a start-up failure.
+    pub fn build(
+        config: &StoreConfig,
+        previous: Option<&Arc<Limiter>>,
+    ) -> Result<Arc<Limiter>, LimiterError> {
+        if let Some(p) = previous.filter(|p| p.config == *config) {
+            return Ok(p.clone());
+        }
+        let backend = match &config.backend {
+            StoreBackend::Memory => Backend::Memory,
+            StoreBackend::Redis { url } => Backend::Redis(Arc::new(
+                RedisStore::new(
+                    url,
+                    &config.prefix,
+                    config.timeout,
+                    config.clock == crate::config::Clock::Local,
+                )
+                .map_err(|e| LimiterError(e.to_string()))?,
+            )),
+            StoreBackend::RedisCluster { .. } => {
+                return Err(LimiterError(
+                    "backend redis_cluster is not supported yet; use redis".into(),
+                ))
+            }
+        };
+        let limiter = Arc::new(Limiter {
+            config: config.clone(),
+            backend,
+            local: Arc::new(MemoryStore::new()),
+            deny: DenyCache::new(DENY_CACHE_CAPACITY),
+            labels: std::sync::Mutex::new(HashMap::new()),
+        });
+        limiter.start_background();
+        Ok(limiter)
+    }
+
+    /// The sweeper of the memory store and, on Redis, the subscription to
+    /// resets from other instances. Needs a Tokio runtime (absent in `check`).
+    fn start_background(self: &Arc<Self>) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(limiter) = weak.upgrade() else { return };
+                let local = limiter.local.clone();
+                drop(limiter);
+                let _ = tokio::task::spawn_blocking(move || local.sweep(now_micros())).await;
+            }
+        });
+        if let Backend::Redis(redis) = &self.backend {
+            let mut resets = redis.subscribe_resets();
+            let weak = Arc::downgrade(self);
+            handle.spawn(async move {
+                while let Some(reset) = resets.recv().await {
+                    let Some(limiter) = weak.upgrade() else { return };
+                    match reset {
+                        Some(key) => limiter.deny.remove(&key),
+                        None => limiter.deny.clear(),
+                    }
+                }
+            });
+        }
+    }
+
+    /// Decide a request against its route's limits.
+    pub async fn check(self: &Arc<Self>, plan: &[Arc<Policy>], view: &RequestView<'_>) -> Decision {
+        let now = now_micros();
+        let mut checks = Vec::with_capacity(plan.len());
+        let mut applied: Vec<&Arc<Policy>> = Vec::with_capacity(plan.len());
+        let mut displays = Vec::with_capacity(plan.len());
+        for policy in plan {
+            if policy.exempt.iter().any(|m| client_matches(m, view)) {
+                continue;
+            }
+            let key = match client_key(&policy.namespace, &policy.sources, policy.on_missing, view)
+            {
+                KeyOutcome::Key(key) => key,
+                KeyOutcome::Skip => continue,
+                KeyOutcome::Deny => {
+                    return Decision::Reject {
+                        locked_out: false,
+                        limit: policy.name.clone(),
+                        retry_after: 0,
+                        figures: Vec::new(),
+                    }
+                }
+            };
+            let params = policy
+                .overrides
+                .iter()
+                .find(|(m, _)| client_matches(m, view))
+                .map_or_else(|| policy.params.clone(), |(_, p)| p.clone());
+            checks.push(Check {
+                key: key.store,
+                params,
+                cost: policy.cost,
+                lockout: if policy.shadow { None } else { policy.lockout },
+                shadow: policy.shadow,
+                lease: if policy.is_concurrency() {
+                    fastrand::u64(1..)
+                } else {
+                    0
+                },
+            });
+            applied.push(policy);
+            displays.push(key.display);
+        }
+        if checks.is_empty() {
+            return Decision::Allow {
+                delay: 0,
+                figures: Vec::new(),
+                leases: None,
+                shadow_rejected: false,
+            };
+        }
+
+        // The local deny cache: no store call for a client known rejected.
+        for (check, policy) in checks.iter().zip(&applied) {
+            if let Some((until, locked_out)) = self.deny.get(&check.key, now) {
+                let (q, w) = check.params.policy();
+                let left = until.saturating_sub(now);
+                let outcome = Outcome {
+                    status: if locked_out {
+                        Status::LockedOut
+                    } else {
+                        Status::Rejected
+                    },
+                    lock_started: false,
+                    delay: 0,
+                    limit: q,
+                    window: w,
+                    remaining: 0,
+                    reset: left.min(w),
+                    retry_after: left,
+                };
+                return Decision::Reject {
+                    locked_out,
+                    limit: policy.name.clone(),
+                    retry_after: left,
+                    figures: vec![Figure {
+                        name: policy.name.clone(),
+                        outcome,
+                        concurrency: policy.is_concurrency(),
+                    }],
+                };
+            }
+        }
+
+        let (outcomes, local) = match &self.backend {
+            Backend::Memory => (self.local.decide(&checks, now), true),
+            Backend::Redis(redis) => match redis.decide(&checks, now).await {
+                Ok(outcomes) => (outcomes, false),
+                Err(error) => {
+                    tracing::warn!(%error, policy = ?self.config.on_error, "limit store unavailable");
+                    match self.config.on_error {
+                        OnError::Local => (self.local.decide(&checks, now), true),
+                        OnError::Allow => {
+                            return Decision::Allow {
+                                delay: 0,
+                                figures: Vec::new(),
+                                leases: None,
+                                shadow_rejected: false,
+                            }
+                        }
+                        OnError::Deny => return Decision::Unavailable,
+                    }
+                }
+            },
+        };
+        self.conclude(checks, &applied, &displays, outcomes, now, local)
+    }
+
+    /// Turn the store's outcomes into a decision, and feed the deny cache.
+    fn conclude(
+        self: &Arc<Self>,
+        checks: Vec<Check>,
+        applied: &[&Arc<Policy>],
+        displays: &[String],
+        outcomes: Vec<Outcome>,
+        now: Micros,
+        local: bool,
+    ) -> Decision {
+        let mut figures = Vec::with_capacity(outcomes.len());
+        let mut worst: Option<(usize, Micros)> = None;
+        let mut delay = 0;
+        let mut shadow_rejected = false;
+        for (i, (outcome, policy)) in outcomes.iter().zip(applied).enumerate() {
+            match outcome.status {
+                Status::Rejected | Status::LockedOut => {
+                    let cacheable = outcome.status == Status::LockedOut || policy.lockout.is_none();
+                    if cacheable && outcome.retry_after > 0 {
+                        self.deny.insert(
+                            checks[i].key,
+                            now.saturating_add(outcome.retry_after),
+                            outcome.status == Status::LockedOut,
+                        );
+                    }
+                    if outcome.lock_started {
+                        self.label(checks[i].key, &policy.name, &displays[i], now + outcome.retry_after);
+                    }
+                    if worst.is_none_or(|(_, r)| outcome.retry_after > r) {
+                        worst = Some((i, outcome.retry_after));
+                    }
+                }
+                Status::ShadowRejected => shadow_rejected = true,
+                Status::Allowed | Status::NotConsumed => delay = delay.max(outcome.delay),
+            }
+            figures.push(Figure {
+                name: policy.name.clone(),
+                outcome: *outcome,
+                concurrency: policy.is_concurrency(),
+            });
+        }
+        if let Some((i, retry_after)) = worst {
+            return Decision::Reject {
+                locked_out: outcomes[i].status == Status::LockedOut,
+                limit: applied[i].name.clone(),
+                retry_after,
+                figures,
+            };
+        }
+        let lease_checks: Vec<Check> = checks.into_iter().filter(|c| c.lease != 0).collect();
+        let leases = (!lease_checks.is_empty()).then(|| Leases {
+            limiter: self.clone(),
+            checks: lease_checks,
+            local,
+        });
+        Decision::Allow {
+            delay,
+            figures,
+            leases,
+            shadow_rejected,
+        }
+    }
+
+    fn label(&self, key: StoreKey, limit: &Arc<str>, display: &str, until: Micros) {
+        let Ok(mut labels) = self.labels.lock() else {
+            return;
+        };
+        if labels.len() >= LABELS_CAPACITY {
+            let now = now_micros();
+            labels.retain(|_, l| l.2 > now);
+            if labels.len() >= LABELS_CAPACITY {
+                return;
+            }
+        }
+        labels.insert(key, (limit.clone(), display.to_owned(), until));
+    }
+
+    /// The (limit, display key) this instance knows a store key by.
+    pub fn label_of(&self, key: &StoreKey) -> Option<(Arc<str>, String)> {
+        let labels = self.labels.lock().ok()?;
+        labels.get(key).map(|l| (l.0.clone(), l.1.clone()))
+    }
+
+    /// Reset one key on every instance: the store, this deny cache, and
+    /// (through Redis pub/sub) the other instances' deny caches.
+    pub async fn reset(&self, key: &StoreKey) -> Result<(), String> {
+        self.deny.remove(key);
+        self.local.reset(key);
+        if let Backend::Redis(redis) = &self.backend {
+            redis.reset(key).await.map_err(|e| e.to_string())?;
+            redis
+                .publish_reset(key)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The live state of one (limit, client), for the admin API.
+    pub async fn inspect(
+        &self,
+        check: &Check,
+    ) -> Result<(Option<crate::limit::AlgoState>, crate::limit::LockState), String> {
+        let now = now_micros();
+        match &self.backend {
+            Backend::Memory => Ok(self.local.inspect(&check.key, now)),
+            Backend::Redis(redis) => redis.inspect(check, now).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Every (key, remaining) locked out now.
+    pub async fn lockouts(&self) -> Result<Vec<(StoreKey, Micros)>, String> {
+        let now = now_micros();
+        match &self.backend {
+            Backend::Memory => Ok(self.local.lockouts(now)),
+            Backend::Redis(redis) => redis.lockouts(now).await.map_err(|e| e.to_string()),
+        }
+    }
+}

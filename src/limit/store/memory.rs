@@ -1,0 +1,202 @@
+//! The in-memory store (SPEC §6 `memory`): the default backend, and what
+//! `on_error: local` falls back to.
+//!
+//! Entries live in [`SHARDS`] shards, each a `Mutex<HashMap>`, so there is no
+//! global lock on the hot path. A request's checks are decided inside one
+//! critical section: the shards of all its keys are locked together, in
+//! shard order so two requests can never deadlock, and the whole
+//! [`decide`](crate::limit::decide::decide) runs under them. Entries carry
+//! their expiry; an expired entry reads as a fresh key, and a sweeper removes
+//! expired entries and gives the memory back.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::limit::decide::{decide, Loaded};
+use crate::limit::state::AlgoState;
+use crate::limit::{Check, LockState, Micros, Outcome, StoreKey};
+
+/// How many shards the map is split into.
+pub const SHARDS: usize = 64;
+
+/// One (limit, client): its limit state and lockout state, each with its
+/// own expiry (0: absent).
+#[derive(Debug, Clone)]
+struct Entry {
+    algo: Option<AlgoState>,
+    algo_exp: Micros,
+    lock: Option<Box<(LockState, Micros)>>,
+}
+
+impl Entry {
+    fn is_dead(&self, now: Micros) -> bool {
+        self.algo_exp <= now && self.lock.as_ref().is_none_or(|l| l.1 <= now)
+    }
+}
+
+type Shard = HashMap<StoreKey, Entry>;
+
+/// The in-memory store.
+pub struct MemoryStore {
+    shards: Vec<Mutex<Shard>>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn shard_of(key: &StoreKey) -> usize {
+    // Keys are already uniform hashes.
+    key[0] as usize % SHARDS
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        // A panic while holding a shard cannot leave an entry half-written
+        // (entries are replaced whole), so a poisoned lock is still usable.
+        self.shards[shard]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Decide a request's `checks` at `now`, atomically over all their keys.
+    pub fn decide(&self, checks: &[Check], now: Micros) -> Vec<Outcome> {
+        let mut order: Vec<usize> = checks.iter().map(|c| shard_of(&c.key)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+            order.iter().map(|&s| (s, self.lock(s))).collect();
+        let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or(0);
+
+        let loaded: Vec<Loaded> = checks
+            .iter()
+            .map(|c| {
+                let g = &guards[guard_of(shard_of(&c.key))].1;
+                match g.get(&c.key) {
+                    Some(e) => Loaded {
+                        algo: if e.algo_exp > now { e.algo.clone() } else { None },
+                        lock: e
+                            .lock
+                            .as_ref()
+                            .filter(|l| l.1 > now)
+                            .map(|l| l.0)
+                            .unwrap_or_default(),
+                    },
+                    None => Loaded::default(),
+                }
+            })
+            .collect();
+        let (outcomes, writes) = decide(checks, &loaded, now);
+        for (check, write) in checks.iter().zip(writes) {
+            if write.algo.is_none() && write.lock.is_none() {
+                continue;
+            }
+            let g = &mut guards[guard_of(shard_of(&check.key))].1;
+            let entry = g.entry(check.key).or_insert(Entry {
+                algo: None,
+                algo_exp: 0,
+                lock: None,
+            });
+            if let Some((state, ttl)) = write.algo {
+                entry.algo = (ttl > 0).then_some(state);
+                entry.algo_exp = if ttl > 0 { now.saturating_add(ttl) } else { 0 };
+            }
+            if let Some((lock, ttl)) = write.lock {
+                entry.lock = (ttl > 0).then(|| Box::new((lock, now.saturating_add(ttl))));
+            }
+            if entry.is_dead(now) {
+                g.remove(&check.key);
+            }
+        }
+        outcomes
+    }
+
+    /// Give back a `concurrency` lease.
+    pub fn release(&self, check: &Check, now: Micros) {
+        let mut g = self.lock(shard_of(&check.key));
+        let Some(entry) = g.get_mut(&check.key) else {
+            return;
+        };
+        if let Some(AlgoState::Concurrency(leases)) = &entry.algo {
+            let released = crate::limit::algorithm::concurrency::release(leases, now, check.lease);
+            if released.ttl > 0 {
+                entry.algo = Some(AlgoState::Concurrency(released.state));
+                entry.algo_exp = now.saturating_add(released.ttl);
+            } else {
+                entry.algo = None;
+                entry.algo_exp = 0;
+            }
+        }
+        if entry.is_dead(now) {
+            g.remove(&check.key);
+        }
+    }
+
+    /// The live state of one key (admin `GET /limits/...`).
+    pub fn inspect(&self, key: &StoreKey, now: Micros) -> (Option<AlgoState>, LockState) {
+        let g = self.lock(shard_of(key));
+        match g.get(key) {
+            Some(e) => (
+                if e.algo_exp > now { e.algo.clone() } else { None },
+                e.lock
+                    .as_ref()
+                    .filter(|l| l.1 > now)
+                    .map(|l| l.0)
+                    .unwrap_or_default(),
+            ),
+            None => (None, LockState::default()),
+        }
+    }
+
+    /// Forget one key: its counters and any lockout (admin `DELETE`).
+    pub fn reset(&self, key: &StoreKey) {
+        self.lock(shard_of(key)).remove(key);
+    }
+
+    /// Every key locked out at `now`, with the lock's remaining time.
+    pub fn lockouts(&self, now: Micros) -> Vec<(StoreKey, Micros)> {
+        let mut out = Vec::new();
+        for shard in 0..SHARDS {
+            let g = self.lock(shard);
+            for (key, e) in g.iter() {
+                if let Some(l) = &e.lock {
+                    if l.0.locked(now) {
+                        out.push((*key, l.0.lu - now));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Remove expired entries, one shard at a time, and give memory back
+    /// when a shard has shrunk well below its capacity.
+    pub fn sweep(&self, now: Micros) {
+        for shard in 0..SHARDS {
+            let mut g = self.lock(shard);
+            g.retain(|_, e| !e.is_dead(now));
+            if g.capacity() > 64 && g.len() < g.capacity() / 4 {
+                g.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Entries held (expired ones not yet swept included).
+    pub fn len(&self) -> usize {
+        (0..SHARDS).map(|s| self.lock(s).len()).sum()
+    }
+
+    /// Whether the store holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
