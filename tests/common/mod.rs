@@ -9,7 +9,9 @@
 
 pub mod client;
 pub mod gateway;
+pub mod limits;
 pub mod raw;
+pub mod redis_fixture;
 pub mod upstream;
 
 use std::future::Future;
