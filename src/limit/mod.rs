@@ -10,6 +10,9 @@
 
 pub mod algorithm;
 pub mod decide;
+pub mod deny_cache;
+pub mod headers;
+pub mod key;
 pub mod lockout;
 pub mod state;
 
