@@ -21,8 +21,8 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::body::{self, Body, Finish};
-use crate::error::GatewayError;
 use crate::config::HeaderStyle;
+use crate::error::GatewayError;
 use crate::identity;
 use crate::limit::engine::{Decision, Figure, Leases};
 use crate::limit::headers::{self as limit_headers, LimitFigures};
@@ -82,16 +82,8 @@ pub async fn handle(
         decision: "none",
         started,
     };
-    let (response, held) = match route_request(
-        req,
-        &rt,
-        &mut record,
-        peer,
-        trusted,
-        conn,
-        number,
-    )
-    .await
+    let (response, held) = match route_request(req, &rt, &mut record, peer, trusted, conn, number)
+        .await
     {
         Ok(answer) => answer,
         Err(error) => {

@@ -178,7 +178,9 @@ impl Limiter {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let Some(limiter) = weak.upgrade() else { return };
+                let Some(limiter) = weak.upgrade() else {
+                    return;
+                };
                 let local = limiter.local.clone();
                 drop(limiter);
                 let _ = tokio::task::spawn_blocking(move || local.sweep(now_micros())).await;
@@ -189,7 +191,9 @@ impl Limiter {
             let weak = Arc::downgrade(self);
             handle.spawn(async move {
                 while let Some(reset) = resets.recv().await {
-                    let Some(limiter) = weak.upgrade() else { return };
+                    let Some(limiter) = weak.upgrade() else {
+                        return;
+                    };
                     match reset {
                         Some(key) => limiter.deny.remove(&key),
                         None => limiter.deny.clear(),
@@ -333,7 +337,12 @@ impl Limiter {
                         );
                     }
                     if outcome.lock_started {
-                        self.label(checks[i].key, &policy.name, &displays[i], now + outcome.retry_after);
+                        self.label(
+                            checks[i].key,
+                            &policy.name,
+                            &displays[i],
+                            now + outcome.retry_after,
+                        );
                     }
                     if worst.is_none_or(|(_, r)| outcome.retry_after > r) {
                         worst = Some((i, outcome.retry_after));
@@ -397,10 +406,7 @@ impl Limiter {
         self.local.reset(key);
         if let Backend::Redis(redis) = &self.backend {
             redis.reset(key).await.map_err(|e| e.to_string())?;
-            redis
-                .publish_reset(key)
-                .await
-                .map_err(|e| e.to_string())?;
+            redis.publish_reset(key).await.map_err(|e| e.to_string())?;
         }
         Ok(())
     }

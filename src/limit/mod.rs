@@ -4,14 +4,28 @@
 //! - [`state`]: [`AlgoParams`] / [`AlgoState`], one type over them all.
 //! - [`lockout`]: lockout penalties as pure maths.
 //! - [`decide`]: the all-or-nothing decision over a request's limits.
+//! - [`key`]: client keys (sources, composites, hashing), exempt/override matching.
+//! - [`policy`]: a limit compiled from its config (namespace, overrides).
+//! - [`store`]: the memory and Redis stores.
+//! - [`deny_cache`]: the local cache of clients known to be rejected.
+//! - [`engine`]: the limiter the pipeline calls: keys, deny cache, store,
+//!   `on_error`.
+//! - [`headers`]: `RateLimit-Policy` / `RateLimit` / `X-RateLimit-*` and the
+//!   rejection response.
 //!
 //! A store receives a request's [`Check`]s (one per limit of its route) and
 //! answers one [`Outcome`] per check, in one atomic step.
 
 pub mod algorithm;
 pub mod decide;
+pub mod deny_cache;
+pub mod engine;
+pub mod headers;
+pub mod key;
 pub mod lockout;
+pub mod policy;
 pub mod state;
+pub mod store;
 
 pub use algorithm::Micros;
 pub use lockout::{LockParams, LockState};

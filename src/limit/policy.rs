@@ -71,9 +71,9 @@ fn params(
             let w = o.and_then(|o| o.window.as_ref()).unwrap_or(w);
             AlgoParams::FixedWindow(fixed_window::Params::new(limit_of(*limit), window(w))?)
         }
-        Algorithm::SlidingWindow { limit, window: w } => AlgoParams::SlidingWindow(
-            sliding_window::Params::new(limit_of(*limit), micros(*w))?,
-        ),
+        Algorithm::SlidingWindow { limit, window: w } => {
+            AlgoParams::SlidingWindow(sliding_window::Params::new(limit_of(*limit), micros(*w))?)
+        }
         Algorithm::SlidingLog { limit, window: w } => {
             AlgoParams::SlidingLog(sliding_log::Params::new(limit_of(*limit), micros(*w))?)
         }

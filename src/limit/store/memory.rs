@@ -83,7 +83,11 @@ impl MemoryStore {
                 let g = &guards[guard_of(shard_of(&c.key))].1;
                 match g.get(&c.key) {
                     Some(e) => Loaded {
-                        algo: if e.algo_exp > now { e.algo.clone() } else { None },
+                        algo: if e.algo_exp > now {
+                            e.algo.clone()
+                        } else {
+                            None
+                        },
                         lock: e
                             .lock
                             .as_ref()
@@ -146,7 +150,11 @@ impl MemoryStore {
         let g = self.lock(shard_of(key));
         match g.get(key) {
             Some(e) => (
-                if e.algo_exp > now { e.algo.clone() } else { None },
+                if e.algo_exp > now {
+                    e.algo.clone()
+                } else {
+                    None
+                },
                 e.lock
                     .as_ref()
                     .filter(|l| l.1 > now)

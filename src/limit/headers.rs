@@ -1,0 +1,609 @@
+//! Rate-limit response fields and the rejection (SPEC §5.4).
+//!
+//! `standard` is draft-ietf-httpapi-ratelimit-headers-10: two RFC 9651
+//! structured-field Lists, one item per limit, named by the limit's name:
+//!
+//! ```text
+//! RateLimit-Policy: "per_client";q=20;w=2, "login";q=5;w=60
+//! RateLimit: "per_client";r=17;t=1, "login";r=4;t=42
+//! ```
+//!
+//! `w` and `t` are whole seconds rounded up, `w >= 1`, `t <= w`; a
+//! `concurrency` limit adds `qu="concurrent-requests"`. `legacy` is
+//! `X-RateLimit-Limit` / `-Remaining` / `-Reset` for the most restrictive
+//! limit. The gateway's fields replace any of the same name from the
+//! upstream, so a client never sees two answers for one quota.
+
+use std::cmp::Reverse;
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use http::header::{HeaderName, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+
+use super::algorithm::SECOND;
+use super::{Micros, Outcome};
+use crate::body::{self, Body};
+use crate::config::HeaderStyle;
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit`.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`.
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `grpc-status`.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// `grpc-message`.
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// gRPC `RESOURCE_EXHAUSTED`.
+const GRPC_RESOURCE_EXHAUSTED: &str = "8";
+
+/// The largest RFC 9651 Integer.
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// One limit's figures for the response fields.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitFigures<'a> {
+    /// The limit's name (the item's value).
+    pub name: &'a str,
+    /// What the limit answered for this request.
+    pub outcome: &'a Outcome,
+    /// A `concurrency` limit: its quota is requests in flight.
+    pub concurrency: bool,
+}
+
+impl LimitFigures<'_> {
+    /// `q`.
+    fn quota(&self) -> u64 {
+        self.outcome.limit.min(SF_INTEGER_MAX)
+    }
+
+    /// `w`: whole seconds, rounded up, at least 1.
+    fn window(&self) -> u64 {
+        secs_ceil(self.outcome.window).clamp(1, SF_INTEGER_MAX)
+    }
+
+    /// `r`.
+    fn remaining(&self) -> u64 {
+        self.outcome.remaining.min(SF_INTEGER_MAX)
+    }
+
+    /// `t`: whole seconds, rounded up, never more than `w`.
+    fn reset(&self) -> u64 {
+        secs_ceil(self.outcome.reset).min(self.window())
+    }
+}
+
+/// Whole seconds, rounded up.
+pub fn secs_ceil(us: Micros) -> u64 {
+    us.div_ceil(SECOND)
+}
+
+/// Add `RateLimit-Policy` and `RateLimit` (standard), `X-RateLimit-*`
+/// (legacy, for the most restrictive limit: the one with the least
+/// `remaining`, ties to the longest reset), both, or none. No limits, no
+/// fields. Fields of these names already in `headers` are replaced.
+pub fn add_headers(headers: &mut HeaderMap, style: HeaderStyle, limits: &[LimitFigures<'_>]) {
+    if limits.is_empty() {
+        return;
+    }
+    if matches!(style, HeaderStyle::Standard | HeaderStyle::Both) {
+        add_standard(headers, limits);
+    }
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        add_legacy(headers, limits);
+    }
+}
+
+fn add_standard(headers: &mut HeaderMap, limits: &[LimitFigures<'_>]) {
+    // One allocation per field: names plus room for the parameters.
+    let names: usize = limits.iter().map(|l| l.name.len() + 4).sum();
+    let mut policy = String::with_capacity(names + limits.len() * 56);
+    let mut state = String::with_capacity(names + limits.len() * 40);
+    for (i, l) in limits.iter().enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        push_sf_string(&mut policy, l.name);
+        let _ = write!(policy, ";q={};w={}", l.quota(), l.window());
+        if l.concurrency {
+            policy.push_str(";qu=\"concurrent-requests\"");
+        }
+        push_sf_string(&mut state, l.name);
+        let _ = write!(state, ";r={};t={}", l.remaining(), l.reset());
+    }
+    insert_string(headers, RATELIMIT_POLICY, policy);
+    insert_string(headers, RATELIMIT, state);
+}
+
+fn add_legacy(headers: &mut HeaderMap, limits: &[LimitFigures<'_>]) {
+    let Some(most) = limits
+        .iter()
+        .min_by_key(|l| (l.outcome.remaining, Reverse(l.outcome.reset)))
+    else {
+        return;
+    };
+    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(most.quota()));
+    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(most.remaining()));
+    headers.insert(X_RATELIMIT_RESET, HeaderValue::from(most.reset()));
+}
+
+/// Moves `value` into a header value without copying it.
+fn insert_string(headers: &mut HeaderMap, name: HeaderName, value: String) {
+    // Only visible ASCII is ever written, so this cannot fail; if it did,
+    // the field is left out rather than the request failing.
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
+        headers.insert(name, v);
+    }
+}
+
+/// An RFC 9651 String: `"` and `\` escaped; anything outside visible ASCII
+/// (never in a validated limit name) becomes `?`.
+fn push_sf_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+}
+
+/// Whether the request is gRPC: `content-type: application/grpc`, or
+/// `application/grpc+proto`, `application/grpc-web...`, with parameters.
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    headers.get(CONTENT_TYPE).is_some_and(|ct| {
+        let ct = ct.as_bytes();
+        ct.len() >= GRPC.len()
+            && ct[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+            && matches!(ct.get(GRPC.len()), None | Some(b'+' | b'-' | b';' | b' '))
+    })
+}
+
+/// The JSON body of a rejection.
+#[derive(serde::Serialize)]
+struct RejectionBody<'a> {
+    error: &'a str,
+    limit: &'a str,
+    retry_after: u64,
+    request_id: &'a str,
+}
+
+/// The rejection: `status` (`limit_response.status`, default 429), a JSON
+/// body `{"error": "rate_limited"|"locked_out", "limit": NAME,
+/// "retry_after": SECONDS, "request_id": ...}`, `Retry-After` (whole
+/// seconds, rounded up, at least 1), `Cache-Control: no-store`,
+/// `content-type: application/json`.
+///
+/// `retry_after` is the rejecting outcome's [`Outcome::retry_after`], which
+/// is never less than its `reset`, so `Retry-After` is never earlier than
+/// the `t` [`add_headers`] reports for that limit (both round up).
+///
+/// gRPC requests get HTTP 200 with `content-type: application/grpc`,
+/// `grpc-status: 8` (RESOURCE_EXHAUSTED), a `grpc-message`, the same
+/// `Retry-After` and `Cache-Control`, and no body (a trailers-only answer).
+/// Rate-limit fields are added by the caller with [`add_headers`].
+pub fn rejection(
+    status: StatusCode,
+    locked_out: bool,
+    limit: &str,
+    retry_after: Micros,
+    request_id: &HeaderValue,
+    grpc: bool,
+) -> Response<Body> {
+    let secs = secs_ceil(retry_after).max(1);
+    let error = if locked_out {
+        "locked_out"
+    } else {
+        "rate_limited"
+    };
+    let mut response = if grpc {
+        let mut message = String::with_capacity(limit.len() + 40);
+        let _ = write!(message, "{error}: limit {limit}, retry after {secs}s");
+        let mut r = Response::new(body::empty());
+        let h = r.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert(
+            GRPC_STATUS,
+            HeaderValue::from_static(GRPC_RESOURCE_EXHAUSTED),
+        );
+        insert_string(h, GRPC_MESSAGE, grpc_percent_encode(&message));
+        r
+    } else {
+        let body = RejectionBody {
+            error,
+            limit,
+            retry_after: secs,
+            request_id: request_id.to_str().unwrap_or_default(),
+        };
+        let json = serde_json::to_vec(&body).unwrap_or_default();
+        let mut r = Response::new(body::full(json));
+        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        r
+    };
+    let h = response.headers_mut();
+    h.insert(RETRY_AFTER, HeaderValue::from(secs));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// gRPC's `grpc-message` encoding: bytes outside visible ASCII and space,
+/// and `%`, as `%XX`.
+fn grpc_percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for &b in message.as_bytes() {
+        if (b' '..=b'~').contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Status;
+    use http_body_util::BodyExt;
+    use sfv::{BareItem, List, ListEntry, Parser};
+
+    fn outcome(limit: u64, window: Micros, remaining: u64, reset: Micros) -> Outcome {
+        Outcome {
+            status: Status::Allowed,
+            lock_started: false,
+            delay: 0,
+            limit,
+            window,
+            remaining,
+            reset,
+            retry_after: 0,
+        }
+    }
+
+    fn parse(headers: &HeaderMap, name: &HeaderName) -> List {
+        let v = headers.get(name).expect("field present");
+        Parser::new(v.as_bytes()).parse().expect("a valid sf-list")
+    }
+
+    /// (name, [(param, integer or string)]) of every item.
+    fn items(list: &List) -> Vec<(String, Vec<(String, String)>)> {
+        list.iter()
+            .map(|e| {
+                let ListEntry::Item(item) = e else {
+                    panic!("inner list")
+                };
+                let name = item.bare_item.as_string().expect("a string item");
+                let params = item
+                    .params
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            BareItem::Integer(i) => i64::from(*i).to_string(),
+                            BareItem::String(s) => format!("{:?}", s.as_str()),
+                            other => panic!("unexpected {other:?}"),
+                        };
+                        (k.as_str().to_owned(), v)
+                    })
+                    .collect();
+                (name.as_str().to_owned(), params)
+            })
+            .collect()
+    }
+
+    fn p(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn standard_fields_as_in_the_spec() {
+        let a = outcome(20, 2 * SECOND, 17, SECOND);
+        let b = outcome(5, 60 * SECOND, 4, 42 * SECOND);
+        let limits = [
+            LimitFigures {
+                name: "per_client",
+                outcome: &a,
+                concurrency: false,
+            },
+            LimitFigures {
+                name: "login",
+                outcome: &b,
+                concurrency: false,
+            },
+        ];
+        let mut h = HeaderMap::new();
+        add_headers(&mut h, HeaderStyle::Standard, &limits);
+        assert_eq!(
+            h.get(RATELIMIT_POLICY).unwrap(),
+            r#""per_client";q=20;w=2, "login";q=5;w=60"#
+        );
+        assert_eq!(
+            h.get(RATELIMIT).unwrap(),
+            r#""per_client";r=17;t=1, "login";r=4;t=42"#
+        );
+        assert_eq!(
+            items(&parse(&h, &RATELIMIT_POLICY)),
+            vec![
+                ("per_client".into(), p(&[("q", "20"), ("w", "2")])),
+                ("login".into(), p(&[("q", "5"), ("w", "60")])),
+            ]
+        );
+        assert_eq!(
+            items(&parse(&h, &RATELIMIT)),
+            vec![
+                ("per_client".into(), p(&[("r", "17"), ("t", "1")])),
+                ("login".into(), p(&[("r", "4"), ("t", "42")])),
+            ]
+        );
+        assert!(h.get(X_RATELIMIT_LIMIT).is_none());
+    }
+
+    #[test]
+    fn concurrency_and_awkward_names() {
+        let c = outcome(10, 300 * SECOND, 3, 0);
+        let limits = [LimitFigures {
+            name: "in\"fli\\ght",
+            outcome: &c,
+            concurrency: true,
+        }];
+        let mut h = HeaderMap::new();
+        add_headers(&mut h, HeaderStyle::Both, &limits);
+        assert_eq!(
+            items(&parse(&h, &RATELIMIT_POLICY)),
+            vec![(
+                "in\"fli\\ght".into(),
+                p(&[("q", "10"), ("w", "300"), ("qu", "\"concurrent-requests\"")])
+            )]
+        );
+        assert_eq!(
+            items(&parse(&h, &RATELIMIT)),
+            vec![("in\"fli\\ght".into(), p(&[("r", "3"), ("t", "0")]))]
+        );
+        // A name outside visible ASCII still gives a valid field.
+        let limits = [LimitFigures {
+            name: "é\n",
+            outcome: &c,
+            concurrency: false,
+        }];
+        add_headers(&mut h, HeaderStyle::Standard, &limits);
+        assert_eq!(items(&parse(&h, &RATELIMIT))[0].0, "??");
+    }
+
+    #[test]
+    fn rounding_and_bounds() {
+        for (window, reset, w, t) in [
+            (1, 1, 1, 1),
+            (0, 0, 1, 0),
+            (SECOND, SECOND, 1, 1),
+            (SECOND + 1, SECOND + 1, 2, 2),
+            (1_500_000, 1_400_000, 2, 2),
+            (60 * SECOND, 59 * SECOND + 1, 60, 60),
+            // An inconsistent reset is capped at w.
+            (10 * SECOND, 3600 * SECOND, 10, 10),
+            (
+                u64::MAX,
+                u64::MAX,
+                u64::MAX.div_ceil(SECOND),
+                u64::MAX.div_ceil(SECOND),
+            ),
+        ] {
+            let o = outcome(u64::MAX, window, u64::MAX, reset);
+            let l = [LimitFigures {
+                name: "x",
+                outcome: &o,
+                concurrency: false,
+            }];
+            let mut h = HeaderMap::new();
+            add_headers(&mut h, HeaderStyle::Standard, &l);
+            let pol = items(&parse(&h, &RATELIMIT_POLICY));
+            let st = items(&parse(&h, &RATELIMIT));
+            let max = SF_INTEGER_MAX.to_string();
+            assert_eq!(pol[0].1, p(&[("q", &max), ("w", &w.to_string())]));
+            assert_eq!(st[0].1, p(&[("r", &max), ("t", &t.to_string())]));
+        }
+        assert_eq!(secs_ceil(0), 0);
+        assert_eq!(secs_ceil(1), 1);
+        assert_eq!(secs_ceil(SECOND), 1);
+        assert_eq!(secs_ceil(SECOND + 1), 2);
+        assert_eq!(secs_ceil(u64::MAX), 18_446_744_073_710);
+    }
+
+    #[test]
+    fn legacy_picks_the_most_restrictive() {
+        let a = outcome(100, 60 * SECOND, 50, 30 * SECOND);
+        let b = outcome(10, 10 * SECOND, 2, 5 * SECOND);
+        let c = outcome(5, 3600 * SECOND, 2, 1800 * SECOND + 1);
+        let f = |name, outcome| LimitFigures {
+            name,
+            outcome,
+            concurrency: false,
+        };
+        let mut h = HeaderMap::new();
+        add_headers(
+            &mut h,
+            HeaderStyle::Legacy,
+            &[f("a", &a), f("b", &b), f("c", &c)],
+        );
+        assert!(h.get(RATELIMIT).is_none() && h.get(RATELIMIT_POLICY).is_none());
+        // b and c tie on remaining; c resets later.
+        assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "5");
+        assert_eq!(h.get(X_RATELIMIT_REMAINING).unwrap(), "2");
+        assert_eq!(h.get(X_RATELIMIT_RESET).unwrap(), "1801");
+        let mut h = HeaderMap::new();
+        add_headers(&mut h, HeaderStyle::Legacy, &[f("a", &a), f("b", &b)]);
+        assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "10");
+        assert_eq!(h.get(X_RATELIMIT_RESET).unwrap(), "5");
+        // Both: every field; none: nothing; no limits: nothing.
+        let mut h = HeaderMap::new();
+        add_headers(&mut h, HeaderStyle::Both, &[f("a", &a)]);
+        assert_eq!(h.len(), 5);
+        let mut h = HeaderMap::new();
+        add_headers(&mut h, HeaderStyle::None, &[f("a", &a)]);
+        add_headers(&mut h, HeaderStyle::Both, &[]);
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn upstream_fields_are_replaced() {
+        let a = outcome(1, SECOND, 0, SECOND);
+        let mut h = HeaderMap::new();
+        h.insert(RATELIMIT, HeaderValue::from_static("\"upstream\";r=9;t=9"));
+        h.append(RATELIMIT, HeaderValue::from_static("\"other\";r=9;t=9"));
+        h.insert(X_RATELIMIT_LIMIT, HeaderValue::from_static("999"));
+        let l = [LimitFigures {
+            name: "a",
+            outcome: &a,
+            concurrency: false,
+        }];
+        add_headers(&mut h, HeaderStyle::Both, &l);
+        assert_eq!(h.get_all(RATELIMIT).iter().count(), 1);
+        assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=0;t=1");
+        assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "1");
+    }
+
+    async fn body_json(r: Response<Body>) -> serde_json::Value {
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn rejection_response() {
+        let id = HeaderValue::from_static("req-1");
+        let r = rejection(
+            StatusCode::TOO_MANY_REQUESTS,
+            false,
+            "per_client",
+            1_200_000,
+            &id,
+            false,
+        );
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[RETRY_AFTER], "2");
+        assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
+        assert_eq!(
+            body_json(r).await,
+            serde_json::json!({"error": "rate_limited", "limit": "per_client", "retry_after": 2, "request_id": "req-1"})
+        );
+        let r = rejection(
+            StatusCode::SERVICE_UNAVAILABLE,
+            true,
+            "login",
+            0,
+            &id,
+            false,
+        );
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()[RETRY_AFTER], "1", "never less than 1");
+        let j = body_json(r).await;
+        assert_eq!(j["error"], "locked_out");
+        assert_eq!(j["retry_after"], 1);
+    }
+
+    #[tokio::test]
+    async fn grpc_rejection() {
+        let mut req = HeaderMap::new();
+        for (ct, grpc) in [
+            ("application/grpc", true),
+            ("application/grpc+proto", true),
+            ("Application/GRPC; charset=x", true),
+            ("application/grpc-web+proto", true),
+            ("application/json", false),
+            ("application/grpcx", false),
+            ("application/grp", false),
+        ] {
+            req.insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(is_grpc(&req), grpc, "{ct}");
+        }
+        assert!(!is_grpc(&HeaderMap::new()));
+
+        let id = HeaderValue::from_static("req-2");
+        let mut r = rejection(
+            StatusCode::TOO_MANY_REQUESTS,
+            true,
+            "login",
+            42 * SECOND,
+            &id,
+            true,
+        );
+        let o = Outcome {
+            status: Status::LockedOut,
+            retry_after: 42 * SECOND,
+            ..outcome(5, 60 * SECOND, 0, 42 * SECOND)
+        };
+        add_headers(
+            r.headers_mut(),
+            HeaderStyle::Standard,
+            &[LimitFigures {
+                name: "login",
+                outcome: &o,
+                concurrency: false,
+            }],
+        );
+        assert_eq!(r.status(), 200);
+        let h = r.headers();
+        assert_eq!(h[CONTENT_TYPE], "application/grpc");
+        assert_eq!(h["grpc-status"], "8");
+        assert_eq!(
+            h["grpc-message"],
+            "locked_out: limit login, retry after 42s"
+        );
+        assert_eq!(h[RETRY_AFTER], "42");
+        assert_eq!(h[CACHE_CONTROL], "no-store");
+        assert_eq!(h[RATELIMIT], "\"login\";r=0;t=42");
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(bytes.is_empty());
+        assert_eq!(grpc_percent_encode("a%b\né"), "a%25b%0A%C3%A9");
+    }
+
+    proptest::proptest! {
+        /// Retry-After is never earlier than the `t` reported, and both
+        /// fields stay valid structured fields.
+        #[test]
+        fn retry_after_never_before_t(
+            window in 0u64..10_000 * SECOND,
+            reset_frac in 0u64..=1000,
+            extra in 0u64..100 * SECOND,
+            remaining in 0u64..100,
+        ) {
+            let reset = window / 1000 * reset_frac;
+            let o = Outcome {
+                status: Status::Rejected,
+                retry_after: reset + extra,
+                ..outcome(100, window, remaining, reset)
+            };
+            let id = HeaderValue::from_static("x");
+            let mut r = rejection(StatusCode::TOO_MANY_REQUESTS, false, "l", o.retry_after, &id, false);
+            let l = [LimitFigures { name: "l", outcome: &o, concurrency: false }];
+            add_headers(r.headers_mut(), HeaderStyle::Both, &l);
+            let retry: u64 = r.headers()[RETRY_AFTER].to_str().unwrap().parse().unwrap();
+            let st = items(&parse(r.headers(), &RATELIMIT));
+            let pol = items(&parse(r.headers(), &RATELIMIT_POLICY));
+            let t: u64 = st[0].1[1].1.parse().unwrap();
+            let w: u64 = pol[0].1[1].1.parse().unwrap();
+            proptest::prop_assert!(retry >= 1);
+            proptest::prop_assert!(retry >= t);
+            proptest::prop_assert!(t <= w && w >= 1);
+            let legacy: u64 = r.headers()[X_RATELIMIT_RESET].to_str().unwrap().parse().unwrap();
+            proptest::prop_assert_eq!(legacy, t);
+        }
+    }
+}

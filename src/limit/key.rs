@@ -1,0 +1,960 @@
+//! Client keys (SPEC §5.2): what a limit counts a request against.
+//!
+//! A limit's `key` is a list of sources; each gives one component of the
+//! request's key. The store never sees a component: [`client_key`] hashes
+//! them, length-prefixed and tagged, into a 128-bit [`StoreKey`], and keeps a
+//! human-readable [`ClientKey::display`] for logs and the admin API, which
+//! [`store_key_of_display`] turns back into the same store key.
+//!
+//! Component values:
+//!
+//! - `client_ip`: the resolved client address, IPv6 masked to
+//!   `ipv6_prefix` bits (IPv4-mapped IPv6 counts as IPv4).
+//! - `header:NAME`: the header's value as bytes. Several lines of the header
+//!   are one value, joined with `", "` (RFC 9110 §5.3).
+//! - `query:NAME`: the first occurrence of the parameter, percent-decoded
+//!   with form semantics (`+` is a space; a malformed `%` escape stays as
+//!   written). Parameter names are decoded the same way before comparing.
+//! - `cookie:NAME`: the first cookie of that (case-sensitive) name across
+//!   every `Cookie` line, as sent (quotes included).
+//! - `route`: the route's name.
+//! - `global`: a constant.
+//!
+//! A header, query parameter or cookie that is absent *or empty* is missing,
+//! and `on_missing_key` decides.
+//!
+//! # Display
+//!
+//! Components joined with `|`. Each text value escapes `%` as `%25`, `|` as
+//! `%7C`, a leading `@` as `%40`, control bytes and bytes that are not UTF-8
+//! as `%XX`. A client address shows as the address, an IPv6 group with its
+//! prefix (`2001:db8:1:2::/64`). A missing component replaced by the client
+//! address (`on_missing_key: client_ip`) shows as `@` and the address. `global`
+//! shows as `global`.
+//!
+//! # Store key
+//!
+//! The first 16 bytes of SHA-256 over the namespace and every component,
+//! each as a big-endian `u64` length and its bytes. A component is one kind
+//! byte (`i` address, `h` header, `q` query, `c` cookie, `r` route, `g`
+//! global) then its value (an address as its 4 or 16 octets), so a header
+//! value can never collide with a substituted address.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use http::header::{HeaderMap, HeaderName, COOKIE};
+use sha2::{Digest, Sha256};
+
+use super::StoreKey;
+use crate::config::{ClientMatch, KeySource, OnMissingKey};
+use crate::identity::{canonical_ip, group_ipv6, in_any};
+
+/// What the key sources can read of a request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// The client address, already resolved through trusted proxies.
+    pub client: IpAddr,
+    /// The request's headers.
+    pub headers: &'a HeaderMap,
+    /// The raw query string (without `?`), if the target had one.
+    pub query: Option<&'a str>,
+    /// The matched route's name.
+    pub route: &'a str,
+    /// `server.ipv6_prefix`: how many leading bits of an IPv6 address are
+    /// one client.
+    pub ipv6_prefix: u8,
+}
+
+/// What one limit makes of a request's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOutcome {
+    /// Count the request against this key.
+    Key(ClientKey),
+    /// A component is missing and `on_missing_key: skip`: the limit does
+    /// not apply.
+    Skip,
+    /// A component is missing and `on_missing_key: deny`: reject.
+    Deny,
+}
+
+/// A request's key under one limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientKey {
+    /// Readable form for logs and the admin API (see the module doc).
+    pub display: String,
+    /// What the store is keyed by.
+    pub store: StoreKey,
+}
+
+/// Kind bytes, the first byte of every hashed component.
+const TAG_IP: u8 = b'i';
+const TAG_HEADER: u8 = b'h';
+const TAG_QUERY: u8 = b'q';
+const TAG_COOKIE: u8 = b'c';
+const TAG_ROUTE: u8 = b'r';
+const TAG_GLOBAL: u8 = b'g';
+
+/// How `global` shows in a display key.
+const GLOBAL_DISPLAY: &str = "global";
+
+/// Marks a client address standing in for a missing component.
+const SUBSTITUTE: char = '@';
+
+/// Incremental form of [`store_key`], so a value made of several pieces
+/// (header lines) is hashed without being joined first.
+struct KeyHasher(Sha256);
+
+impl KeyHasher {
+    fn new(namespace: &[u8]) -> Self {
+        let mut h = KeyHasher(Sha256::new());
+        h.component(&[namespace]);
+        h
+    }
+
+    /// One length-prefixed component made of `parts`.
+    fn component(&mut self, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.0.update((len as u64).to_be_bytes());
+        for p in parts {
+            self.0.update(p);
+        }
+    }
+
+    fn ip(&mut self, ip: IpAddr) {
+        match ip {
+            IpAddr::V4(v4) => self.component(&[&[TAG_IP], &v4.octets()]),
+            IpAddr::V6(v6) => self.component(&[&[TAG_IP], &v6.octets()]),
+        }
+    }
+
+    fn finish(self) -> StoreKey {
+        let digest = self.0.finalize();
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&digest[..16]);
+        key
+    }
+}
+
+/// The store key of `components` under `namespace`: the first 16 bytes of
+/// SHA-256 over the namespace and each component, every one prefixed by its
+/// length as a big-endian `u64`. [`client_key`] passes each component as its
+/// kind byte followed by its value.
+pub fn store_key(namespace: &[u8], components: &[&[u8]]) -> StoreKey {
+    let mut h = KeyHasher::new(namespace);
+    for c in components {
+        h.component(&[c]);
+    }
+    h.finish()
+}
+
+/// The store key as 32 lowercase hex digits (the Redis hash tag).
+pub fn hex(key: &StoreKey) -> String {
+    hex::encode(key)
+}
+
+/// The key of one limit for this request. `namespace` identifies the limit's
+/// state space (the engine passes bytes derived from the limit's name,
+/// algorithm and key spec).
+pub fn client_key(
+    namespace: &[u8],
+    sources: &[KeySource],
+    on_missing: OnMissingKey,
+    view: &RequestView<'_>,
+) -> KeyOutcome {
+    let mut hasher = KeyHasher::new(namespace);
+    let mut display = String::with_capacity(48);
+    for (i, source) in sources.iter().enumerate() {
+        if i > 0 {
+            display.push('|');
+        }
+        let (tag, value) = match source {
+            KeySource::ClientIp => {
+                let ip = client_group(view);
+                hasher.ip(ip);
+                push_ip(&mut display, ip, view.ipv6_prefix);
+                continue;
+            }
+            KeySource::Route => {
+                hasher.component(&[&[TAG_ROUTE], view.route.as_bytes()]);
+                push_escaped(&mut display, view.route.as_bytes());
+                continue;
+            }
+            KeySource::Global => {
+                hasher.component(&[&[TAG_GLOBAL]]);
+                display.push_str(GLOBAL_DISPLAY);
+                continue;
+            }
+            KeySource::Header(name) => (TAG_HEADER, header_value(view.headers, name)),
+            KeySource::Query(name) => (TAG_QUERY, view.query.and_then(|q| query_value(q, name))),
+            KeySource::Cookie(name) => (TAG_COOKIE, cookie_value(view.headers, name)),
+        };
+        match value.filter(|v| !v.is_empty()) {
+            Some(v) => {
+                hasher.component(&[&[tag], &v]);
+                push_escaped(&mut display, &v);
+            }
+            None => match on_missing {
+                OnMissingKey::Skip => return KeyOutcome::Skip,
+                OnMissingKey::Deny => return KeyOutcome::Deny,
+                OnMissingKey::ClientIp => {
+                    let ip = client_group(view);
+                    hasher.ip(ip);
+                    display.push(SUBSTITUTE);
+                    push_ip(&mut display, ip, view.ipv6_prefix);
+                }
+            },
+        }
+    }
+    KeyOutcome::Key(ClientKey {
+        display,
+        store: hasher.finish(),
+    })
+}
+
+/// The store key of a display key typed by an operator (admin
+/// `GET/DELETE /limits/{limit}/{key}`, after URL decoding): the inverse of
+/// [`ClientKey::display`]. `None` if it is malformed: the wrong number of
+/// components, a bad `%` escape, a bad address, `global` spelled otherwise.
+///
+/// An address may be typed with a prefix length (`2001:db8::1/64` is the
+/// group `2001:db8::/64`); without one, an IPv6 address is taken whole, as
+/// displayed when `ipv6_prefix` is 128.
+pub fn store_key_of_display(
+    namespace: &[u8],
+    sources: &[KeySource],
+    display: &str,
+) -> Option<StoreKey> {
+    let mut hasher = KeyHasher::new(namespace);
+    let mut parts = display.split('|');
+    for source in sources {
+        let part = parts.next()?;
+        let tag = match source {
+            KeySource::ClientIp => {
+                hasher.ip(parse_ip(part)?);
+                continue;
+            }
+            KeySource::Global => {
+                if part != GLOBAL_DISPLAY {
+                    return None;
+                }
+                hasher.component(&[&[TAG_GLOBAL]]);
+                continue;
+            }
+            KeySource::Route => TAG_ROUTE,
+            KeySource::Header(_) => TAG_HEADER,
+            KeySource::Query(_) => TAG_QUERY,
+            KeySource::Cookie(_) => TAG_COOKIE,
+        };
+        if let Some(addr) = part.strip_prefix(SUBSTITUTE) {
+            if tag == TAG_ROUTE {
+                return None;
+            }
+            hasher.ip(parse_ip(addr)?);
+            continue;
+        }
+        let value = unescape(part)?;
+        if value.is_empty() && tag != TAG_ROUTE {
+            // An empty value is missing; it never makes a key.
+            return None;
+        }
+        hasher.component(&[&[tag], &value]);
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(hasher.finish())
+}
+
+/// `exempt` / `overrides` matching: a CIDR against the client address, or
+/// `source=value` against a header (lines joined as for keys), query
+/// parameter (decoded) or cookie, byte for byte.
+pub fn client_matches(m: &ClientMatch, view: &RequestView<'_>) -> bool {
+    match m {
+        ClientMatch::Cidr(net) => in_any(view.client, std::slice::from_ref(net)),
+        ClientMatch::Source { source, value } => {
+            let found = match source {
+                KeySource::Header(name) => header_value(view.headers, name),
+                KeySource::Query(name) => view.query.and_then(|q| query_value(q, name)),
+                KeySource::Cookie(name) => cookie_value(view.headers, name),
+                KeySource::ClientIp | KeySource::Route | KeySource::Global => None,
+            };
+            found.is_some_and(|v| *v == *value.as_bytes())
+        }
+    }
+}
+
+/// The client's address as one client: IPv6 grouped by the prefix.
+fn client_group(view: &RequestView<'_>) -> IpAddr {
+    group_ipv6(view.client, view.ipv6_prefix)
+}
+
+/// `a.b.c.d`, `2001:db8::/64`, or `2001:db8::1` when the prefix is 128.
+fn push_ip(out: &mut String, ip: IpAddr, prefix: u8) {
+    let _ = write!(out, "{ip}");
+    if ip.is_ipv6() && prefix < 128 {
+        let _ = write!(out, "/{prefix}");
+    }
+}
+
+/// An address as displayed, or typed: `a.b.c.d`, `v6`, `v6/len`.
+fn parse_ip(text: &str) -> Option<IpAddr> {
+    let (addr, len) = match text.split_once('/') {
+        Some((a, l)) => {
+            if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) || l.len() > 3 {
+                return None;
+            }
+            (a, Some(l.parse::<u8>().ok()?))
+        }
+        None => (text, None),
+    };
+    let ip = canonical_ip(addr.parse::<IpAddr>().ok()?);
+    match (ip, len) {
+        (_, None) => Some(ip),
+        (IpAddr::V4(_), Some(32)) => Some(ip),
+        (IpAddr::V4(_), Some(_)) => None,
+        (IpAddr::V6(_), Some(l)) if l <= 128 => Some(group_ipv6(ip, l)),
+        (IpAddr::V6(_), Some(_)) => None,
+    }
+}
+
+/// A header's value; several lines joined with `", "`.
+fn header_value<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<Cow<'a, [u8]>> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    let Some(second) = lines.next() else {
+        return Some(Cow::Borrowed(first.as_bytes()));
+    };
+    // Rare: the same header sent on several lines.
+    let mut joined = Vec::with_capacity(first.len() + second.len() + 2);
+    joined.extend_from_slice(first.as_bytes());
+    for line in std::iter::once(second).chain(lines) {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+    }
+    Some(Cow::Owned(joined))
+}
+
+/// The first cookie called `name` in the `Cookie` lines.
+fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<Cow<'a, [u8]>> {
+    let name = name.as_bytes();
+    for line in headers.get_all(COOKIE) {
+        for pair in line.as_bytes().split(|&b| b == b';') {
+            let pair = pair.trim_ascii();
+            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            if pair[..eq].trim_ascii() == name {
+                return Some(Cow::Borrowed(pair[eq + 1..].trim_ascii()));
+            }
+        }
+    }
+    None
+}
+
+/// The first value of parameter `name` in `query`, form-decoded.
+fn query_value<'a>(query: &'a str, name: &str) -> Option<Cow<'a, [u8]>> {
+    for pair in query.as_bytes().split(|&b| b == b'&') {
+        let (k, v) = match pair.iter().position(|&b| b == b'=') {
+            Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+            None => (pair, &b""[..]),
+        };
+        if FormDecode(k.iter()).eq(name.bytes()) {
+            return Some(form_decode(v));
+        }
+    }
+    None
+}
+
+/// `application/x-www-form-urlencoded` decoding, borrowing when nothing
+/// needs decoding.
+fn form_decode(raw: &[u8]) -> Cow<'_, [u8]> {
+    if raw.iter().any(|&b| b == b'%' || b == b'+') {
+        Cow::Owned(FormDecode(raw.iter()).collect())
+    } else {
+        Cow::Borrowed(raw)
+    }
+}
+
+/// Decodes form bytes lazily: `+` is a space, `%XX` a byte, a malformed
+/// escape stays as written (WHATWG URL).
+struct FormDecode<'a>(std::slice::Iter<'a, u8>);
+
+impl Iterator for FormDecode<'_> {
+    type Item = u8;
+    fn next(&mut self) -> Option<u8> {
+        let b = *self.0.next()?;
+        match b {
+            b'+' => Some(b' '),
+            b'%' => {
+                let rest = self.0.as_slice();
+                match (
+                    rest.first().and_then(hex_val),
+                    rest.get(1).and_then(hex_val),
+                ) {
+                    (Some(hi), Some(lo)) => {
+                        self.0.nth(1);
+                        Some((hi << 4) | lo)
+                    }
+                    _ => Some(b'%'),
+                }
+            }
+            _ => Some(b),
+        }
+    }
+}
+
+fn hex_val(b: &u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Appends `value` escaped for a display key (see the module doc).
+fn push_escaped(out: &mut String, value: &[u8]) {
+    out.reserve(value.len());
+    let mut first = true;
+    for chunk in value.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let escape = matches!(c, '%' | '|') || c.is_control() || (first && c == '@');
+            first = false;
+            if escape {
+                let mut buf = [0u8; 4];
+                for &b in c.encode_utf8(&mut buf).as_bytes() {
+                    push_pct(out, b);
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for &b in chunk.invalid() {
+            first = false;
+            push_pct(out, b);
+        }
+    }
+}
+
+fn push_pct(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(char::from(HEX[usize::from(b >> 4)]));
+    out.push(char::from(HEX[usize::from(b & 15)]));
+}
+
+/// Strict percent-decoding of one display component: every `%` must start
+/// a two-digit escape.
+fn unescape(part: &str) -> Option<Cow<'_, [u8]>> {
+    let raw = part.as_bytes();
+    if !raw.contains(&b'%') {
+        return Some(Cow::Borrowed(raw));
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' {
+            let hi = raw.get(i + 1).and_then(hex_val)?;
+            let lo = raw.get(i + 2).and_then(hex_val)?;
+            out.push((hi << 4) | lo);
+            i += 3;
+        } else {
+            out.push(raw[i]);
+            i += 1;
+        }
+    }
+    Some(Cow::Owned(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    const NS: &[u8] = b"per_client/token_bucket/k";
+
+    fn src(s: &str) -> KeySource {
+        s.parse().unwrap()
+    }
+
+    fn srcs(s: &[&str]) -> Vec<KeySource> {
+        s.iter().map(|x| src(x)).collect()
+    }
+
+    fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn view<'a>(client: &str, headers: &'a HeaderMap, query: Option<&'a str>) -> RequestView<'a> {
+        RequestView {
+            client: client.parse().unwrap(),
+            headers,
+            query,
+            route: "api",
+            ipv6_prefix: 64,
+        }
+    }
+
+    fn key(sources: &[&str], on_missing: OnMissingKey, v: &RequestView<'_>) -> KeyOutcome {
+        client_key(NS, &srcs(sources), on_missing, v)
+    }
+
+    fn must(o: KeyOutcome) -> ClientKey {
+        match o {
+            KeyOutcome::Key(k) => k,
+            other => panic!("expected a key, got {other:?}"),
+        }
+    }
+
+    /// The key, and its display decoded back to the same store key.
+    fn round_trip(sources: &[&str], v: &RequestView<'_>) -> ClientKey {
+        let k = must(key(sources, OnMissingKey::ClientIp, v));
+        assert_eq!(
+            store_key_of_display(NS, &srcs(sources), &k.display),
+            Some(k.store),
+            "display {:?}",
+            k.display
+        );
+        k
+    }
+
+    #[test]
+    fn client_ip_source() {
+        let h = HeaderMap::new();
+        let k = round_trip(&["client_ip"], &view("203.0.113.7", &h, None));
+        assert_eq!(k.display, "203.0.113.7");
+        assert_eq!(
+            k.store,
+            store_key(NS, &[&[TAG_IP, 203, 0, 113, 7]]),
+            "the documented layout"
+        );
+        // A mapped address is the same client as its IPv4 form.
+        let mapped = must(key(
+            &["client_ip"],
+            OnMissingKey::Skip,
+            &view("::ffff:203.0.113.7", &h, None),
+        ));
+        assert_eq!(mapped, k);
+        // Another address, another key.
+        let other = round_trip(&["client_ip"], &view("203.0.113.8", &h, None));
+        assert_ne!(other.store, k.store);
+    }
+
+    #[test]
+    fn ipv6_grouping() {
+        let h = HeaderMap::new();
+        let a = round_trip(&["client_ip"], &view("2001:db8:1:2::1", &h, None));
+        let b = round_trip(&["client_ip"], &view("2001:db8:1:2:ffff::9", &h, None));
+        let c = round_trip(&["client_ip"], &view("2001:db8:1:3::1", &h, None));
+        assert_eq!(a, b);
+        assert_ne!(a.store, c.store);
+        assert_eq!(a.display, "2001:db8:1:2::/64");
+        let ns = srcs(&["client_ip"]);
+        // An operator may type any address of the group with its length.
+        assert_eq!(
+            store_key_of_display(NS, &ns, "2001:db8:1:2::77/64"),
+            Some(a.store)
+        );
+        // Prefix 128: each address its own client, shown bare.
+        let mut v = view("2001:db8::1", &h, None);
+        v.ipv6_prefix = 128;
+        let whole = round_trip(&["client_ip"], &v);
+        assert_eq!(whole.display, "2001:db8::1");
+        v.client = "2001:db8::2".parse().unwrap();
+        assert_ne!(round_trip(&["client_ip"], &v).store, whole.store);
+        // A prefix of 48.
+        v.ipv6_prefix = 48;
+        assert_eq!(round_trip(&["client_ip"], &v).display, "2001:db8::/48");
+        // Malformed addresses.
+        for bad in [
+            "",
+            "1.2.3",
+            "1.2.3.4/24",
+            "2001:db8::/129",
+            "2001:db8::/",
+            "x/64",
+        ] {
+            assert_eq!(store_key_of_display(NS, &ns, bad), None, "{bad}");
+        }
+        assert!(store_key_of_display(NS, &ns, "1.2.3.4/32").is_some());
+    }
+
+    #[test]
+    fn header_source() {
+        let h = headers(&[("x-api-key", b"abc")]);
+        let k = round_trip(&["header:x-api-key"], &view("1.1.1.1", &h, None));
+        assert_eq!(k.display, "abc");
+        assert_eq!(k.store, store_key(NS, &[b"habc"]));
+        // Same value from another address: same key.
+        let k2 = round_trip(&["header:X-Api-Key"], &view("2.2.2.2", &h, None));
+        assert_eq!(k, k2);
+        // Several lines are one value, joined.
+        let h = headers(&[
+            ("x-api-key", b"a"),
+            ("x-api-key", b"b"),
+            ("x-api-key", b"c"),
+        ]);
+        let k = round_trip(&["header:x-api-key"], &view("1.1.1.1", &h, None));
+        assert_eq!(k.display, "a, b, c");
+        let joined = headers(&[("x-api-key", b"a, b, c")]);
+        let j = round_trip(&["header:x-api-key"], &view("1.1.1.1", &joined, None));
+        assert_eq!(j, k);
+        // Non-UTF-8 bytes.
+        let h = headers(&[("x-api-key", b"\xff\xfeok\xc3\xa9")]);
+        let k = round_trip(&["header:x-api-key"], &view("1.1.1.1", &h, None));
+        assert_eq!(k.display, "%FF%FEoké");
+    }
+
+    #[test]
+    fn query_source() {
+        let h = HeaderMap::new();
+        let q = |query: &'static str| {
+            round_trip(&["query:api_key"], &view("1.1.1.1", &h, Some(query))).display
+        };
+        assert_eq!(q("a=1&api_key=xyz&api_key=second"), "xyz");
+        assert_eq!(q("api%5Fkey=enc%20oded+plus"), "enc oded plus");
+        assert_eq!(q("api_key=100%25&x"), "100%25");
+        assert_eq!(q("api_key=bad%zz%4"), "bad%25zz%254");
+        assert_eq!(q("api_key=a%7Cb"), "a%7Cb");
+        assert_eq!(q("api_key=a=b"), "a=b");
+        // Decoded and raw spellings of one value are one client.
+        let a = must(key(
+            &["query:k"],
+            OnMissingKey::Deny,
+            &view("1.1.1.1", &h, Some("k=a b")),
+        ));
+        let b = must(key(
+            &["query:k"],
+            OnMissingKey::Deny,
+            &view("1.1.1.1", &h, Some("k=a%20b")),
+        ));
+        let c = must(key(
+            &["query:k"],
+            OnMissingKey::Deny,
+            &view("1.1.1.1", &h, Some("k=a+b")),
+        ));
+        assert_eq!(a, b);
+        assert_eq!(b, c);
+        assert_eq!(a.store, store_key(NS, &[b"qa b"]));
+    }
+
+    #[test]
+    fn cookie_source() {
+        let h = headers(&[
+            ("cookie", b"theme=dark; sid=s1; sid=s2"),
+            ("cookie", b"session=zzz"),
+        ]);
+        let v = view("1.1.1.1", &h, None);
+        assert_eq!(round_trip(&["cookie:sid"], &v).display, "s1");
+        assert_eq!(round_trip(&["cookie:session"], &v).display, "zzz");
+        // Names are case-sensitive and must match whole.
+        assert_eq!(
+            key(&["cookie:SID"], OnMissingKey::Skip, &v),
+            KeyOutcome::Skip
+        );
+        assert_eq!(
+            key(&["cookie:si"], OnMissingKey::Skip, &v),
+            KeyOutcome::Skip
+        );
+        let k = must(key(&["cookie:sid"], OnMissingKey::Skip, &v));
+        assert_eq!(k.store, store_key(NS, &[b"cs1"]));
+    }
+
+    #[test]
+    fn route_and_global_sources() {
+        let h = HeaderMap::new();
+        let a = round_trip(&["route"], &view("1.1.1.1", &h, None));
+        let b = round_trip(&["route"], &view("2.2.2.2", &h, None));
+        assert_eq!(a, b);
+        assert_eq!(a.display, "api");
+        let mut other = view("1.1.1.1", &h, None);
+        other.route = "web";
+        assert_ne!(round_trip(&["route"], &other).store, a.store);
+
+        let g = round_trip(&["global"], &view("1.1.1.1", &h, None));
+        assert_eq!(g.display, "global");
+        assert_eq!(round_trip(&["global"], &other), g);
+        assert_eq!(store_key_of_display(NS, &srcs(&["global"]), "*"), None);
+        // The namespace separates limits.
+        let g2 = must(client_key(
+            b"other",
+            &srcs(&["global"]),
+            OnMissingKey::Skip,
+            &other,
+        ));
+        assert_ne!(g2.store, g.store);
+    }
+
+    #[test]
+    fn composite_keys() {
+        let h = headers(&[("x-tenant", b"acme")]);
+        let v = view("198.51.100.1", &h, Some("user=bob"));
+        let k = round_trip(&["header:x-tenant", "query:user", "client_ip", "route"], &v);
+        assert_eq!(k.display, "acme|bob|198.51.100.1|api");
+        assert_eq!(
+            k.store,
+            store_key(
+                NS,
+                &[b"hacme", b"qbob", &[TAG_IP, 198, 51, 100, 1], b"rapi"]
+            )
+        );
+        // Order matters.
+        let swapped = round_trip(&["query:user", "header:x-tenant", "client_ip", "route"], &v);
+        assert_ne!(swapped.store, k.store);
+        // Wrong number of components.
+        let sources = srcs(&["header:x-tenant", "query:user"]);
+        assert_eq!(store_key_of_display(NS, &sources, "acme"), None);
+        assert_eq!(store_key_of_display(NS, &sources, "acme|bob|x"), None);
+        assert!(store_key_of_display(NS, &sources, "acme|bob").is_some());
+    }
+
+    #[test]
+    fn length_prefixes_and_tags_prevent_collisions() {
+        assert_ne!(store_key(NS, &[b"ab", b"c"]), store_key(NS, &[b"a", b"bc"]));
+        assert_ne!(store_key(NS, &[b"abc"]), store_key(NS, &[b"ab", b"c"]));
+        assert_ne!(store_key(NS, &[b""]), store_key(NS, &[]));
+        assert_ne!(store_key(b"ns", &[b"x"]), store_key(b"n", &[b"sx"]));
+        let sources = srcs(&["header:a", "header:b"]);
+        let h1 = headers(&[("a", b"ab"), ("b", b"c")]);
+        let h2 = headers(&[("a", b"a"), ("b", b"bc")]);
+        let k1 = must(client_key(
+            NS,
+            &sources,
+            OnMissingKey::Deny,
+            &view("1.1.1.1", &h1, None),
+        ));
+        let k2 = must(client_key(
+            NS,
+            &sources,
+            OnMissingKey::Deny,
+            &view("1.1.1.1", &h2, None),
+        ));
+        assert_ne!(k1.store, k2.store);
+        // A header whose bytes are an address's octets is not that address.
+        let octets = headers(&[("a", b"ABCD")]);
+        let none = HeaderMap::new();
+        let from_header = must(key(
+            &["header:a"],
+            OnMissingKey::ClientIp,
+            &view("9.9.9.9", &octets, None),
+        ));
+        let substituted = must(key(
+            &["header:a"],
+            OnMissingKey::ClientIp,
+            &view("65.66.67.68", &none, None),
+        ));
+        assert_ne!(from_header.store, substituted.store);
+        // Nor is its text form.
+        let text = headers(&[("a", b"65.66.67.68")]);
+        let k = round_trip(&["header:a"], &view("9.9.9.9", &text, None));
+        assert_ne!(k.store, substituted.store);
+        assert_ne!(k.display, substituted.display);
+        // Header, query and cookie with one value differ.
+        let hv = headers(&[("k", b"v"), ("cookie", b"k=v")]);
+        let v = view("1.1.1.1", &hv, Some("k=v"));
+        let a = round_trip(&["header:k"], &v).store;
+        let b = round_trip(&["query:k"], &v).store;
+        let c = round_trip(&["cookie:k"], &v).store;
+        assert!(a != b && b != c && a != c);
+    }
+
+    #[test]
+    fn missing_key_policies() {
+        let none = HeaderMap::new();
+        let empty = headers(&[("x-user", b""), ("cookie", b"sid=")]);
+        for h in [&none, &empty] {
+            for q in [None, Some(""), Some("user="), Some("user")] {
+                let v = view("203.0.113.7", h, q);
+                for s in ["header:x-user", "query:user", "cookie:sid"] {
+                    assert_eq!(key(&[s, "route"], OnMissingKey::Skip, &v), KeyOutcome::Skip);
+                    assert_eq!(key(&[s, "route"], OnMissingKey::Deny, &v), KeyOutcome::Deny);
+                    let k = round_trip(&[s, "route"], &v);
+                    assert_eq!(k.display, "@203.0.113.7|api", "{s}");
+                }
+            }
+        }
+        // The substitute is the (grouped) client address.
+        let v = view("2001:db8::5", &none, None);
+        let k = round_trip(&["header:x-user"], &v);
+        assert_eq!(k.display, "@2001:db8::/64");
+        assert_eq!(
+            k.store,
+            store_key(
+                NS,
+                &[&{
+                    let mut c = vec![TAG_IP];
+                    c.extend_from_slice(
+                        &"2001:db8::".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+                    );
+                    c
+                }]
+            )
+        );
+        // Any address of the group is the same client.
+        let again = round_trip(&["header:x-user"], &view("2001:db8::9", &none, None));
+        assert_eq!(again, k);
+        // A present component is unaffected by the policy.
+        let h = headers(&[("x-user", b"u")]);
+        let v = view("1.1.1.1", &h, None);
+        assert!(matches!(
+            key(&["header:x-user"], OnMissingKey::Skip, &v),
+            KeyOutcome::Key(_)
+        ));
+        assert!(matches!(
+            key(&["header:x-user"], OnMissingKey::Deny, &v),
+            KeyOutcome::Key(_)
+        ));
+    }
+
+    #[test]
+    fn display_round_trip_of_awkward_values() {
+        let none = HeaderMap::new();
+        let values: Vec<Vec<u8>> = vec![
+            b"a|b".to_vec(),
+            b"100%".to_vec(),
+            b"%7C".to_vec(),
+            b"{json: [1, 2]}".to_vec(),
+            b"  spaced  out  ".to_vec(),
+            b"line\nbreak\r\n\ttab\0nul".to_vec(),
+            b"@1.2.3.4".to_vec(),
+            b"a@b".to_vec(),
+            b"global".to_vec(),
+            b"|||".to_vec(),
+            "ünïcødé ✓".as_bytes().to_vec(),
+            vec![0xff, b'|', 0x80, b'%'],
+            vec![b'x'; 10 * 1024],
+            (0u8..=255).collect(),
+        ];
+        let sources = ["query:k", "client_ip", "query:j"];
+        let mut seen = std::collections::HashSet::new();
+        for value in &values {
+            let mut enc = String::new();
+            for b in value {
+                let _ = write!(enc, "%{b:02X}");
+            }
+            let query = format!("k={enc}&j={enc}");
+            let v = view("192.0.2.1", &none, Some(&query));
+            let k = round_trip(&sources, &v);
+            assert!(!k.display.contains('\n'), "{:?}", k.display);
+            assert_eq!(k.display.matches('|').count(), 2, "{:?}", k.display);
+            let mut expect = b"q".to_vec();
+            expect.extend_from_slice(value);
+            assert_eq!(
+                k.store,
+                store_key(NS, &[&expect, &[TAG_IP, 192, 0, 2, 1], &expect])
+            );
+            assert!(seen.insert(k.store));
+        }
+        // Headers with the same awkward (but legal) bytes.
+        let h = headers(&[("x", b"{\"a\": \"b|c\"} 50% @x")]);
+        let k = round_trip(&["header:x"], &view("192.0.2.1", &h, None));
+        assert_eq!(k.display, "{\"a\": \"b%7Cc\"} 50%25 @x");
+    }
+
+    #[test]
+    fn malformed_display_keys() {
+        let s = srcs(&["header:x"]);
+        for bad in ["%", "%4", "%zz", "a%", "", "a|b", "@", "@nope", "%00%"] {
+            assert_eq!(store_key_of_display(NS, &s, bad), None, "{bad:?}");
+        }
+        // Lowercase escapes are accepted.
+        assert_eq!(
+            store_key_of_display(NS, &s, "a%7cb"),
+            store_key_of_display(NS, &s, "a%7Cb")
+        );
+        assert_eq!(
+            store_key_of_display(NS, &srcs(&["route"]), "@1.2.3.4"),
+            None
+        );
+    }
+
+    #[test]
+    fn huge_values_are_hashed_not_kept() {
+        let big = vec![b'v'; 10 * 1024];
+        let h = headers(&[("x-big", &big)]);
+        let k = round_trip(&["header:x-big"], &view("1.1.1.1", &h, None));
+        assert_eq!(k.display.len(), big.len());
+        assert_eq!(hex(&k.store).len(), 32);
+        let mut tagged = b"h".to_vec();
+        tagged.extend_from_slice(&big);
+        assert_eq!(k.store, store_key(NS, &[&tagged]));
+    }
+
+    #[test]
+    fn hex_is_lowercase() {
+        let mut k = [0u8; 16];
+        k[0] = 0xAB;
+        k[15] = 0x01;
+        assert_eq!(hex(&k), "ab000000000000000000000000000001");
+    }
+
+    #[test]
+    fn exempt_and_override_matching() {
+        let m = |s: &str| s.parse::<ClientMatch>().unwrap();
+        let h = headers(&[("x-api-key", b"internal-batch"), ("cookie", b"tier=gold")]);
+        let v = view("10.1.2.3", &h, Some("plan=pro%20max"));
+        assert!(client_matches(&m("10.0.0.0/8"), &v));
+        assert!(!client_matches(&m("11.0.0.0/8"), &v));
+        assert!(client_matches(&m("header:x-api-key=internal-batch"), &v));
+        assert!(client_matches(&m("header:X-API-KEY=internal-batch"), &v));
+        assert!(!client_matches(&m("header:x-api-key=internal"), &v));
+        assert!(!client_matches(&m("header:x-other=internal-batch"), &v));
+        assert!(client_matches(&m("query:plan=pro max"), &v));
+        assert!(client_matches(&m("cookie:tier=gold"), &v));
+        assert!(!client_matches(&m("cookie:tier=silver"), &v));
+        // Mapped IPv4 clients match IPv4 networks; IPv6 networks match.
+        let mapped = view("::ffff:10.9.9.9", &h, None);
+        assert!(client_matches(&m("10.0.0.0/8"), &mapped));
+        let v6 = view("2001:db8::1", &h, None);
+        assert!(client_matches(&m("2001:db8::/32"), &v6));
+        assert!(!client_matches(&m("10.0.0.0/8"), &v6));
+        // A value repeated on two lines is not the value.
+        let twice = headers(&[
+            ("x-api-key", b"internal-batch"),
+            ("x-api-key", b"internal-batch"),
+        ]);
+        assert!(!client_matches(
+            &m("header:x-api-key=internal-batch"),
+            &view("1.1.1.1", &twice, None)
+        ));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn display_round_trips_any_bytes(
+            a in proptest::collection::vec(proptest::num::u8::ANY, 1..64),
+            b in proptest::collection::vec(proptest::num::u8::ANY, 1..64),
+            v6 in proptest::num::u128::ANY,
+            prefix in 0u8..=130,
+        ) {
+            let enc = |v: &[u8]| v.iter().fold(String::new(), |mut s, b| {
+                let _ = write!(s, "%{b:02X}");
+                s
+            });
+            let query = format!("a={}&b={}", enc(&a), enc(&b));
+            let none = HeaderMap::new();
+            let v = RequestView {
+                client: IpAddr::V6(v6.into()),
+                headers: &none,
+                query: Some(&query),
+                route: "r",
+                ipv6_prefix: prefix,
+            };
+            let sources = srcs(&["query:a", "client_ip", "query:b", "query:missing"]);
+            let KeyOutcome::Key(k) = client_key(NS, &sources, OnMissingKey::ClientIp, &v) else {
+                panic!("no key");
+            };
+            proptest::prop_assert_eq!(store_key_of_display(NS, &sources, &k.display), Some(k.store));
+            proptest::prop_assert_eq!(k.display.matches('|').count(), 3);
+        }
+    }
+}
