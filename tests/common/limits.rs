@@ -304,6 +304,14 @@ pub async fn align(window: Duration, offset: Duration) {
     tokio::time::sleep(Duration::from_micros(wait as u64)).await;
 }
 
+/// Sleeps until `offset` into the aligned window after the current one.
+pub async fn next_window(window: Duration, offset: Duration) {
+    let now = unix_now().as_micros();
+    let w = window.as_micros();
+    let target = (now / w + 1) * w + offset.as_micros();
+    tokio::time::sleep(Duration::from_micros((target - now) as u64)).await;
+}
+
 /// If less than `need` is left in the current aligned `window`, sleeps until
 /// 50 ms into the next one.
 pub async fn ensure_room(window: Duration, need: Duration) {
