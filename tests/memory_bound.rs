@@ -1,0 +1,180 @@
+//! The memory store stays bounded under a million distinct clients and
+//! gives the memory back once their entries expire (SPEC §6 `memory`).
+//!
+//! The load: keep-alive connections each pipelining batches of requests,
+//! every request with its own `x-client` value, on a `token_bucket` keyed
+//! by that header. With `burst: 1` an entry lives until its one token is
+//! back (`1 / rate`), chosen longer than the fill so that every entry is
+//! alive at once at the end of it, and gone soon after.
+
+#[allow(unused_imports)]
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{config, Gateway};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Distinct client keys.
+const CLIENTS: u64 = 1_000_000;
+/// Keep-alive connections.
+const CONNECTIONS: usize = 16;
+/// Requests written at once on a connection.
+const BATCH: u64 = 256;
+/// The bound on the gateway's resident memory with every entry alive.
+const MAX_RSS_KIB: u64 = 200 * 1024;
+/// One token per ENTRY_LIFE: how long an entry lives after its request.
+const ENTRY_LIFE_SECS: u64 = 40;
+
+/// Counts occurrences of `pat` in a byte stream fed in pieces.
+struct Counter {
+    pat: &'static [u8],
+    carry: Vec<u8>,
+    n: u64,
+}
+
+impl Counter {
+    fn new(pat: &'static [u8]) -> Self {
+        Counter {
+            pat,
+            carry: Vec::new(),
+            n: 0,
+        }
+    }
+
+    fn feed(&mut self, data: &[u8]) {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(data);
+        let m = self.pat.len();
+        let mut i = 0;
+        while i + m <= buf.len() {
+            if &buf[i..i + m] == self.pat {
+                self.n += 1;
+                i += m;
+            } else {
+                i += 1;
+            }
+        }
+        // Every position before `i` was checked; what is left may be the
+        // start of a match split across reads.
+        self.carry = buf[i.min(buf.len())..].to_vec();
+    }
+}
+
+/// Sends requests for clients `first..first + total` (each its own
+/// `x-client`) over `conns` pipelining connections; returns how many were
+/// answered 200.
+async fn drive(addr: SocketAddr, first: u64, total: u64, conns: usize) -> u64 {
+    let next = Arc::new(AtomicU64::new(0));
+    let ok = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (next, ok) = (next.clone(), ok.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(addr))
+                .await
+                .expect("connect timed out")
+                .expect("connect");
+            s.set_nodelay(true).ok();
+            let mut req = Vec::with_capacity(BATCH as usize * 64);
+            let mut chunk = vec![0u8; 256 * 1024];
+            loop {
+                let start = next.fetch_add(BATCH, Ordering::SeqCst);
+                if start >= total {
+                    break;
+                }
+                let n = BATCH.min(total - start);
+                req.clear();
+                for i in first + start..first + start + n {
+                    req.extend_from_slice(
+                        format!("GET / HTTP/1.1\r\nhost: t\r\nx-client: c{i}\r\n\r\n").as_bytes(),
+                    );
+                }
+                tokio::time::timeout(Duration::from_secs(10), s.write_all(&req))
+                    .await
+                    .expect("write timed out")
+                    .expect("write");
+                let mut heads = Counter::new(b"HTTP/1.1 ");
+                let mut oks = Counter::new(b"HTTP/1.1 200 ");
+                while heads.n < n {
+                    let got = tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk))
+                        .await
+                        .expect("read timed out")
+                        .expect("read");
+                    assert!(got > 0, "connection closed with {} of {n} answers", heads.n);
+                    heads.feed(&chunk[..got]);
+                    oks.feed(&chunk[..got]);
+                }
+                ok.fetch_add(oks.n, Ordering::SeqCst);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("load task");
+    }
+    ok.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_clients_stay_under_200_mib_and_the_memory_comes_back() {
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        limits:
+          per_client: {{ algorithm: token_bucket, rate: 1/{ENTRY_LIFE_SECS}s, burst: 1, key: "header:x-client" }}
+        routes:
+          - name: r
+            match: {{ path: / }}
+            respond: {{ status: 200, body: "ok" }}
+            limits: [per_client]
+        "#
+    )))
+    .await;
+    // Warm up the connections and allocator, then take the baseline.
+    assert_eq!(drive(gw.addr(), 0, 1000, CONNECTIONS).await, 1000);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let baseline = gw.rss_kib();
+
+    let t0 = Instant::now();
+    // Distinct from the warm-up keys: offset them.
+    let ok = drive(gw.addr(), 1000, CLIENTS, CONNECTIONS).await;
+    let fill = t0.elapsed();
+    let rate = CLIENTS as f64 / fill.as_secs_f64();
+    let peak = gw.rss_kib();
+    eprintln!(
+        "memory_bound: {CLIENTS} requests in {fill:.1?} ({rate:.0} req/s over {CONNECTIONS} pipelined connections); RSS baseline {baseline} KiB, with all entries {peak} KiB"
+    );
+    assert_eq!(ok, CLIENTS, "every distinct client's first request is allowed");
+    assert!(
+        fill < Duration::from_secs(ENTRY_LIFE_SECS),
+        "the fill ({fill:?}) must finish before the first entries expire ({ENTRY_LIFE_SECS} s) for all to be alive at once; the machine managed {rate:.0} req/s"
+    );
+    assert!(
+        peak <= MAX_RSS_KIB,
+        "RSS {peak} KiB with {CLIENTS} entries exceeds {MAX_RSS_KIB} KiB"
+    );
+
+    // Entries expire ENTRY_LIFE after their request; the sweeper then frees
+    // them. Wait for the last one plus a few sweeps.
+    let grown = peak.saturating_sub(baseline);
+    let deadline = t0 + fill + Duration::from_secs(ENTRY_LIFE_SECS + 15);
+    let mut after;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        after = gw.rss_kib();
+        if after <= baseline + grown / 2 || Instant::now() > deadline {
+            break;
+        }
+    }
+    eprintln!(
+        "memory_bound: RSS {after} KiB {:.1?} after the fill",
+        t0.elapsed() - fill
+    );
+    assert!(
+        after <= baseline + grown / 2,
+        "RSS did not come back after expiry: baseline {baseline} KiB, peak {peak} KiB, now {after} KiB"
+    );
+}
