@@ -12,6 +12,7 @@ pub mod algorithm;
 pub mod decide;
 pub mod lockout;
 pub mod state;
+pub mod store;
 
 pub use algorithm::Micros;
 pub use lockout::{LockParams, LockState};
