@@ -22,7 +22,7 @@ Functions:
   floor_div(a, b)       floor(a / b), 0 when b is 0
   ceil_div(a, b)        ceil(a / b), 0 when b is 0 (algorithm::ceil_div)
   set_ttl(key, ttl)     PEXPIRE key ceil(ttl / 1000) ms, or DEL key when ttl is 0
-  key_is(key, t)        whether key holds a value of Redis type t ('hash', 'zset')
+  key_type(key)         TYPE key: 'none', 'hash', 'zset', ...
   hash_load(key, fields) the numeric fields of a hash (0 when missing); the
                         field `foreign` says the key holds something else
                         (a fresh state, replacing it when stored)
@@ -92,22 +92,21 @@ local function set_ttl(key, ttl)
   end
 end
 
-local function key_is(key, t)
-  local got = redis.call('TYPE', key)
+local function key_type(key)
+  local t = redis.call('TYPE', key)
   -- TYPE answers a status reply, which Lua sees as {ok = 'hash'}.
-  if type(got) == 'table' then got = got.ok end
-  return got == t
+  if type(t) == 'table' then t = t.ok end
+  return t
 end
 
 local function hash_load(key, fields)
   local st = {}
-  local foreign = false
-  if redis.call('EXISTS', key) == 1 and not key_is(key, 'hash') then
-    -- Another algorithm's sorted set under this key: a fresh key, as in
-    -- AlgoParams::check ("a state of another algorithm counts as fresh").
-    foreign = true
-  end
-  local vals = foreign and {} or redis.call('HMGET', key, unpack(fields))
+  local t = key_type(key)
+  -- Another algorithm's sorted set under this key: a fresh key, as in
+  -- AlgoParams::check ("a state of another algorithm counts as fresh").
+  local foreign = t ~= 'hash' and t ~= 'none'
+  local vals = {}
+  if t == 'hash' then vals = redis.call('HMGET', key, unpack(fields)) end
   for i, f in ipairs(fields) do
     st[f] = tonumber(vals[i]) or 0
   end

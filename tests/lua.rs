@@ -42,6 +42,11 @@ use tollgate::limit::{AlgoParams, AlgoState, Check, LockParams, LockState, Statu
 /// 2023-11-14T00:00:00Z.
 const T0: Micros = 1_699_920_000 * SECOND;
 
+/// The tests that time the store against its deadline run alone (a write
+/// lock; every other test holds a read lock), so that a scheduler starved
+/// by the property suites and other servers does not fail them.
+static CPU: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 fn runner(cases: u32) -> TestRunner {
     TestRunner::new(Config {
         cases,
@@ -399,6 +404,7 @@ fn rate(count: u64, period: u64) -> Rate {
 
 #[test]
 fn fixed_window_matches_rust() {
+    let _busy = CPU.blocking_read();
     let window = prop_oneof![
         4 => (dur(5_000)).prop_map(Window::Fixed),
         1 => Just(Window::Month),
@@ -417,6 +423,7 @@ fn fixed_window_matches_rust() {
 
 #[test]
 fn sliding_window_matches_rust() {
+    let _busy = CPU.blocking_read();
     let one = (1u64..20, dur(50_000))
         .prop_map(|(l, w)| AlgoParams::SlidingWindow(sliding_window::Params::new(l, w).unwrap()));
     algorithm_suite(
@@ -428,6 +435,7 @@ fn sliding_window_matches_rust() {
 
 #[test]
 fn sliding_log_matches_rust() {
+    let _busy = CPU.blocking_read();
     let one = (1u64..20, dur(5_000))
         .prop_map(|(l, w)| AlgoParams::SlidingLog(sliding_log::Params::new(l, w).unwrap()));
     algorithm_suite((one.clone(), one), Just(T0), steps(1_500, 8, false))
@@ -445,6 +453,7 @@ fn bucket_params() -> impl Strategy<Value = (Rate, u64, Micros)> + Clone {
 
 #[test]
 fn token_bucket_matches_rust() {
+    let _busy = CPU.blocking_read();
     let one = bucket_params().prop_filter_map("exact params", |(r, b, d)| {
         token_bucket::Params::new(r, b, d)
             .ok()
@@ -455,6 +464,7 @@ fn token_bucket_matches_rust() {
 
 #[test]
 fn gcra_matches_rust() {
+    let _busy = CPU.blocking_read();
     let one = (
         1u64..5,
         1u64..2_000,
@@ -471,6 +481,7 @@ fn gcra_matches_rust() {
 
 #[test]
 fn leaky_bucket_matches_rust() {
+    let _busy = CPU.blocking_read();
     let one = bucket_params().prop_filter_map("exact params", |(r, b, d)| {
         leaky_bucket::Params::new(r, b, d)
             .ok()
@@ -481,6 +492,7 @@ fn leaky_bucket_matches_rust() {
 
 #[test]
 fn concurrency_matches_rust() {
+    let _busy = CPU.blocking_read();
     let one = (1u64..6, dur(3_000)).prop_map(|(l, lease)| {
         AlgoParams::Concurrency(concurrency::Params::new(l, lease).unwrap())
     });
@@ -505,6 +517,7 @@ return {length or -1, ttl, pttl}
 
 #[test]
 fn lockout_matches_rust() {
+    let _busy = CPU.blocking_read();
     let server = RedisServer::start();
     let conn = RefCell::new(server.connection());
     let script = {
@@ -579,6 +592,7 @@ fn lockout_matches_rust() {
 
 #[test]
 fn edges_found_by_hand_match_rust() {
+    let _busy = CPU.blocking_read();
     // Cases random traces rarely hit exactly.
     let server = RedisServer::start();
     let mut conn = server.connection();
@@ -606,6 +620,7 @@ fn cell_secs(us: Micros) -> i64 {
 
 #[test]
 fn gcra_gives_redis_cells_figures() {
+    let _busy = CPU.blocking_read();
     let server = RedisServer::start();
     let mut conn = server.connection();
     let script = script_of(&["gcra"], ALGO_ENTRY);
@@ -770,6 +785,7 @@ fn any_request() -> impl Strategy<Value = Request> {
 
 #[test]
 fn dispatch_matches_decide() {
+    let _busy = CPU.blocking_read();
     let server = RedisServer::start();
     let conn = RefCell::new(server.connection());
     let probe = dispatch_probe();
@@ -902,6 +918,7 @@ fn dispatch_matches_decide() {
 
 #[test]
 fn arity_errors_are_clear() {
+    let _busy = CPU.blocking_read();
     let server = RedisServer::start();
     let mut conn = server.connection();
     let err = |r: redis::RedisResult<Value>| -> String {
@@ -996,7 +1013,14 @@ fn fixed(limit: u64, window: Micros) -> AlgoParams {
     AlgoParams::FixedWindow(fixed_window::Params::new(limit, Window::Fixed(window)).unwrap())
 }
 
+/// A store with the test clock and a generous deadline (the functional
+/// tests run beside CPU-heavy ones).
 fn local_store(server: &RedisServer) -> RedisStore {
+    RedisStore::new(&server.url(), "tg", Duration::from_secs(2), true).unwrap()
+}
+
+/// A store with the tight deadline [`TIMEOUT`], for the timing tests.
+fn timed_store(server: &RedisServer) -> RedisStore {
     RedisStore::new(&server.url(), "tg", TIMEOUT, true).unwrap()
 }
 
@@ -1026,6 +1050,7 @@ async fn until_ok(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejecting_limit_consumes_nothing_anywhere() {
+    let _busy = CPU.read().await;
     let server = RedisServer::start();
     let store = local_store(&server);
     let tb = AlgoParams::TokenBucket(token_bucket::Params::new(rate(10, SECOND), 5, 0).unwrap());
@@ -1056,6 +1081,7 @@ async fn a_rejecting_limit_consumes_nothing_anywhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockouts_inspect_reset_and_release() {
+    let _busy = CPU.read().await;
     let server = RedisServer::start();
     let store = local_store(&server);
     let mut c = check(3, 1, fixed(1, 10 * SECOND), 1);
@@ -1130,6 +1156,7 @@ async fn lockouts_inspect_reset_and_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_clock_is_redis_time() {
+    let _busy = CPU.read().await;
     let server = RedisServer::start();
     let store = RedisStore::new(&server.url(), "tg", TIMEOUT, false).unwrap();
     let c = check(0, 0, fixed(2, 3_600 * SECOND), 1);
@@ -1153,6 +1180,7 @@ async fn the_store_clock_is_redis_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noscript_heals_after_script_flush() {
+    let _busy = CPU.read().await;
     let server = RedisServer::start();
     let store = local_store(&server);
     let c = [check(0, 0, fixed(100, SECOND), 1)];
@@ -1180,8 +1208,9 @@ async fn noscript_heals_after_script_flush() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_redis_times_out_within_the_deadline() {
+    let _alone = CPU.write().await;
     let server = RedisServer::start();
-    let store = local_store(&server);
+    let store = timed_store(&server);
     let c = [check(0, 0, fixed(100, SECOND), 1)];
     store.decide(&c, T0).await.unwrap();
     server.stop();
@@ -1199,10 +1228,11 @@ async fn a_stopped_redis_times_out_within_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_at_start_then_killed_and_restarted() {
+    let _alone = CPU.write().await;
     let mut server = RedisServer::start();
     server.kill();
     // Unreachable at start-up: not an error; calls fail within the deadline.
-    let store = local_store(&server);
+    let store = timed_store(&server);
     let c = [check(0, 0, fixed(100, SECOND), 1)];
     let t = Instant::now();
     assert!(store.decide(&c, T0).await.is_err());
@@ -1220,8 +1250,9 @@ async fn redis_down_at_start_then_killed_and_restarted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_breaker_opens_fails_fast_and_probes() {
+    let _alone = CPU.write().await;
     let server = RedisServer::start();
-    let store = local_store(&server);
+    let store = timed_store(&server);
     let c = [check(0, 0, fixed(1_000, SECOND), 1)];
     store.decide(&c, T0).await.unwrap();
     server.stop();
@@ -1252,6 +1283,7 @@ async fn the_breaker_opens_fails_fast_and_probes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_has_a_ttl_and_holds_only_the_prefix_and_hex() {
+    let _busy = CPU.read().await;
     let server = RedisServer::start();
     let store = local_store(&server);
     let lock = LockParams {
@@ -1300,6 +1332,7 @@ async fn next(rx: &mut tokio::sync::mpsc::Receiver<Option<StoreKey>>) -> Option<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resets_reach_subscribers_and_survive_a_restart() {
+    let _busy = CPU.read().await;
     let mut server = RedisServer::start();
     let store = local_store(&server);
     let mut resets = store.subscribe_resets();
