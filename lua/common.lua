@@ -18,7 +18,9 @@ Functions:
   fmt(x)                the integer x as a decimal string for redis.call: Lua's
                         own conversion ("%.14g") would write 1.7e+15
   now_arg(s)            the clock: tonumber(s) (clock: local), or Redis TIME when
-                        s is '' (clock: store)
+                        s is '' (clock: store). Redis 6.2+ replicates a
+                        script's effects, so reading TIME before writing
+                        needs no redis.replicate_commands() (Redis < 5 did)
   floor_div(a, b)       floor(a / b), 0 when b is 0
   ceil_div(a, b)        ceil(a / b), 0 when b is 0 (algorithm::ceil_div)
   set_ttl(key, ttl)     PEXPIRE key ceil(ttl / 1000) ms, or DEL key when ttl is 0
@@ -84,6 +86,8 @@ end
 -- Redis expiries are in milliseconds. Rounding up keeps a state until it is
 -- no longer needed (rounding down could forget a counter in the last
 -- millisecond of its window); it outlives that by less than a millisecond.
+-- (Redis 7.0's PEXPIRE reads the clock twice and may delete at once a key
+-- whose few milliseconds elapse in between: it was needed no longer.)
 local function set_ttl(key, ttl)
   if ttl <= 0 then
     redis.call('DEL', key)
