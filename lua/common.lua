@@ -18,11 +18,13 @@ Functions:
   fmt(x)                the integer x as a decimal string for redis.call: Lua's
                         own conversion ("%.14g") would write 1.7e+15
   now_arg(s)            the clock: tonumber(s) (clock: local), or Redis TIME when
-                        s is '' (clock: store)
+                        s is '' (clock: store). Redis 6.2+ replicates a
+                        script's effects, so reading TIME before writing
+                        needs no redis.replicate_commands() (Redis < 5 did)
   floor_div(a, b)       floor(a / b), 0 when b is 0
   ceil_div(a, b)        ceil(a / b), 0 when b is 0 (algorithm::ceil_div)
   set_ttl(key, ttl)     PEXPIRE key ceil(ttl / 1000) ms, or DEL key when ttl is 0
-  key_is(key, t)        whether key holds a value of Redis type t ('hash', 'zset')
+  key_type(key)         TYPE key: 'none', 'hash', 'zset', ...
   hash_load(key, fields) the numeric fields of a hash (0 when missing); the
                         field `foreign` says the key holds something else
                         (a fresh state, replacing it when stored)
@@ -84,6 +86,8 @@ end
 -- Redis expiries are in milliseconds. Rounding up keeps a state until it is
 -- no longer needed (rounding down could forget a counter in the last
 -- millisecond of its window); it outlives that by less than a millisecond.
+-- (Redis 7.0's PEXPIRE reads the clock twice and may delete at once a key
+-- whose few milliseconds elapse in between: it was needed no longer.)
 local function set_ttl(key, ttl)
   if ttl <= 0 then
     redis.call('DEL', key)
@@ -92,22 +96,21 @@ local function set_ttl(key, ttl)
   end
 end
 
-local function key_is(key, t)
-  local got = redis.call('TYPE', key)
+local function key_type(key)
+  local t = redis.call('TYPE', key)
   -- TYPE answers a status reply, which Lua sees as {ok = 'hash'}.
-  if type(got) == 'table' then got = got.ok end
-  return got == t
+  if type(t) == 'table' then t = t.ok end
+  return t
 end
 
 local function hash_load(key, fields)
   local st = {}
-  local foreign = false
-  if redis.call('EXISTS', key) == 1 and not key_is(key, 'hash') then
-    -- Another algorithm's sorted set under this key: a fresh key, as in
-    -- AlgoParams::check ("a state of another algorithm counts as fresh").
-    foreign = true
-  end
-  local vals = foreign and {} or redis.call('HMGET', key, unpack(fields))
+  local t = key_type(key)
+  -- Another algorithm's sorted set under this key: a fresh key, as in
+  -- AlgoParams::check ("a state of another algorithm counts as fresh").
+  local foreign = t ~= 'hash' and t ~= 'none'
+  local vals = {}
+  if t == 'hash' then vals = redis.call('HMGET', key, unpack(fields)) end
   for i, f in ipairs(fields) do
     st[f] = tonumber(vals[i]) or 0
   end

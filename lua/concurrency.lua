@@ -20,8 +20,9 @@ a string: it may exceed 2^53), score = its expiry.
 
 local function leases_load(key)
   local st = {leases = {}, foreign = false}
-  if redis.call('EXISTS', key) == 0 then return st end
-  if not key_is(key, 'zset') then
+  local t = key_type(key)
+  if t == 'none' then return st end
+  if t ~= 'zset' then
     st.foreign = true
     return st
   end

@@ -20,7 +20,7 @@ if algo == nil then
 end
 local found = 0
 local state = {}
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if key_type(KEYS[1]) ~= 'none' then
   -- load() needs no params to read (they only shape the maths).
   local st = algo.load(KEYS[1], nil)
   if not st.foreign then

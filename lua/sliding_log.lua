@@ -31,8 +31,9 @@ ALGO.sliding_log = {
 
   load = function(key, p)
     local st = {entries = {}, foreign = false}
-    if redis.call('EXISTS', key) == 0 then return st end
-    if not key_is(key, 'zset') then
+    local t = key_type(key)
+    if t == 'none' then return st end
+    if t ~= 'zset' then
       st.foreign = true
       return st
     end

@@ -10,6 +10,7 @@
 pub mod client;
 pub mod gateway;
 pub mod raw;
+pub mod redis;
 pub mod upstream;
 
 use std::future::Future;
