@@ -69,6 +69,13 @@ pub fn check(path: &std::path::Path) -> Result<String, String> {
         .iter()
         .map(|w| format!("warning: {w}\n"))
         .collect();
+    // Building the runtime sets up (but, never driven, does not connect)
+    // the store client, which wants a Tokio runtime around it.
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let _entered = tokio.enter();
     runtime::Runtime::build(loaded.config, loaded.sha256, 0, None)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(summary + &warnings)

@@ -26,9 +26,9 @@ use super::{Check, Outcome, Status};
 
 /// What the store holds for one check when the decision starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Loaded {
+pub struct Loaded<'a> {
     /// The limit's state (`None`: a fresh key).
-    pub algo: Option<AlgoState>,
+    pub algo: Option<&'a AlgoState>,
     /// The lockout state (default: never struck).
     pub lock: LockState,
 }
@@ -43,7 +43,7 @@ pub struct Writes {
 }
 
 /// Decide `checks` at `now` from their `loaded` states (same order).
-pub fn decide(checks: &[Check], loaded: &[Loaded], now: Micros) -> (Vec<Outcome>, Vec<Writes>) {
+pub fn decide(checks: &[Check], loaded: &[Loaded<'_>], now: Micros) -> (Vec<Outcome>, Vec<Writes>) {
     let mut outcomes = Vec::with_capacity(checks.len());
     let mut writes = vec![Writes::default(); checks.len()];
     let mut verdicts = Vec::with_capacity(checks.len());
@@ -51,7 +51,7 @@ pub fn decide(checks: &[Check], loaded: &[Loaded], now: Micros) -> (Vec<Outcome>
 
     for (check, state) in checks.iter().zip(loaded) {
         let fresh;
-        let algo = match &state.algo {
+        let algo = match state.algo {
             Some(s) => s,
             None => {
                 fresh = check.params.fresh();

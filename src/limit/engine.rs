@@ -156,10 +156,13 @@ impl Limiter {
                 ))
             }
         };
+        // The memory store outlives a change of the rest of `store:` (a new
+        // timeout must not wipe every counter).
+        let local = previous.map_or_else(|| Arc::new(MemoryStore::new()), |p| p.local.clone());
         let limiter = Arc::new(Limiter {
             config: config.clone(),
             backend,
-            local: Arc::new(MemoryStore::new()),
+            local,
             deny: DenyCache::new(DENY_CACHE_CAPACITY),
             labels: std::sync::Mutex::new(HashMap::new()),
         });

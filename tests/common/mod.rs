@@ -11,6 +11,7 @@ pub mod client;
 pub mod gateway;
 pub mod limits;
 pub mod raw;
+pub mod redis;
 pub mod redis_fixture;
 pub mod upstream;
 

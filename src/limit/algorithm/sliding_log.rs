@@ -77,13 +77,12 @@ impl State {
 /// `state` brought to `now` under `p`: entries that left the trailing
 /// window dropped.
 pub fn effective(p: &Params, state: &State, now: Micros) -> State {
+    // Entries are sorted by time, so the expired ones are a prefix.
+    let live = state
+        .entries
+        .partition_point(|e| e.t.saturating_add(p.window) <= now);
     State {
-        entries: state
-            .entries
-            .iter()
-            .filter(|e| e.t.saturating_add(p.window) > now)
-            .copied()
-            .collect(),
+        entries: state.entries[live..].to_vec(),
     }
 }
 
@@ -120,7 +119,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
             _ => s.entries.insert(at, Entry { t: now, n: cost }),
         }
     }
-    let used = s.used();
+    let used = if allowed { used + cost } else { used };
     let ttl = s
         .entries
         .last()

@@ -84,7 +84,7 @@ impl MemoryStore {
                 match g.get(&c.key) {
                     Some(e) => Loaded {
                         algo: if e.algo_exp > now {
-                            e.algo.clone()
+                            e.algo.as_ref()
                         } else {
                             None
                         },
@@ -206,5 +206,130 @@ impl MemoryStore {
     /// Whether the store holds no entry.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::algorithm::{concurrency, fixed_window, token_bucket, Rate, SECOND};
+    use crate::limit::{AlgoParams, LockParams, Status};
+
+    fn key(n: u8) -> StoreKey {
+        let mut k = [0u8; 16];
+        k[0] = n;
+        k[15] = n.wrapping_mul(7);
+        k
+    }
+
+    fn fixed(limit: u64, key: StoreKey) -> Check {
+        Check {
+            key,
+            params: AlgoParams::FixedWindow(
+                fixed_window::Params::new(limit, fixed_window::Window::Fixed(10 * SECOND)).unwrap(),
+            ),
+            cost: 1,
+            lockout: None,
+            shadow: false,
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn a_rejected_request_consumes_nothing_from_the_other_limits() {
+        let store = MemoryStore::new();
+        let (a, b) = (fixed(10, key(1)), fixed(1, key(2)));
+        let both = [a.clone(), b.clone()];
+        let first = store.decide(&both, 0);
+        assert_eq!(first[0].status, Status::Allowed);
+        assert_eq!(first[0].remaining, 9);
+        let second = store.decide(&both, SECOND);
+        assert_eq!(second[1].status, Status::Rejected);
+        assert_eq!(second[0].status, Status::NotConsumed);
+        assert_eq!(second[0].remaining, 9);
+        // A's counter is still at 1: nine more pass on A alone.
+        for i in 0..9 {
+            assert_eq!(store.decide(&[a.clone()], 2 * SECOND)[0].remaining, 8 - i);
+        }
+        assert_eq!(store.decide(&[a], 2 * SECOND)[0].status, Status::Rejected);
+    }
+
+    #[test]
+    fn expired_entries_read_fresh_and_are_swept() {
+        let store = MemoryStore::new();
+        for n in 0..=255u8 {
+            store.decide(&[fixed(1, key(n))], 0);
+        }
+        assert_eq!(store.len(), 256);
+        assert_eq!(
+            store.decide(&[fixed(1, key(3))], 5 * SECOND)[0].status,
+            Status::Rejected
+        );
+        assert_eq!(
+            store.decide(&[fixed(1, key(3))], 10 * SECOND)[0].status,
+            Status::Allowed
+        );
+        store.sweep(10 * SECOND);
+        assert_eq!(store.len(), 1, "only the entry written at 10 s is alive");
+        store.sweep(20 * SECOND);
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn concurrency_leases_are_released() {
+        let store = MemoryStore::new();
+        let c = |lease| Check {
+            key: key(9),
+            params: AlgoParams::Concurrency(concurrency::Params::new(1, 60 * SECOND).unwrap()),
+            cost: 1,
+            lockout: None,
+            shadow: false,
+            lease,
+        };
+        assert_eq!(store.decide(&[c(1)], 0)[0].status, Status::Allowed);
+        assert_eq!(store.decide(&[c(2)], 0)[0].status, Status::Rejected);
+        store.release(&c(1), SECOND);
+        assert_eq!(store.decide(&[c(2)], SECOND)[0].status, Status::Allowed);
+    }
+
+    #[test]
+    fn lockouts_are_listed_and_reset() {
+        let store = MemoryStore::new();
+        let mut check = Check {
+            key: key(4),
+            params: AlgoParams::TokenBucket(
+                token_bucket::Params::new(Rate::new(1, SECOND).unwrap(), 1, 0).unwrap(),
+            ),
+            cost: 1,
+            lockout: Some(LockParams {
+                after: 1,
+                within: 60 * SECOND,
+                duration: 30 * SECOND,
+                escalate: 1,
+                max_duration: 30 * SECOND,
+                forget_after: 60 * SECOND,
+            }),
+            shadow: false,
+            lease: 0,
+        };
+        assert_eq!(store.decide(&[check.clone()], 0)[0].status, Status::Allowed);
+        let locked = store.decide(&[check.clone()], 0)[0];
+        assert!(locked.lock_started);
+        assert_eq!(locked.retry_after, 30 * SECOND);
+        assert_eq!(store.lockouts(10 * SECOND), vec![(key(4), 20 * SECOND)]);
+        // During the lock: locked_out with the time left, no new strike.
+        let during = store.decide(&[check.clone()], 10 * SECOND)[0];
+        assert_eq!(
+            (during.status, during.retry_after),
+            (Status::LockedOut, 20 * SECOND)
+        );
+        assert_eq!(store.inspect(&key(4), 10 * SECOND).1.lv, 1);
+        store.reset(&key(4));
+        assert!(store.lockouts(10 * SECOND).is_empty());
+        check.lockout = None;
+        assert_eq!(
+            store.decide(&[check], 10 * SECOND)[0].status,
+            Status::Allowed
+        );
     }
 }

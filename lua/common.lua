@@ -1,0 +1,175 @@
+--[[ common.lua: helpers shared by every tollgate script.
+
+A function library, no entry point. The Rust side (src/limit/store/redis.rs)
+loads one script per entry point, each the concatenation of
+  common.lua, the seven algorithm files, lockout.lua, then the entry file
+(dispatch.lua, release.lua, inspect.lua or lockouts.lua). Everything here is a
+`local` of that one chunk (Redis forbids globals), visible to the files after it.
+
+Numbers: Lua 5.1 numbers are doubles, exact for integers below 2^53. The Rust
+side refuses parameters for which any value could reach that
+(src/limit/algorithm/mod.rs), so every value in these scripts is an exact
+integer, and math.floor(a / b) and math.ceil(a / b) are exact integer
+divisions. Times are microseconds since the Unix epoch.
+
+Functions:
+  fail(msg)             raise the error reply "ERR tollgate: <msg>"
+  int(s, what)          the decimal string s as a number (fail if it is not one)
+  fmt(x)                the integer x as a decimal string for redis.call: Lua's
+                        own conversion ("%.14g") would write 1.7e+15
+  now_arg(s)            the clock: tonumber(s) (clock: local), or Redis TIME when
+                        s is '' (clock: store). Redis 6.2+ replicates a
+                        script's effects, so reading TIME before writing
+                        needs no redis.replicate_commands() (Redis < 5 did)
+  floor_div(a, b)       floor(a / b), 0 when b is 0
+  ceil_div(a, b)        ceil(a / b), 0 when b is 0 (algorithm::ceil_div)
+  set_ttl(key, ttl)     PEXPIRE key ceil(ttl / 1000) ms, or DEL key when ttl is 0
+  key_type(key)         TYPE key: 'none', 'hash', 'zset', ...
+  hash_load(key, fields) the numeric fields of a hash (0 when missing); the
+                        field `foreign` says the key holds something else
+                        (a fresh state, replacing it when stored)
+  take(args, i, n, what) args[i .. i + n - 1] as integers (fail if args ends
+                        before)
+  hash_store(key, st, fields, ttl, foreign)  HSET the fields, then set_ttl
+  fluid(unit, drain, burst, slack)  the bucket maths shared by token_bucket
+                        and leaky_bucket (algorithm::Fluid): a table with
+                        cap, slack, drain_time(l), drained(l, el), adopt(l, u),
+                        units_free(l)
+  retry_hint(v), reset_hint(v)  Verdict::retry_hint / Verdict::reset_hint
+  ALGO                  the table every algorithm file registers itself in
+]]
+
+local function fail(msg)
+  error({err = 'ERR tollgate: ' .. msg}, 0)
+end
+
+local function int(s, what)
+  local n = tonumber(s)
+  if n == nil or n < 0 or n ~= math.floor(n) then
+    fail(what .. ': expected a non-negative integer, got ' .. tostring(s))
+  end
+  return n
+end
+
+local function take(args, i, n, what)
+  if #args < i + n - 1 then
+    fail(what .. ': expected ' .. n .. ' params, the arguments end after '
+      .. (#args - i + 1))
+  end
+  local out = {}
+  for j = 1, n do out[j] = int(args[i + j - 1], what) end
+  return out
+end
+
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+local function now_arg(s)
+  if s == nil or s == '' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return int(s, 'now')
+end
+
+local function floor_div(a, b)
+  if b == 0 then return 0 end
+  return math.floor(a / b)
+end
+
+local function ceil_div(a, b)
+  if b == 0 then return 0 end
+  return math.ceil(a / b)
+end
+
+-- Redis expiries are in milliseconds. Rounding up keeps a state until it is
+-- no longer needed (rounding down could forget a counter in the last
+-- millisecond of its window); it outlives that by less than a millisecond.
+-- (Redis 7.0's PEXPIRE reads the clock twice and may delete at once a key
+-- whose few milliseconds elapse in between: it was needed no longer.)
+local function set_ttl(key, ttl)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, fmt(math.ceil(ttl / 1000)))
+  end
+end
+
+local function key_type(key)
+  local t = redis.call('TYPE', key)
+  -- TYPE answers a status reply, which Lua sees as {ok = 'hash'}.
+  if type(t) == 'table' then t = t.ok end
+  return t
+end
+
+local function hash_load(key, fields)
+  local st = {}
+  local t = key_type(key)
+  -- Another algorithm's sorted set under this key: a fresh key, as in
+  -- AlgoParams::check ("a state of another algorithm counts as fresh").
+  local foreign = t ~= 'hash' and t ~= 'none'
+  local vals = {}
+  if t == 'hash' then vals = redis.call('HMGET', key, unpack(fields)) end
+  for i, f in ipairs(fields) do
+    st[f] = tonumber(vals[i]) or 0
+  end
+  st.foreign = foreign
+  return st
+end
+
+local function hash_store(key, st, fields, ttl, foreign)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  if foreign then redis.call('DEL', key) end
+  local args = {}
+  for _, f in ipairs(fields) do
+    args[#args + 1] = f
+    args[#args + 1] = fmt(st[f])
+  end
+  redis.call('HSET', key, unpack(args))
+  set_ttl(key, ttl)
+end
+
+local function fluid(unit, drain, burst, slack)
+  local f = {unit = unit, drain = drain, cap = burst * unit, slack = slack}
+  function f.drain_time(level)
+    return ceil_div(level, drain)
+  end
+  function f.drained(level, elapsed)
+    -- Compare first, so a long idle key never multiplies a huge elapsed.
+    if elapsed >= f.drain_time(level) then return 0 end
+    return level - elapsed * drain
+  end
+  function f.adopt(level, old_unit)
+    local top = f.cap + f.slack
+    if old_unit == unit then
+      -- unchanged tick size
+    elseif old_unit == 0 then
+      level = 0
+    else
+      local units = math.min(ceil_div(level, old_unit), ceil_div(top, unit))
+      level = units * unit
+    end
+    return math.min(level, top)
+  end
+  function f.units_free(level)
+    return floor_div(math.max(f.cap - level, 0), math.max(unit, 1))
+  end
+  return f
+end
+
+local function retry_hint(v)
+  if v.retry_after >= 0 then return v.retry_after end
+  return v.window
+end
+
+local function reset_hint(v)
+  if v.allowed then return v.reset_after end
+  return math.min(v.reset_after, retry_hint(v))
+end
+
+-- name -> {nparams, params, load, check, store, encode}: see any algorithm file.
+local ALGO = {}

@@ -1,0 +1,32 @@
+--[[ inspect.lua: read the stored state of one (limit, client), for the admin
+API (GET /limits/...). Reads only.
+
+KEYS (2): the state key "<prefix>:{<32 hex>}:s" and the lockout key
+          "<prefix>:{<32 hex>}:l".
+ARGV (1): the limit's algorithm (as in dispatch.lua).
+Return: {found, state, lock}: found is 1 if the state key holds a state of
+        this algorithm, else 0 (a fresh key); state is the algorithm's
+        encode() of it (see each algorithm file; empty when not found); lock is
+        {n, s, lu, lv} (zeros when there is none).
+]]
+
+if #KEYS ~= 2 or #ARGV ~= 1 then
+  return redis.error_reply('ERR tollgate: inspect: expected 2 KEYS (state, lockout) and '
+    .. '1 ARGV (algorithm), got ' .. #KEYS .. ' and ' .. #ARGV)
+end
+local algo = ALGO[ARGV[1]]
+if algo == nil then
+  return redis.error_reply('ERR tollgate: inspect: unknown algorithm ' .. ARGV[1])
+end
+local found = 0
+local state = {}
+if key_type(KEYS[1]) ~= 'none' then
+  -- load() needs no params to read (they only shape the maths).
+  local st = algo.load(KEYS[1], nil)
+  if not st.foreign then
+    found = 1
+    state = algo.encode(st)
+  end
+end
+local l = lock_load(KEYS[2])
+return {found, state, {l.n, l.s, l.lu, l.lv}}

@@ -1,0 +1,666 @@
+//! The Redis store (SPEC §6, `backend: redis`): limit state shared by every
+//! gateway instance, decided by atomic Lua scripts.
+//!
+//! - One `EVALSHA` round trip per request decides all of its limits
+//!   (`lua/dispatch.lua`, mirroring [`decide`](crate::limit::decide::decide)).
+//!   The scripts live in `lua/`, one file per concern, embedded at build
+//!   time; each entry point is the library files followed by its entry file
+//!   ([`lua`]). On `NOSCRIPT` (a Redis restart, `SCRIPT FLUSH`) the call is
+//!   re-sent once as `EVAL`, which runs and caches the script again.
+//! - Keys: per (limit, client) a state key and a lockout key sharing one
+//!   Redis Cluster hash tag, `<prefix>:{<32 hex>}:s` and `...:l`, built by
+//!   [`keys`] only; client values never appear in them.
+//! - Every call has a hard deadline (`timeout`): the connection manager
+//!   queues commands while it reconnects, and a request must never wait on
+//!   that longer.
+//! - A circuit breaker ([`breaker`]) fails calls fast after repeated
+//!   failures and lets one probe through after a growing back-off; when it
+//!   opens, the connection is replaced, because a stalled server or a dead
+//!   peer may never close the old one.
+//! - Resets reach every instance through the pub/sub channel
+//!   `<prefix>:reset` ([`RedisStore::subscribe_resets`]).
+//!
+//! Time: with `clock: local` the gateway's `now` travels in `ARGV` (tests
+//! drive it); with `clock: store` the scripts read Redis `TIME`, so
+//! instances with skewed clocks agree. Redis expiries are relative
+//! (`PEXPIRE`), so they hold under either clock.
+
+pub mod breaker;
+pub mod wire;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ErrorKind, RedisError, ServerErrorKind, Value};
+use tokio::sync::mpsc;
+
+use self::breaker::{Admission, Breaker};
+use crate::limit::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
+
+/// Why a store call gave no answer. Every variant means "apply `on_error`".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The call did not finish within the store's `timeout`.
+    #[error("redis: no answer within the timeout")]
+    Timeout,
+    /// Redis could not be reached, or the breaker is open.
+    #[error("redis unavailable: {0}")]
+    Unavailable(String),
+    /// Redis answered with an error, or with a reply the store cannot read.
+    #[error("redis script error: {0}")]
+    Script(String),
+    /// The URL cannot be used (the only error of [`RedisStore::new`]).
+    #[error("invalid redis url: {0}")]
+    InvalidUrl(String),
+}
+
+/// The keys of one (limit, client): `(state, lockout)`, i.e.
+/// `<prefix>:{<32 hex>}:s` and `<prefix>:{<32 hex>}:l`. The braces are a
+/// Redis Cluster hash tag, so both land on one slot and one script can touch
+/// them. The only place keys are built.
+pub fn keys(prefix: &str, key: &StoreKey) -> (String, String) {
+    let hex = hex::encode(key);
+    (
+        format!("{prefix}:{{{hex}}}:s"),
+        format!("{prefix}:{{{hex}}}:l"),
+    )
+}
+
+/// The lockout index, a sorted set (member: the 32 hex of a (limit,
+/// client), score: the end of its lockout) behind `GET /lockouts`. It has no
+/// hash tag: on Redis Cluster it would live on its own slot, which the
+/// cluster store will have to handle.
+pub fn index_key(prefix: &str) -> String {
+    format!("{prefix}:lockouts")
+}
+
+/// The pub/sub channel of admin resets. A message is the 32 hex of a store
+/// key, or `*` for everything.
+pub fn reset_channel(prefix: &str) -> String {
+    format!("{prefix}:reset")
+}
+
+/// The Lua sources (`lua/`), embedded at build time, and the scripts built
+/// from them.
+pub mod lua {
+    /// Helpers every script uses.
+    pub const COMMON: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/common.lua"));
+    /// The algorithm libraries, `(name, source)`; each needs only [`COMMON`].
+    pub const ALGORITHMS: [(&str, &str); 7] = [
+        (
+            "fixed_window",
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/fixed_window.lua")),
+        ),
+        (
+            "sliding_window",
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/lua/sliding_window.lua"
+            )),
+        ),
+        (
+            "sliding_log",
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/sliding_log.lua")),
+        ),
+        (
+            "token_bucket",
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/token_bucket.lua")),
+        ),
+        (
+            "gcra",
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/gcra.lua")),
+        ),
+        (
+            "leaky_bucket",
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/leaky_bucket.lua")),
+        ),
+        (
+            "concurrency",
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/concurrency.lua")),
+        ),
+    ];
+    /// Lockout penalties.
+    pub const LOCKOUT: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lockout.lua"));
+    /// Entry: decide a request's checks.
+    pub const DISPATCH: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/dispatch.lua"));
+    /// Entry: release a concurrency lease.
+    pub const RELEASE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/release.lua"));
+    /// Entry: read one (limit, client)'s state.
+    pub const INSPECT: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/inspect.lua"));
+    /// Entry: the clients locked out now.
+    pub const LOCKOUTS: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lockouts.lua"));
+
+    /// The library every entry point starts with: [`COMMON`], the
+    /// algorithms, [`LOCKOUT`].
+    pub fn library() -> String {
+        let mut s = String::from(COMMON);
+        for (_, src) in ALGORITHMS {
+            s.push('\n');
+            s.push_str(src);
+        }
+        s.push('\n');
+        s.push_str(LOCKOUT);
+        s
+    }
+
+    /// The script of one entry point: [`library`] then `entry`.
+    pub fn script(entry: &str) -> String {
+        let mut s = library();
+        s.push('\n');
+        s.push_str(entry);
+        s
+    }
+}
+
+/// One loaded script: its source and SHA-1.
+#[derive(Debug)]
+struct Lua {
+    src: String,
+    sha: String,
+}
+
+impl Lua {
+    fn new(entry: &str) -> Lua {
+        let src = lua::script(entry);
+        let sha = redis::Script::new(&src).get_hash().to_owned();
+        Lua { src, sha }
+    }
+}
+
+/// The scripts of the store's entry points.
+#[derive(Debug)]
+struct Scripts {
+    dispatch: Lua,
+    release: Lua,
+    inspect: Lua,
+    lockouts: Lua,
+}
+
+/// A Redis-backed limit store. Cheap to clone: clones share one multiplexed
+/// connection, one breaker and the scripts.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    /// The current connection; replaced when the breaker opens. Calls clone
+    /// it (an `Arc`) and never hold the lock across an await.
+    conn: Mutex<ConnectionManager>,
+    prefix: String,
+    timeout: Duration,
+    local_clock: bool,
+    breaker: Mutex<Breaker>,
+    scripts: Scripts,
+}
+
+/// How long a background connection attempt may take (it does not hold up
+/// any request: those have their own deadline).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often the reset subscriber pings its connection, to notice a dead
+/// peer that never closed it.
+const PUBSUB_PING: Duration = Duration::from_secs(15);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave them inconsistent
+    // (plain assignments), so a poisoned lock is still good.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn connection(client: &Client) -> Result<ConnectionManager, RedisError> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        // Requests have their own deadline; a response timeout inside the
+        // connection would only duplicate it.
+        .set_response_timeout(None)
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_lazy_with_config(client.clone(), config)
+}
+
+impl RedisStore {
+    /// A store on the Redis at `url` (`redis://[user:password@]host:port/db`),
+    /// its keys under `prefix`, every call bounded by `timeout`; with
+    /// `local_clock`, the `now` given to each call is the clock, else Redis
+    /// `TIME` is.
+    ///
+    /// Connects lazily: a Redis that is down at start-up is not an error
+    /// (SPEC §1), calls fail until it is back. Only a malformed URL is.
+    /// Must be called inside a Tokio runtime.
+    pub fn new(
+        url: &str,
+        prefix: &str,
+        timeout: Duration,
+        local_clock: bool,
+    ) -> Result<RedisStore, StoreError> {
+        let client = Client::open(url).map_err(|e| StoreError::InvalidUrl(e.to_string()))?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(StoreError::Unavailable(
+                "the Redis store needs a Tokio runtime".to_owned(),
+            ));
+        }
+        let conn = connection(&client).map_err(|e| StoreError::InvalidUrl(e.to_string()))?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                client,
+                conn: Mutex::new(conn),
+                prefix: prefix.to_owned(),
+                timeout,
+                local_clock,
+                breaker: Mutex::new(Breaker::default()),
+                scripts: Scripts {
+                    dispatch: Lua::new(lua::DISPATCH),
+                    release: Lua::new(lua::RELEASE),
+                    inspect: Lua::new(lua::INSPECT),
+                    lockouts: Lua::new(lua::LOCKOUTS),
+                },
+            }),
+        })
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// Whether calls go to Redis (the breaker is closed). While false, calls
+    /// fail fast with [`StoreError::Unavailable`], but for an occasional
+    /// probe.
+    pub fn is_available(&self) -> bool {
+        lock(&self.inner.breaker).is_closed()
+    }
+
+    /// Decide a request's `checks` at `now`, all or nothing, in one round
+    /// trip: one [`Outcome`] per check, in order.
+    pub async fn decide(&self, checks: &[Check], now: Micros) -> Result<Vec<Outcome>, StoreError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prefix = &self.inner.prefix;
+        let mut keys_ = Vec::with_capacity(2 * checks.len() + 1);
+        let mut args = Vec::with_capacity(2 + 16 * checks.len());
+        args.push(self.clock(now));
+        args.push(checks.len().to_string());
+        for c in checks {
+            let (s, l) = keys(prefix, &c.key);
+            keys_.push(s);
+            keys_.push(l);
+            wire::push_check(&mut args, c);
+        }
+        keys_.push(index_key(prefix));
+        let reply = self.call(|s| &s.dispatch, keys_, args).await?;
+        wire::outcomes(&reply, checks.len()).map_err(StoreError::Script)
+    }
+
+    /// Give back the `concurrency` lease `lease` of `key` (the response
+    /// ended or the client went). Returns whether it was still held.
+    pub async fn release(
+        &self,
+        key: &StoreKey,
+        lease: u64,
+        now: Micros,
+    ) -> Result<bool, StoreError> {
+        let (state, _) = keys(&self.inner.prefix, key);
+        let reply = self
+            .call(
+                |s| &s.release,
+                vec![state],
+                vec![lease.to_string(), self.clock(now)],
+            )
+            .await?;
+        Ok(matches!(reply, Value::Int(1)))
+    }
+
+    /// The stored state of `check`'s (limit, client), for the admin API:
+    /// the algorithm's state (`None`: a fresh key) and the lockout state, as
+    /// stored (bring them to a time with the algorithm's `check`). `now` is
+    /// not needed by Redis, whose expiries drop what has lapsed; the memory
+    /// store takes the same arguments.
+    pub async fn inspect(
+        &self,
+        check: &Check,
+        _now: Micros,
+    ) -> Result<(Option<AlgoState>, LockState), StoreError> {
+        let (s, l) = keys(&self.inner.prefix, &check.key);
+        let reply = self
+            .call(
+                |sc| &sc.inspect,
+                vec![s, l],
+                vec![check.params.name().to_owned()],
+            )
+            .await?;
+        wire::inspected(&reply, &check.params).map_err(StoreError::Script)
+    }
+
+    /// Forget everything about one (limit, client): its state, its lockout
+    /// and its place in the lockout index. (Other instances' local caches are
+    /// told by [`RedisStore::publish_reset`].)
+    pub async fn reset(&self, key: &StoreKey) -> Result<(), StoreError> {
+        let prefix = &self.inner.prefix;
+        let (s, l) = keys(prefix, key);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(&[s, l])
+            .ignore()
+            .zrem(index_key(prefix), hex::encode(key))
+            .ignore();
+        self.bounded(|mut conn| async move { pipe.query_async::<()>(&mut conn).await })
+            .await
+    }
+
+    /// Tell every instance (through `<prefix>:reset`) that `key` was reset.
+    pub async fn publish_reset(&self, key: &StoreKey) -> Result<(), StoreError> {
+        self.publish(hex::encode(key)).await
+    }
+
+    /// Tell every instance to clear all of its local limit caches.
+    pub async fn publish_reset_all(&self) -> Result<(), StoreError> {
+        self.publish("*".to_owned()).await
+    }
+
+    async fn publish(&self, message: String) -> Result<(), StoreError> {
+        let channel = reset_channel(&self.inner.prefix);
+        self.bounded(|mut conn| async move {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// The resets published by any instance: `Some(key)` for one (limit,
+    /// client), `None` for "clear everything". Runs on its own connection in
+    /// a background task that reconnects and resubscribes by itself; after
+    /// any gap it yields `None`, since resets may have been missed. The task
+    /// ends when the receiver is dropped. Must be called inside a Tokio
+    /// runtime.
+    pub fn subscribe_resets(&self) -> mpsc::Receiver<Option<StoreKey>> {
+        let (tx, rx) = mpsc::channel(64);
+        let client = self.inner.client.clone();
+        let channel = reset_channel(&self.inner.prefix);
+        tokio::spawn(subscriber(client, channel, tx));
+        rx
+    }
+
+    /// The clients locked out now, with the time left, soonest first.
+    /// Lapsed entries are dropped from the index on the way.
+    pub async fn lockouts(&self, now: Micros) -> Result<Vec<(StoreKey, Micros)>, StoreError> {
+        let index = index_key(&self.inner.prefix);
+        let reply = self
+            .call(|s| &s.lockouts, vec![index], vec![self.clock(now)])
+            .await?;
+        wire::lockouts(&reply).map_err(StoreError::Script)
+    }
+
+    /// The `now` argument of a script: the gateway's clock, or empty for
+    /// Redis `TIME`.
+    fn clock(&self, now: Micros) -> String {
+        if self.inner.local_clock {
+            now.to_string()
+        } else {
+            String::new()
+        }
+    }
+
+    /// Run a script by `EVALSHA`, through the breaker and within the
+    /// deadline.
+    async fn call(
+        &self,
+        script: fn(&Scripts) -> &Lua,
+        keys_: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        self.bounded(move |conn| async move {
+            evalsha(conn, script(&inner.scripts), &keys_, &args).await
+        })
+        .await
+    }
+
+    /// Run `op` on the shared connection through the breaker, within the
+    /// deadline, and feed its outcome back to the breaker.
+    async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RedisError>>,
+    {
+        let mut permit = self.admit()?;
+        let conn = lock(&self.inner.conn).clone();
+        let result = match tokio::time::timeout(self.inner.timeout, op(conn)).await {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(r) => r.map_err(classify),
+        };
+        permit.finish(&result);
+        result
+    }
+
+    fn admit(&self) -> Result<Permit<'_>, StoreError> {
+        match lock(&self.inner.breaker).admit(Instant::now()) {
+            Some(admission) => Ok(Permit {
+                store: self,
+                admission,
+                done: false,
+            }),
+            None => Err(StoreError::Unavailable("circuit breaker open".to_owned())),
+        }
+    }
+
+    /// Record a failure; if it opened the breaker, start a fresh connection.
+    fn failed(&self, admission: Admission, error: Option<&StoreError>) {
+        let opened = lock(&self.inner.breaker).failure(Instant::now(), admission);
+        if opened {
+            match error {
+                Some(e) => tracing::warn!(%e, "redis store failing: circuit breaker open"),
+                None => tracing::warn!("redis store probe abandoned: circuit breaker open"),
+            }
+            // A stopped server or a silent peer may never close the old
+            // connection; a fresh one connects on the next call.
+            if let Ok(fresh) = connection(&self.inner.client) {
+                *lock(&self.inner.conn) = fresh;
+            }
+        }
+    }
+}
+
+/// A call let through by the breaker. Dropped unfinished (the caller gave
+/// up), a probe counts as failed, so that another probe may go later.
+struct Permit<'a> {
+    store: &'a RedisStore,
+    admission: Admission,
+    done: bool,
+}
+
+impl Permit<'_> {
+    fn finish<T>(&mut self, result: &Result<T, StoreError>) {
+        self.done = true;
+        match result {
+            // Redis answered (an error reply too): it is reachable.
+            Ok(_) | Err(StoreError::Script(_) | StoreError::InvalidUrl(_)) => {
+                let was_open = !self.store.is_available();
+                lock(&self.store.inner.breaker).success();
+                if was_open {
+                    tracing::info!("redis store reachable again: circuit breaker closed");
+                }
+            }
+            Err(e @ (StoreError::Timeout | StoreError::Unavailable(_))) => {
+                self.store.failed(self.admission, Some(e));
+            }
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if !self.done && self.admission == Admission::Probe {
+            self.store.failed(self.admission, None);
+        }
+    }
+}
+
+/// `EVALSHA`; on `NOSCRIPT`, `EVAL` (which also caches the script again). A
+/// refused connection is retried once: the command was never sent, and the
+/// manager has started a new connection.
+async fn evalsha(
+    mut conn: ConnectionManager,
+    script: &Lua,
+    keys_: &[String],
+    args: &[String],
+) -> Result<Value, RedisError> {
+    let mut retried = false;
+    loop {
+        let result = redis::cmd("EVALSHA")
+            .arg(&script.sha)
+            .arg(keys_.len())
+            .arg(keys_)
+            .arg(args)
+            .query_async::<Value>(&mut conn)
+            .await;
+        match result {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                return redis::cmd("EVAL")
+                    .arg(&script.src)
+                    .arg(keys_.len())
+                    .arg(keys_)
+                    .arg(args)
+                    .query_async::<Value>(&mut conn)
+                    .await;
+            }
+            Err(e) if e.is_connection_refusal() && !retried => retried = true,
+            other => return other,
+        }
+    }
+}
+
+/// A Redis error as a store error: unreachable (counts against the
+/// breaker) or an answer (a script or reply problem).
+fn classify(e: RedisError) -> StoreError {
+    // Error replies that mean "this server cannot serve now".
+    const UNAVAILABLE: [&str; 7] = [
+        "LOADING",
+        "BUSY",
+        "MASTERDOWN",
+        "READONLY",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "OOM",
+    ];
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        return StoreError::Unavailable(e.to_string());
+    }
+    if e.code().is_some_and(|c| UNAVAILABLE.contains(&c)) {
+        return StoreError::Unavailable(e.to_string());
+    }
+    StoreError::Script(e.to_string())
+}
+
+/// The reset subscriber: subscribe, forward messages, and on any error
+/// reconnect with a growing back-off, yielding `None` after a gap.
+async fn subscriber(client: Client, channel: String, tx: mpsc::Sender<Option<StoreKey>>) {
+    let mut backoff = breaker::MIN_BACKOFF;
+    let mut missed = false;
+    loop {
+        let connected = tokio::select! {
+            _ = tx.closed() => return,
+            c = tokio::time::timeout(CONNECT_TIMEOUT * 5, subscribe(&client, &channel)) => c,
+        };
+        match connected {
+            Ok(Ok((mut sink, mut stream))) => {
+                backoff = breaker::MIN_BACKOFF;
+                if missed && tx.send(None).await.is_err() {
+                    return;
+                }
+                let mut ping = tokio::time::interval(PUBSUB_PING);
+                ping.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        msg = stream.next() => {
+                            let Some(msg) = msg else { break };
+                            let payload = String::from_utf8_lossy(msg.get_payload_bytes());
+                            // Anything but one key clears everything: safe.
+                            let reset = wire::parse_key(&payload);
+                            if tx.send(reset).await.is_err() {
+                                return;
+                            }
+                        }
+                        _ = ping.tick() => {
+                            let alive = tokio::time::timeout(CONNECT_TIMEOUT * 5, sink.ping::<Value>()).await;
+                            if !matches!(alive, Ok(Ok(_))) {
+                                break;
+                            }
+                        }
+                    }
+                }
+                tracing::warn!(%channel, "redis reset subscription lost; resubscribing");
+            }
+            Ok(Err(e)) => tracing::debug!(%e, %channel, "redis reset subscription failed"),
+            Err(_) => tracing::debug!(%channel, "redis reset subscription timed out"),
+        }
+        missed = true;
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(breaker::MAX_BACKOFF);
+    }
+}
+
+async fn subscribe(
+    client: &Client,
+    channel: &str,
+) -> Result<(redis::aio::PubSubSink, redis::aio::PubSubStream), RedisError> {
+    let (mut sink, stream) = client.get_async_pubsub().await?.split();
+    sink.subscribe(channel).await?;
+    Ok((sink, stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag_and_hold_only_hex() {
+        let (s, l) = keys("tg", &[0xab; 16]);
+        let hex = "ab".repeat(16);
+        assert_eq!(s, format!("tg:{{{hex}}}:s"));
+        assert_eq!(l, format!("tg:{{{hex}}}:l"));
+        assert_eq!(index_key("tg"), "tg:lockouts");
+        assert_eq!(reset_channel("tg"), "tg:reset");
+    }
+
+    #[test]
+    fn every_entry_builds_on_the_library() {
+        for entry in [lua::DISPATCH, lua::RELEASE, lua::INSPECT, lua::LOCKOUTS] {
+            let s = lua::script(entry);
+            assert!(s.starts_with(lua::COMMON) && s.ends_with(entry));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_malformed_url_is_the_only_start_up_error() {
+        assert!(matches!(
+            RedisStore::new("not a url", "tg", Duration::from_millis(50), false),
+            Err(StoreError::InvalidUrl(_))
+        ));
+        // Nothing listens there: still fine at start-up.
+        let store = RedisStore::new(
+            "redis://127.0.0.1:1/0",
+            "tg",
+            Duration::from_millis(50),
+            false,
+        )
+        .expect("lazy");
+        assert!(store.is_available());
+        assert!(store.decide(&[], 0).await.unwrap().is_empty());
+    }
+}

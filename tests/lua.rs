@@ -1,0 +1,1366 @@
+//! The Redis scripts' own tests (`lua/`) and the Redis store around them,
+//! against real `redis-server` processes (no mocks).
+//!
+//! - Each algorithm file, run on its own with a tiny test entry, gives the
+//!   same verdicts and stores the same state as the Rust algorithm, on
+//!   random traces with a driven clock; every key it writes has a TTL no
+//!   longer than the Rust `ttl`.
+//! - `dispatch.lua` gives the same outcomes and writes as `decide::decide`
+//!   on random multi-limit requests (lockouts, shadow, cost > 1, rejections
+//!   beside allowed limits).
+//! - GCRA answers redis-cell's documented `CL.THROTTLE` figures.
+//! - Arity errors are clear error replies.
+//! - The store: NOSCRIPT recovery, deadlines under SIGSTOP, healing after a
+//!   restart, the circuit breaker, key hygiene, resets over pub/sub.
+//!
+//! The driven clock and Redis's real clock differ, so the trace tests
+//! PERSIST every key inside the same script call that wrote it (Redis
+//! freezes time within a script, so the PTTL read there is exactly the one
+//! set): real time never expires what the driven clock still needs.
+
+// The shared fixtures re-export what other suites use.
+#[allow(unused_imports)]
+mod common;
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use redis::Value;
+use tollgate::limit::algorithm::fixed_window::{days_from_civil, Window};
+use tollgate::limit::algorithm::{
+    concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+    Micros, Rate, DAY, SECOND,
+};
+use tollgate::limit::decide::{decide, Loaded};
+use tollgate::limit::store::redis::{self as store, lua, wire, RedisStore, StoreError};
+use tollgate::limit::{AlgoParams, AlgoState, Check, LockParams, LockState, Status, StoreKey};
+
+/// 2023-11-14T00:00:00Z.
+const T0: Micros = 1_699_920_000 * SECOND;
+
+/// The tests that time the store against its deadline run alone (a write
+/// lock; every other test holds a read lock), so that a scheduler starved
+/// by the property suites and other servers does not fail them.
+static CPU: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+/// A script: `lua/common.lua`, the named algorithm files, then `entry`.
+fn script_of(algorithms: &[&str], entry: &str) -> redis::Script {
+    let mut src = String::from(lua::COMMON);
+    for name in algorithms {
+        let (_, file) = lua::ALGORITHMS
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("a known algorithm");
+        src.push('\n');
+        src.push_str(file);
+    }
+    src.push('\n');
+    src.push_str(entry);
+    redis::Script::new(&src)
+}
+
+/// The per-test entry that runs one algorithm file on its own.
+const ALGO_ENTRY: &str = r#"
+-- test entry: one algorithm, alone.
+-- KEYS[1]: the state key. ARGV: algo, now, cost, lease, params...
+-- Return: allowed, delay, limit, window, remaining, reset_after,
+-- retry_after (-1: never), ttl, then the key's PTTL right after the write.
+if #KEYS ~= 1 then return redis.error_reply('ERR test entry: expected 1 key') end
+local a = ALGO[ARGV[1]]
+local now = int(ARGV[2], 'now')
+local p = a.params(ARGV, 5)
+if #ARGV ~= 4 + a.nparams then
+  return redis.error_reply('ERR test entry: ' .. #ARGV .. ' ARGV for ' .. a.nparams .. ' params')
+end
+local st = a.load(KEYS[1], p)
+local v = a.check(p, st, now, int(ARGV[3], 'cost'), ARGV[4])
+if v.allowed then a.store(KEYS[1], p, st, v, now) end
+local pttl = redis.call('PTTL', KEYS[1])
+redis.call('PERSIST', KEYS[1])
+return {v.allowed and 1 or 0, v.delay, v.limit, v.window, v.remaining, v.reset_after,
+  v.retry_after, v.ttl, pttl}
+"#;
+
+/// The per-test entry that releases a concurrency lease.
+const RELEASE_ENTRY: &str = r#"
+-- test entry: KEYS[1] the state key; ARGV: lease, now. Return: found, PTTL.
+local found = ALGO.concurrency.release(KEYS[1], ARGV[1], int(ARGV[2], 'now'))
+local pttl = redis.call('PTTL', KEYS[1])
+redis.call('PERSIST', KEYS[1])
+return {found, pttl}
+"#;
+
+/// The Redis-side figures of one check, in the Rust verdict's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Figures {
+    allowed: bool,
+    delay: Micros,
+    limit: u64,
+    window: Micros,
+    remaining: u64,
+    reset_after: Micros,
+    retry_after: Option<Micros>,
+    ttl: Micros,
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Int(n) => *n,
+                other => panic!("expected an integer, got {other:?}"),
+            })
+            .collect(),
+        other => panic!("expected an array, got {other:?}"),
+    }
+}
+
+fn figures(r: &[i64]) -> Figures {
+    let u = |i: usize| u64::try_from(r[i]).expect("non-negative");
+    Figures {
+        allowed: r[0] == 1,
+        delay: u(1),
+        limit: u(2),
+        window: u(3),
+        remaining: u(4),
+        reset_after: u(5),
+        retry_after: u64::try_from(r[6]).ok(),
+        ttl: u(7),
+    }
+}
+
+/// The longest PTTL (ms) a state living `ttl` µs may have. (A PTTL read
+/// right after setting it can be 0: under a millisecond left, not "no TTL",
+/// which is -1.)
+fn max_pttl(ttl: Micros) -> i64 {
+    ttl.div_ceil(1000) as i64
+}
+
+/// The slack below which Redis 7.0 may drop a key while setting its TTL:
+/// its `PEXPIRE` reads the clock twice (for the base time, then to see
+/// whether the expiry has already passed), so a stall of a few milliseconds
+/// between the two deletes a key given a TTL of a few milliseconds. (Redis
+/// 7.2 reads the command's time once.) The state was needed for at most
+/// that long anyway.
+const PEXPIRE_RACE: Micros = 10_000;
+
+/// Checks the PTTL a key has right after a write with TTL `ttl`: deleted
+/// when `ttl` is 0, else at most `max_pttl(ttl)`. Returns whether the key
+/// is there.
+fn ttl_checked(pttl: i64, ttl: Micros) -> Result<bool, String> {
+    match (ttl, pttl) {
+        (0, -2) => Ok(false),
+        (0, p) => Err(format!("a state with ttl 0 must be deleted, has pttl {p}")),
+        (t, p) if (0..=max_pttl(t)).contains(&p) => Ok(true),
+        (t, -2) if t <= PEXPIRE_RACE => Ok(false),
+        (t, p) => Err(format!("pttl {p} for ttl {t}")),
+    }
+}
+
+fn fail(step: usize, e: String) -> TestCaseError {
+    TestCaseError::fail(format!("step {step}: {e}"))
+}
+
+/// A state as stored, read with plain commands (not through the scripts).
+fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Option<AlgoState> {
+    let kind: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
+    if kind == "none" {
+        return None;
+    }
+    let zset = |conn: &mut redis::Connection| -> Vec<(String, u64)> {
+        assert_eq!(kind, "zset", "{key}");
+        let raw: Vec<(String, String)> = redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(conn)
+            .unwrap();
+        raw.into_iter()
+            .map(|(m, s)| (m, s.parse::<f64>().unwrap() as u64))
+            .collect()
+    };
+    let hash = |conn: &mut redis::Connection, fields: &[&str]| -> Vec<u64> {
+        assert_eq!(kind, "hash", "{key}");
+        let all: HashMap<String, String> = redis::cmd("HGETALL").arg(key).query(conn).unwrap();
+        let mut names: Vec<&str> = all.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let mut want = fields.to_vec();
+        want.sort_unstable();
+        assert_eq!(names, want, "the fields of {key}");
+        fields.iter().map(|f| all[*f].parse().unwrap()).collect()
+    };
+    Some(match params {
+        AlgoParams::FixedWindow(_) => {
+            let v = hash(conn, &["ws", "n"]);
+            AlgoState::FixedWindow(fixed_window::State { ws: v[0], n: v[1] })
+        }
+        AlgoParams::SlidingWindow(_) => {
+            let v = hash(conn, &["ws", "cur", "prev"]);
+            AlgoState::SlidingWindow(sliding_window::State {
+                ws: v[0],
+                cur: v[1],
+                prev: v[2],
+            })
+        }
+        AlgoParams::TokenBucket(_) => {
+            let v = hash(conn, &["d", "ts", "u"]);
+            AlgoState::TokenBucket(token_bucket::State {
+                d: v[0],
+                ts: v[1],
+                u: v[2],
+            })
+        }
+        AlgoParams::Gcra(_) => AlgoState::Gcra(gcra::State {
+            tat: hash(conn, &["tat"])[0],
+        }),
+        AlgoParams::LeakyBucket(_) => {
+            let v = hash(conn, &["lv", "ts", "u"]);
+            AlgoState::LeakyBucket(leaky_bucket::State {
+                lv: v[0],
+                ts: v[1],
+                u: v[2],
+            })
+        }
+        AlgoParams::SlidingLog(_) => AlgoState::SlidingLog(sliding_log::State {
+            entries: zset(conn)
+                .into_iter()
+                .map(|(m, score)| {
+                    let (t, n) = m.split_once(':').expect("member t:n");
+                    let e = sliding_log::Entry {
+                        t: t.parse().unwrap(),
+                        n: n.parse().unwrap(),
+                    };
+                    assert_eq!(e.t, score, "the score of {m} is its time");
+                    e
+                })
+                .collect(),
+        }),
+        AlgoParams::Concurrency(_) => AlgoState::Concurrency(concurrency::State {
+            leases: zset(conn)
+                .into_iter()
+                .map(|(id, exp)| concurrency::Lease {
+                    id: id.parse().unwrap(),
+                    exp,
+                })
+                .collect(),
+        }),
+    })
+}
+
+/// Leases in a canonical order (a set in Redis, a Vec in Rust).
+fn canonical(s: Option<AlgoState>) -> Option<AlgoState> {
+    match s {
+        Some(AlgoState::Concurrency(mut c)) => {
+            c.leases.sort_by_key(|l| l.id);
+            Some(AlgoState::Concurrency(c))
+        }
+        other => other,
+    }
+}
+
+/// Durations and gaps are often multiples of this, so that instants meet
+/// window edges and expiries exactly (the `<` versus `<=` cases).
+const GRID: u64 = 100;
+
+/// A duration in `1..max`, on the [`GRID`] half of the time.
+fn dur(max: u64) -> impl Strategy<Value = u64> + Clone {
+    prop_oneof![1..max, (1..max / GRID).prop_map(|k| k * GRID)]
+}
+
+/// One step of a trace: a signed gap, a cost, a lease id, whether it is a
+/// release (concurrency), whether it uses the second parameter set.
+type Step = (i64, u64, u64, bool, bool);
+
+fn steps(max_gap: i64, max_cost: u64, releases: bool) -> impl Strategy<Value = Vec<Step>> {
+    let gap = prop_oneof![
+        5 => 0..=max_gap,
+        4 => (0..=max_gap / GRID as i64).prop_map(|k| k * GRID as i64),
+        1 => -200i64..0,
+    ];
+    let release = if releases {
+        any::<bool>().boxed()
+    } else {
+        Just(false).boxed()
+    };
+    proptest::collection::vec(
+        (
+            gap,
+            0..=max_cost,
+            0u64..10,
+            release,
+            prop::bool::weighted(0.2),
+        ),
+        1..40,
+    )
+}
+
+/// Runs `trace` through the algorithm's Lua file and through the Rust
+/// algorithm, comparing verdicts, stored state and TTLs at every step.
+fn conformance(
+    conn: &mut redis::Connection,
+    params: [&AlgoParams; 2],
+    start: Micros,
+    trace: &[Step],
+) -> Result<(), TestCaseError> {
+    let name = params[0].name();
+    let check = script_of(&[name], ALGO_ENTRY);
+    let release = script_of(&[name], RELEASE_ENTRY);
+    let key = "t:{00000000000000000000000000000000}:s";
+    redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+    let mut model: Option<AlgoState> = None;
+    let mut now = start;
+    for (i, &(gap, cost, lease, is_release, alt)) in trace.iter().enumerate() {
+        now = now.saturating_add_signed(gap).max(start);
+        let p = params[usize::from(alt)];
+        if is_release {
+            let r = ints(
+                &release
+                    .key(key)
+                    .arg(lease)
+                    .arg(now)
+                    .invoke::<Value>(conn)
+                    .unwrap(),
+            );
+            let current = match &model {
+                Some(AlgoState::Concurrency(s)) => s.clone(),
+                _ => concurrency::State::default(),
+            };
+            let rel = concurrency::release(&current, now, lease);
+            prop_assert_eq!(r[0] == 1, rel.found, "step {}: release found", i);
+            let kept = ttl_checked(r[1], rel.ttl).map_err(|e| fail(i, e))?;
+            model = kept.then_some(AlgoState::Concurrency(rel.state));
+        } else {
+            let mut inv = check.key(key);
+            inv.arg(name).arg(now).arg(cost).arg(lease);
+            for v in wire::algo_params(p) {
+                inv.arg(v);
+            }
+            let r = ints(&inv.invoke::<Value>(conn).unwrap());
+            let fresh = p.fresh();
+            let v = p.check(model.as_ref().unwrap_or(&fresh), now, cost, lease);
+            let want = Figures {
+                allowed: v.allowed,
+                delay: v.delay,
+                limit: v.limit,
+                window: v.window,
+                remaining: v.remaining,
+                reset_after: v.reset_after,
+                retry_after: v.retry_after,
+                ttl: v.ttl,
+            };
+            prop_assert_eq!(
+                figures(&r),
+                want,
+                "step {} at now {} cost {}",
+                i,
+                now - start,
+                cost
+            );
+            if v.allowed {
+                let kept = ttl_checked(r[8], v.ttl).map_err(|e| fail(i, e))?;
+                model = kept.then_some(v.state);
+            }
+        }
+        let stored = canonical(raw_state(conn, key, params[0]));
+        prop_assert_eq!(stored, canonical(model.clone()), "step {}: stored state", i);
+    }
+    Ok(())
+}
+
+/// Runs `cases` random traces of parameter pairs from `params`.
+fn algorithm_suite<S>(
+    params: S,
+    start: impl Strategy<Value = Micros>,
+    trace: impl Strategy<Value = Vec<Step>>,
+) where
+    S: Strategy<Value = (AlgoParams, AlgoParams)>,
+{
+    let server = RedisServer::start();
+    let conn = RefCell::new(server.connection());
+    runner(32)
+        .run(&(params, start, trace), |((a, b), start, trace)| {
+            conformance(&mut conn.borrow_mut(), [&a, &b], start, &trace)
+        })
+        .unwrap();
+}
+
+fn rate(count: u64, period: u64) -> Rate {
+    Rate::new(count, period).unwrap()
+}
+
+#[test]
+fn fixed_window_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let window = prop_oneof![
+        4 => (dur(5_000)).prop_map(Window::Fixed),
+        1 => Just(Window::Month),
+    ];
+    let one = (1u64..20, window)
+        .prop_map(|(l, w)| AlgoParams::FixedWindow(fixed_window::Params::new(l, w).unwrap()));
+    // Around a month boundary (a leap February into March), so calendar
+    // windows roll over too.
+    let march = days_from_civil(2024, 3, 1) * DAY;
+    algorithm_suite(
+        (one.clone(), one),
+        (0u64..100_000).prop_map(move |o| march - o),
+        steps(3_000, 8, false),
+    );
+}
+
+#[test]
+fn sliding_window_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let one = (1u64..20, dur(50_000))
+        .prop_map(|(l, w)| AlgoParams::SlidingWindow(sliding_window::Params::new(l, w).unwrap()));
+    algorithm_suite(
+        (one.clone(), one),
+        0..50_000u64,
+        steps(20_000, 8, false).prop_map(|s| s),
+    )
+}
+
+#[test]
+fn sliding_log_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let one = (1u64..20, dur(5_000))
+        .prop_map(|(l, w)| AlgoParams::SlidingLog(sliding_log::Params::new(l, w).unwrap()));
+    algorithm_suite((one.clone(), one), Just(T0), steps(1_500, 8, false))
+}
+
+fn bucket_params() -> impl Strategy<Value = (Rate, u64, Micros)> + Clone {
+    (
+        1u64..20,
+        dur(5_000),
+        1u64..20,
+        prop_oneof![Just(0u64), dur(3_000)],
+    )
+        .prop_map(|(c, p, b, d)| (rate(c, p), b, d))
+}
+
+#[test]
+fn token_bucket_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let one = bucket_params().prop_filter_map("exact params", |(r, b, d)| {
+        token_bucket::Params::new(r, b, d)
+            .ok()
+            .map(AlgoParams::TokenBucket)
+    });
+    algorithm_suite((one.clone(), one), Just(T0), steps(1_000, 8, false))
+}
+
+#[test]
+fn gcra_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let one = (
+        1u64..5,
+        1u64..2_000,
+        1u64..20,
+        prop_oneof![Just(0u64), dur(3_000)],
+    )
+        .prop_filter_map("exact params", |(c, interval, b, d)| {
+            gcra::Params::new(rate(c, c * interval), b, d)
+                .ok()
+                .map(AlgoParams::Gcra)
+        });
+    algorithm_suite((one.clone(), one), Just(T0), steps(1_000, 8, false))
+}
+
+#[test]
+fn leaky_bucket_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let one = bucket_params().prop_filter_map("exact params", |(r, b, d)| {
+        leaky_bucket::Params::new(r, b, d)
+            .ok()
+            .map(AlgoParams::LeakyBucket)
+    });
+    algorithm_suite((one.clone(), one), Just(T0), steps(1_000, 8, false))
+}
+
+#[test]
+fn concurrency_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let one = (1u64..6, dur(3_000)).prop_map(|(l, lease)| {
+        AlgoParams::Concurrency(concurrency::Params::new(l, lease).unwrap())
+    });
+    algorithm_suite((one.clone(), one), Just(T0), steps(500, 1, true))
+}
+
+/// The per-test entry that runs `lockout.lua` on its own: one strike.
+const LOCK_ENTRY: &str = r#"
+-- test entry: KEYS[1] the lockout key; ARGV: now, after, within, duration,
+-- escalate, max_duration, forget_after. Counts one strike.
+-- Return: the lockout it started (-1: none), ttl, then the key's PTTL.
+if #KEYS ~= 1 or #ARGV ~= 7 then return redis.error_reply('ERR test entry: arity') end
+local now = int(ARGV[1], 'now')
+local p = lock_params(ARGV, 2)
+local st, length = lock_strike(p, lock_load(KEYS[1]), now)
+local ttl = lock_ttl(p, st, now)
+lock_store(KEYS[1], st, ttl)
+local pttl = redis.call('PTTL', KEYS[1])
+redis.call('PERSIST', KEYS[1])
+return {length or -1, ttl, pttl}
+"#;
+
+#[test]
+fn lockout_matches_rust() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = RefCell::new(server.connection());
+    let script = {
+        let mut src = String::from(lua::COMMON);
+        src.push('\n');
+        src.push_str(lua::LOCKOUT);
+        src.push('\n');
+        src.push_str(LOCK_ENTRY);
+        redis::Script::new(&src)
+    };
+    // Small integers, so that strikes meet the window and lock edges.
+    let params = (1u64..4, 1u64..8, 1u64..8, 1u64..4, 0u64..20, 0u64..20).prop_map(
+        |(after, within, duration, escalate, extra, forget_after)| LockParams {
+            after,
+            within,
+            duration,
+            escalate,
+            max_duration: duration + extra,
+            forget_after,
+        },
+    );
+    let gaps = proptest::collection::vec(0u64..12, 1..40);
+    runner(32)
+        .run(&(params, gaps), |(p, gaps)| {
+            let conn = &mut *conn.borrow_mut();
+            let key = "t:{00000000000000000000000000000002}:l";
+            redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+            let mut model = LockState::default();
+            let mut now = T0;
+            for (i, gap) in gaps.into_iter().enumerate() {
+                now += gap;
+                let r = ints(
+                    &script
+                        .key(key)
+                        .arg(now)
+                        .arg(p.after)
+                        .arg(p.within)
+                        .arg(p.duration)
+                        .arg(p.escalate)
+                        .arg(p.max_duration)
+                        .arg(p.forget_after)
+                        .invoke::<Value>(conn)
+                        .unwrap(),
+                );
+                let (next, started) = tollgate::limit::lockout::strike(&p, &model, now);
+                let ttl = next.ttl(&p, now);
+                prop_assert_eq!(
+                    (u64::try_from(r[0]).ok(), r[1]),
+                    (started, ttl as i64),
+                    "step {}",
+                    i
+                );
+                let kept = ttl_checked(r[2], ttl).map_err(|e| fail(i, e))?;
+                model = if kept { next } else { LockState::default() };
+                let all: HashMap<String, u64> = redis::cmd("HGETALL").arg(key).query(conn).unwrap();
+                let stored = if all.is_empty() {
+                    LockState::default()
+                } else {
+                    LockState {
+                        n: all["n"],
+                        s: all["s"],
+                        lu: all["lu"],
+                        lv: all["lv"],
+                    }
+                };
+                prop_assert_eq!(stored, model, "step {}", i);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn edges_found_by_hand_match_rust() {
+    let _busy = CPU.blocking_read();
+    // Cases random traces rarely hit exactly.
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let shaping =
+        AlgoParams::LeakyBucket(leaky_bucket::Params::new(rate(1, 1_000), 5, 2_000).unwrap());
+    // A level exactly at max_delay's worth: one more may still queue.
+    let trace: Vec<Step> = vec![(0, 1, 0, false, false); 4];
+    conformance(&mut conn, [&shaping, &shaping], T0, &trace).unwrap();
+    // A sliding log entry leaving the window at exactly now.
+    let log = AlgoParams::SlidingLog(sliding_log::Params::new(1, 1_000).unwrap());
+    let trace: Vec<Step> = vec![
+        (0, 1, 0, false, false),
+        (999, 1, 0, false, false),
+        (1, 1, 0, false, false),
+    ];
+    conformance(&mut conn, [&log, &log], T0, &trace).unwrap();
+}
+
+/// redis-cell's reply for a duration: whole seconds, plus one if the rest
+/// has a whole millisecond.
+fn cell_secs(us: Micros) -> i64 {
+    let secs = (us / SECOND) as i64;
+    secs + i64::from((us % SECOND) / 1_000 > 0)
+}
+
+#[test]
+fn gcra_gives_redis_cells_figures() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let script = script_of(&["gcra"], ALGO_ENTRY);
+    let key = "t:{00000000000000000000000000000001}:s";
+    // `CL.THROTTLE user123 15 30 60 1` at `now`: redis-cell's five integers.
+    let mut throttle = |at: Micros| -> [i64; 5] {
+        let p = gcra::Params::new(rate(30, 60 * SECOND), 16, 0).unwrap();
+        let mut inv = script.key(key);
+        inv.arg("gcra").arg(T0 + at).arg(1).arg(0);
+        for v in wire::algo_params(&AlgoParams::Gcra(p)) {
+            inv.arg(v);
+        }
+        let f = figures(&ints(&inv.invoke::<Value>(&mut conn).unwrap()));
+        [
+            i64::from(!f.allowed),
+            f.limit as i64,
+            f.remaining as i64,
+            match f.retry_after {
+                Some(r) if !f.allowed => cell_secs(r),
+                _ => -1,
+            },
+            cell_secs(f.reset_after),
+        ]
+    };
+    // The README: a fresh key answers "not limited, 16, 15 left, -1, 2 s".
+    assert_eq!(throttle(0), [0, 16, 15, -1, 2]);
+    for i in 2..=16 {
+        assert_eq!(throttle(0), [0, 16, 16 - i, -1, 2 * i]);
+    }
+    // Then limited: one token every 2 s.
+    assert_eq!(throttle(0), [1, 16, 0, 2, 32]);
+    assert_eq!(throttle(SECOND), [1, 16, 0, 1, 31]);
+    assert_eq!(throttle(2 * SECOND), [0, 16, 0, -1, 32]);
+    // Idle for a minute: a full burst again.
+    assert_eq!(throttle(62 * SECOND), [0, 16, 15, -1, 2]);
+}
+
+/// A check with the key `[limit, client, 0, ...]`.
+fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
+    let mut key = [0u8; 16];
+    key[0] = limit;
+    key[1] = client;
+    Check {
+        key,
+        params,
+        cost,
+        lockout: None,
+        shadow: false,
+        lease: 0,
+    }
+}
+
+/// `dispatch.lua` wrapped so the test sees every key's PTTL right after the
+/// write (then PERSISTs it, as the trace tests do).
+fn dispatch_probe() -> redis::Script {
+    redis::Script::new(&format!(
+        "{}\nlocal function dispatch()\n{}\nend\nlocal out = dispatch()\n{}",
+        lua::library(),
+        lua::DISPATCH,
+        r#"
+local ttls = {}
+for i, k in ipairs(KEYS) do
+  ttls[i] = redis.call('PTTL', k)
+  redis.call('PERSIST', k)
+end
+return {out, ttls}
+"#
+    ))
+}
+
+fn run_script(
+    conn: &mut redis::Connection,
+    script: &redis::Script,
+    keys: &[String],
+    args: &[String],
+) -> redis::RedisResult<Value> {
+    let mut inv = script.prepare_invoke();
+    for k in keys {
+        inv.key(k);
+    }
+    for a in args {
+        inv.arg(a);
+    }
+    inv.invoke(conn)
+}
+
+/// One limit of the random pool the dispatcher test draws requests from.
+fn any_limit() -> impl Strategy<Value = (AlgoParams, Option<LockParams>, bool)> {
+    let params = prop_oneof![
+        (1u64..8, dur(5_000)).prop_map(|(l, w)| AlgoParams::FixedWindow(
+            fixed_window::Params::new(l, Window::Fixed(w)).unwrap()
+        )),
+        (1u64..8, dur(5_000)).prop_map(|(l, w)| AlgoParams::SlidingWindow(
+            sliding_window::Params::new(l, w).unwrap()
+        )),
+        (1u64..8, dur(5_000))
+            .prop_map(|(l, w)| AlgoParams::SlidingLog(sliding_log::Params::new(l, w).unwrap())),
+        bucket_params().prop_filter_map("exact", |(r, b, d)| token_bucket::Params::new(r, b, d)
+            .ok()
+            .map(AlgoParams::TokenBucket)),
+        (
+            1u64..3,
+            1u64..2_000,
+            1u64..8,
+            prop_oneof![Just(0u64), 0u64..2_000]
+        )
+            .prop_filter_map("exact", |(c, i, b, d)| gcra::Params::new(
+                rate(c, c * i),
+                b,
+                d
+            )
+            .ok()
+            .map(AlgoParams::Gcra)),
+        bucket_params().prop_filter_map("exact", |(r, b, d)| leaky_bucket::Params::new(r, b, d)
+            .ok()
+            .map(AlgoParams::LeakyBucket)),
+        (1u64..4, dur(3_000)).prop_map(|(l, lease)| AlgoParams::Concurrency(
+            concurrency::Params::new(l, lease).unwrap()
+        )),
+    ];
+    let lockout = (
+        1u64..4,
+        dur(5_000),
+        dur(20_000),
+        1u64..4,
+        0u64..10_000,
+        0u64..10_000,
+    )
+        .prop_map(
+            |(after, within, duration, escalate, extra, forget_after)| LockParams {
+                after,
+                within,
+                duration,
+                escalate,
+                max_duration: duration + extra,
+                forget_after,
+            },
+        );
+    (
+        params,
+        proptest::option::weighted(0.5, lockout),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(p, l, shadow)| {
+            // SPEC §2: no lockout on a concurrency limit.
+            let l = if matches!(p, AlgoParams::Concurrency(_)) {
+                None
+            } else {
+                l
+            };
+            (p, l, shadow)
+        })
+}
+
+/// A request: which of the pool's limits (a bit mask), the client, cost,
+/// lease, gap.
+type Request = (u8, u8, u64, u64, u64);
+
+fn any_request() -> impl Strategy<Value = Request> {
+    (1u8..16, 0u8..2, 0u64..4, 0u64..4, 0u64..3_000)
+}
+
+#[test]
+fn dispatch_matches_decide() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = RefCell::new(server.connection());
+    let probe = dispatch_probe();
+    let inspect = redis::Script::new(&lua::script(lua::INSPECT));
+    let lockouts = redis::Script::new(&lua::script(lua::LOCKOUTS));
+    let strategy = (
+        proptest::collection::vec(any_limit(), 4),
+        proptest::collection::vec(any_request(), 1..40),
+    );
+    runner(32)
+        .run(&strategy, |(pool, requests)| {
+            let conn = &mut *conn.borrow_mut();
+            redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+            let mut model: HashMap<StoreKey, Loaded> = HashMap::new();
+            let mut index: BTreeMap<StoreKey, Micros> = BTreeMap::new();
+            let mut now = T0;
+            for (step, &(mask, client, cost, lease, gap)) in requests.iter().enumerate() {
+                now += gap;
+                let checks: Vec<Check> = pool
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(i, (p, l, shadow))| Check {
+                        lockout: *l,
+                        shadow: *shadow,
+                        lease,
+                        ..check(i as u8, client, p.clone(), cost)
+                    })
+                    .collect();
+                let loaded: Vec<Loaded> = checks
+                    .iter()
+                    .map(|c| model.get(&c.key).cloned().unwrap_or_default())
+                    .collect();
+                let (want, writes) = decide(&checks, &loaded, now);
+
+                let mut keys = Vec::new();
+                let mut args = vec![now.to_string(), checks.len().to_string()];
+                for c in &checks {
+                    let (s, l) = store::keys("t", &c.key);
+                    keys.push(s);
+                    keys.push(l);
+                    wire::push_check(&mut args, c);
+                }
+                keys.push(store::index_key("t"));
+                let reply = run_script(conn, &probe, &keys, &args).unwrap();
+                let Value::Array(parts) = reply else {
+                    panic!("dispatch reply")
+                };
+                let got = wire::outcomes(&parts[0], checks.len()).unwrap();
+                prop_assert_eq!(&got, &want, "step {}", step);
+                let ttls = ints(&parts[1]);
+
+                // Apply the reference writes; every written key carries a
+                // TTL no longer than the reference's, untouched ones none.
+                for (i, (c, w)) in checks.iter().zip(&writes).enumerate() {
+                    let entry = model.entry(c.key).or_default();
+                    let untouched = |slot: usize| {
+                        if ttls[slot] < 0 {
+                            Ok(())
+                        } else {
+                            Err(fail(step, format!("key {slot} untouched but has a TTL")))
+                        }
+                    };
+                    match &w.algo {
+                        Some((s, ttl)) => {
+                            let kept = ttl_checked(ttls[2 * i], *ttl).map_err(|e| fail(step, e))?;
+                            entry.algo = kept.then(|| s.clone());
+                        }
+                        None => untouched(2 * i)?,
+                    }
+                    match &w.lock {
+                        Some((l, ttl)) => {
+                            let kept =
+                                ttl_checked(ttls[2 * i + 1], *ttl).map_err(|e| fail(step, e))?;
+                            entry.lock = if kept { *l } else { LockState::default() };
+                        }
+                        None => untouched(2 * i + 1)?,
+                    }
+                    if got[i].lock_started {
+                        index.insert(c.key, entry.lock.lu);
+                    }
+                }
+                let live_end = index.values().filter(|lu| **lu > now).max();
+                let index_ttl = ttls[ttls.len() - 1];
+                if got.iter().any(|o| o.lock_started) {
+                    let end = live_end.expect("a lockout just started");
+                    if !ttl_checked(index_ttl, end - now).map_err(|e| fail(step, e))? {
+                        index.clear();
+                    }
+                } else {
+                    prop_assert!(index_ttl < 0);
+                }
+
+                // The stored state of every key of the request, as the
+                // admin API reads it.
+                for c in &checks {
+                    let (s, l) = store::keys("t", &c.key);
+                    let reply =
+                        run_script(conn, &inspect, &[s, l], &[c.params.name().to_owned()]).unwrap();
+                    let (state, lock) = wire::inspected(&reply, &c.params).unwrap();
+                    let m = model.get(&c.key).cloned().unwrap_or_default();
+                    prop_assert_eq!(canonical(state), canonical(m.algo), "step {} state", step);
+                    prop_assert_eq!(lock, m.lock, "step {} lock", step);
+                }
+                // GET /lockouts.
+                let reply = run_script(
+                    conn,
+                    &lockouts,
+                    &[store::index_key("t")],
+                    &[now.to_string()],
+                )
+                .unwrap();
+                let mut live: Vec<(StoreKey, Micros)> = index
+                    .iter()
+                    .filter(|(_, lu)| **lu > now)
+                    .map(|(k, lu)| (*k, *lu - now))
+                    .collect();
+                live.sort_by_key(|(k, left)| (*left, hex::encode(k)));
+                prop_assert_eq!(
+                    wire::lockouts(&reply).unwrap(),
+                    live,
+                    "step {} lockouts",
+                    step
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn arity_errors_are_clear() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let err = |r: redis::RedisResult<Value>| -> String {
+        let e = r.expect_err("an error reply");
+        e.to_string()
+    };
+    let dispatch = redis::Script::new(&lua::script(lua::DISPATCH));
+    let keys = |n: usize| -> Vec<String> { (0..n).map(|i| format!("k{i}")).collect() };
+    let s = |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.to_string()).collect() };
+
+    let e = err(run_script(&mut conn, &dispatch, &keys(2), &s(&["1", "1"])));
+    assert!(e.contains("dispatch: 1 checks need 3 KEYS"), "{e}");
+    let e = err(run_script(&mut conn, &dispatch, &keys(1), &s(&["1"])));
+    assert!(e.contains("ARGV must start with now, n"), "{e}");
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(3),
+        &s(&["1", "1", "fixed_window", "1", "0", "0", "0", "5"]),
+    ));
+    assert!(
+        e.contains("fixed_window (limit, window): expected 2 params"),
+        "{e}"
+    );
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(3),
+        &s(&["1", "1", "fixed_window", "1", "0", "0", "0", "5", "9", "7"]),
+    ));
+    assert!(e.contains("1 checks take 9 arguments, got 10"), "{e}");
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(3),
+        &s(&["1", "1", "nope", "1", "0", "0", "0"]),
+    ));
+    assert!(e.contains("unknown algorithm nope"), "{e}");
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(3),
+        &s(&["1", "1", "gcra", "-3", "0", "0", "0", "1", "1", "0"]),
+    ));
+    assert!(
+        e.contains("cost: expected a non-negative integer, got -3"),
+        "{e}"
+    );
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(3),
+        &s(&["1", "1", "gcra", "1", "0", "0", "1", "1"]),
+    ));
+    assert!(e.contains("lockout (after, within"), "{e}");
+
+    for (entry, n_keys, args, want) in [
+        (lua::RELEASE, 2, s(&["1", "1"]), "release: expected 1 KEYS"),
+        (lua::RELEASE, 1, s(&["1"]), "release: expected 1 KEYS"),
+        (lua::INSPECT, 1, s(&["gcra"]), "inspect: expected 2 KEYS"),
+        (
+            lua::INSPECT,
+            2,
+            s(&["nope"]),
+            "inspect: unknown algorithm nope",
+        ),
+        (lua::LOCKOUTS, 1, s(&[]), "lockouts: expected 1 KEYS"),
+    ] {
+        let script = redis::Script::new(&lua::script(entry));
+        let e = err(run_script(&mut conn, &script, &keys(n_keys), &args));
+        assert!(e.contains(want), "{e}");
+    }
+    // An algorithm file on its own checks its params too.
+    let script = script_of(&["token_bucket"], ALGO_ENTRY);
+    let e = err(run_script(
+        &mut conn,
+        &script,
+        &keys(1),
+        &s(&["token_bucket", "1", "1", "0", "1", "1"]),
+    ));
+    assert!(
+        e.contains("token_bucket (unit, drain, burst, max_delay): expected 4 params"),
+        "{e}"
+    );
+}
+
+// ---- the store -------------------------------------------------------------
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+
+fn fixed(limit: u64, window: Micros) -> AlgoParams {
+    AlgoParams::FixedWindow(fixed_window::Params::new(limit, Window::Fixed(window)).unwrap())
+}
+
+/// A store with the test clock and a generous deadline (the functional
+/// tests run beside CPU-heavy ones).
+fn local_store(server: &RedisServer) -> RedisStore {
+    RedisStore::new(&server.url(), "tg", Duration::from_secs(2), true).unwrap()
+}
+
+/// A store with the tight deadline [`TIMEOUT`], for the timing tests.
+fn timed_store(server: &RedisServer) -> RedisStore {
+    RedisStore::new(&server.url(), "tg", TIMEOUT, true).unwrap()
+}
+
+/// Decides one check.
+async fn one(store: &RedisStore, c: &Check, now: Micros) -> tollgate::limit::Outcome {
+    store
+        .decide(std::slice::from_ref(c), now)
+        .await
+        .expect("a decision")[0]
+}
+
+/// Calls `decide` until it succeeds or `within` passes.
+async fn until_ok(
+    store: &RedisStore,
+    checks: &[Check],
+    within: Duration,
+) -> Result<(), StoreError> {
+    let deadline = Instant::now() + within;
+    loop {
+        match store.decide(checks, T0).await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejecting_limit_consumes_nothing_anywhere() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let store = local_store(&server);
+    let tb = AlgoParams::TokenBucket(token_bucket::Params::new(rate(10, SECOND), 5, 0).unwrap());
+    let full = check(1, 0, fixed(1, 60 * SECOND), 1);
+    let checks = [
+        check(0, 0, tb.clone(), 2),
+        full.clone(),
+        check(2, 0, fixed(9, SECOND), 3),
+    ];
+    // Fill the second limit on its own.
+    let o = store.decide(std::slice::from_ref(&full), T0).await.unwrap();
+    assert_eq!(o[0].status, Status::Allowed);
+    let o = store.decide(&checks, T0 + 1).await.unwrap();
+    let statuses: Vec<Status> = o.iter().map(|o| o.status).collect();
+    assert_eq!(
+        statuses,
+        [Status::NotConsumed, Status::Rejected, Status::NotConsumed]
+    );
+    assert_eq!((o[0].remaining, o[2].remaining), (5, 9));
+    assert_eq!(o[1].retry_after, 60 * SECOND - 1);
+    for c in [&checks[0], &checks[2]] {
+        assert_eq!(
+            store.inspect(c, T0).await.unwrap(),
+            (None, LockState::default())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockouts_inspect_reset_and_release() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let store = local_store(&server);
+    let mut c = check(3, 1, fixed(1, 10 * SECOND), 1);
+    c.lockout = Some(LockParams {
+        after: 1,
+        within: 10 * SECOND,
+        duration: 30 * SECOND,
+        escalate: 2,
+        max_duration: 300 * SECOND,
+        forget_after: 600 * SECOND,
+    });
+    assert_eq!(one(&store, &c, T0).await.status, Status::Allowed);
+    let o = one(&store, &c, T0 + SECOND).await;
+    assert_eq!(
+        (o.status, o.lock_started, o.retry_after),
+        (Status::LockedOut, true, 30 * SECOND)
+    );
+    // Locked: 20 s left, reported as t = min(left, window).
+    let o = one(&store, &c, T0 + 11 * SECOND).await;
+    assert_eq!(
+        (o.status, o.lock_started, o.retry_after, o.reset),
+        (Status::LockedOut, false, 20 * SECOND, 10 * SECOND)
+    );
+    assert_eq!(
+        store.lockouts(T0 + 21 * SECOND).await.unwrap(),
+        vec![(c.key, 10 * SECOND)]
+    );
+    let (state, lock) = store.inspect(&c, T0).await.unwrap();
+    assert_eq!(
+        state,
+        Some(AlgoState::FixedWindow(fixed_window::State { ws: T0, n: 1 }))
+    );
+    assert_eq!((lock.lu, lock.lv), (T0 + 31 * SECOND, 1));
+    // The lock's last microsecond, then its end.
+    let o = one(&store, &c, T0 + 31 * SECOND - 1).await;
+    assert_eq!((o.status, o.retry_after), (Status::LockedOut, 1));
+    let o = one(&store, &c, T0 + 31 * SECOND).await;
+    assert_eq!(o.status, Status::Allowed);
+
+    store.reset(&c.key).await.unwrap();
+    assert_eq!(
+        store.inspect(&c, T0).await.unwrap(),
+        (None, LockState::default())
+    );
+    assert!(store.lockouts(T0 + 21 * SECOND).await.unwrap().is_empty());
+    assert_eq!(
+        one(&store, &c, T0 + 21 * SECOND).await.status,
+        Status::Allowed
+    );
+
+    // Concurrency: a released lease frees its slot at once.
+    let mut lease = check(
+        4,
+        1,
+        AlgoParams::Concurrency(concurrency::Params::new(1, 60 * SECOND).unwrap()),
+        1,
+    );
+    lease.lease = u64::MAX;
+    assert_eq!(one(&store, &lease, T0).await.status, Status::Allowed);
+    let other = Check {
+        lease: 7,
+        ..lease.clone()
+    };
+    assert_eq!(one(&store, &other, T0).await.status, Status::Rejected);
+    assert!(store.release(&lease.key, u64::MAX, T0 + 1).await.unwrap());
+    assert!(!store.release(&lease.key, u64::MAX, T0 + 1).await.unwrap());
+    assert_eq!(
+        store.decide(&[other], T0 + 2).await.unwrap()[0].status,
+        Status::Allowed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_clock_is_redis_time() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let store = RedisStore::new(&server.url(), "tg", TIMEOUT, false).unwrap();
+    let c = check(0, 0, fixed(2, 3_600 * SECOND), 1);
+    // `now` is ignored: Redis TIME decides.
+    for _ in 0..2 {
+        assert_eq!(one(&store, &c, 0).await.status, Status::Allowed);
+    }
+    let o = one(&store, &c, 0).await;
+    assert_eq!(o.status, Status::Rejected);
+    assert!(o.retry_after > 0 && o.retry_after <= 3_600 * SECOND);
+    let (state, _) = store.inspect(&c, 0).await.unwrap();
+    let Some(AlgoState::FixedWindow(s)) = state else {
+        panic!("{state:?}")
+    };
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    assert!(s.ws <= wall && wall - s.ws <= 3_600 * SECOND + 60 * SECOND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noscript_heals_after_script_flush() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let store = local_store(&server);
+    let c = [check(0, 0, fixed(100, SECOND), 1)];
+    store.decide(&c, T0).await.unwrap();
+    let sha = redis::Script::new(&lua::script(lua::DISPATCH))
+        .get_hash()
+        .to_owned();
+    let mut conn = server.connection();
+    let exists = |conn: &mut redis::Connection| -> Vec<i64> {
+        redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(&sha)
+            .query(conn)
+            .unwrap()
+    };
+    assert_eq!(exists(&mut conn), [1]);
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query::<()>(&mut conn)
+        .unwrap();
+    assert_eq!(exists(&mut conn), [0]);
+    assert_eq!(store.decide(&c, T0).await.unwrap()[0].remaining, 98);
+    assert_eq!(exists(&mut conn), [1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_times_out_within_the_deadline() {
+    let _alone = CPU.write().await;
+    let server = RedisServer::start();
+    let store = timed_store(&server);
+    let c = [check(0, 0, fixed(100, SECOND), 1)];
+    store.decide(&c, T0).await.unwrap();
+    server.stop();
+    let t = Instant::now();
+    let r = store.decide(&c, T0).await;
+    let took = t.elapsed();
+    server.cont();
+    assert_eq!(r, Err(StoreError::Timeout));
+    assert!(
+        took >= TIMEOUT && took <= TIMEOUT + Duration::from_millis(50),
+        "{took:?}"
+    );
+    until_ok(&store, &c, Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_at_start_then_killed_and_restarted() {
+    let _alone = CPU.write().await;
+    let mut server = RedisServer::start();
+    server.kill();
+    // Unreachable at start-up: not an error; calls fail within the deadline.
+    let store = timed_store(&server);
+    let c = [check(0, 0, fixed(100, SECOND), 1)];
+    let t = Instant::now();
+    assert!(store.decide(&c, T0).await.is_err());
+    assert!(t.elapsed() <= TIMEOUT + Duration::from_millis(50));
+    server.restart();
+    until_ok(&store, &c, Duration::from_secs(5)).await.unwrap();
+    // Killed and restarted (empty, without the scripts): back within 5 s.
+    server.kill();
+    assert!(store.decide(&c, T0).await.is_err());
+    server.restart();
+    let t = Instant::now();
+    until_ok(&store, &c, Duration::from_secs(5)).await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_opens_fails_fast_and_probes() {
+    let _alone = CPU.write().await;
+    let server = RedisServer::start();
+    let store = timed_store(&server);
+    let c = [check(0, 0, fixed(1_000, SECOND), 1)];
+    store.decide(&c, T0).await.unwrap();
+    server.stop();
+    for _ in 0..store::breaker::TRIP_AFTER {
+        assert_eq!(store.decide(&c, T0).await, Err(StoreError::Timeout));
+    }
+    assert!(!store.is_available());
+    let t = Instant::now();
+    assert!(matches!(
+        store.decide(&c, T0).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(t.elapsed() < Duration::from_millis(20), "fails fast");
+    // After the back-off, one probe goes (and times out); the next fail fast.
+    tokio::time::sleep(store::breaker::MIN_BACKOFF).await;
+    assert_eq!(store.decide(&c, T0).await, Err(StoreError::Timeout));
+    let t = Instant::now();
+    assert!(matches!(
+        store.decide(&c, T0).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(t.elapsed() < Duration::from_millis(20));
+    server.cont();
+    // A probe after the (doubled) back-off closes it.
+    until_ok(&store, &c, Duration::from_secs(3)).await.unwrap();
+    assert!(store.is_available());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_has_a_ttl_and_holds_only_the_prefix_and_hex() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let store = local_store(&server);
+    let lock = LockParams {
+        after: 1,
+        within: 10 * SECOND,
+        duration: 5 * SECOND,
+        escalate: 1,
+        max_duration: 5 * SECOND,
+        forget_after: 20 * SECOND,
+    };
+    let all = [
+        fixed(1, 10 * SECOND),
+        AlgoParams::SlidingWindow(sliding_window::Params::new(1, 10 * SECOND).unwrap()),
+        AlgoParams::SlidingLog(sliding_log::Params::new(1, 10 * SECOND).unwrap()),
+        AlgoParams::TokenBucket(token_bucket::Params::new(rate(1, SECOND), 1, 0).unwrap()),
+        AlgoParams::Gcra(gcra::Params::new(rate(1, SECOND), 1, 0).unwrap()),
+        AlgoParams::LeakyBucket(leaky_bucket::Params::new(rate(1, SECOND), 1, 0).unwrap()),
+        AlgoParams::Concurrency(concurrency::Params::new(1, 10 * SECOND).unwrap()),
+    ];
+    for (i, p) in all.iter().enumerate() {
+        let mut c = check(i as u8, 9, p.clone(), 1);
+        c.lockout = (!matches!(p, AlgoParams::Concurrency(_))).then_some(lock);
+        // Allowed, then rejected: a strike that locks.
+        store.decide(std::slice::from_ref(&c), T0).await.unwrap();
+        c.lease = 1;
+        let o = one(&store, &c, T0 + 1).await;
+        assert_ne!(o.status, Status::Allowed, "{}", p.name());
+    }
+    let mut conn = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    let shape = regex::Regex::new(r"^tg:(\{[0-9a-f]{32}\}:[sl]|lockouts)$").unwrap();
+    assert_eq!(keys.len(), 2 * all.len());
+    for k in keys {
+        assert!(shape.is_match(&k), "{k}");
+        let pttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+        assert!(pttl > 0, "{k}: {pttl}");
+    }
+}
+
+async fn next(rx: &mut tokio::sync::mpsc::Receiver<Option<StoreKey>>) -> Option<StoreKey> {
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("a reset within 5 s")
+        .expect("the subscriber runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resets_reach_subscribers_and_survive_a_restart() {
+    let _busy = CPU.read().await;
+    let mut server = RedisServer::start();
+    let store = local_store(&server);
+    let mut resets = store.subscribe_resets();
+    let key = [0x5a; 16];
+    // The subscription starts in the background: publish until it hears.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let first = loop {
+        store.publish_reset(&key).await.unwrap();
+        if let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(100), resets.recv()).await {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no reset heard");
+    };
+    assert_eq!(first, Some(key));
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), resets.recv()).await {}
+    store.publish_reset_all().await.unwrap();
+    assert_eq!(next(&mut resets).await, None);
+    // A restart loses the subscription: once back, the subscriber says
+    // "clear everything" (resets may have been missed) and hears again.
+    server.restart();
+    assert_eq!(next(&mut resets).await, None);
+    until_ok(
+        &store,
+        &[check(0, 0, fixed(9, SECOND), 1)],
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    store.publish_reset(&key).await.unwrap();
+    assert_eq!(next(&mut resets).await, Some(key));
+}
