@@ -430,7 +430,9 @@ async fn outage(on_error: &str) {
     let grace = Duration::from_millis(100);
     let mut down = 0;
     for s in &samples {
-        let is_down = within(s, killed + grace, restarted) || within(s, stopped + grace, resumed);
+        // A request waiting on a frozen Redis when it resumes is decided by it.
+        let is_down = within(s, killed + grace, restarted - grace)
+            || within(s, stopped + grace, resumed - grace);
         // A request sent just before a failure may reach the gateway after it.
         let is_up = within(s, begin, killed - grace)
             || within(s, back1 + grace, stopped - grace)
