@@ -169,7 +169,10 @@ async fn a_million_clients_stay_under_200_mib_and_the_memory_comes_back() {
     eprintln!(
         "memory_bound: {CLIENTS} requests in {fill:.1?} ({rate:.0} req/s over {CONNECTIONS} pipelined connections); RSS baseline {baseline} KiB, with all entries alive {peak} KiB"
     );
-    assert_eq!(ok, CLIENTS, "every distinct client's first request is allowed");
+    assert_eq!(
+        ok, CLIENTS,
+        "every distinct client's first request is allowed"
+    );
     assert!(
         fill < Duration::from_secs(entry_life),
         "the fill ({fill:?}) must end before the first entries expire ({entry_life} s)"

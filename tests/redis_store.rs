@@ -84,7 +84,10 @@ async fn exactly_100_of_300(limit: &str, path: &'static str) {
         .collect();
     let mut statuses = Vec::new();
     for h in handles {
-        let r = h.await.unwrap().unwrap_or_else(|e| panic!("request failed: {e}"));
+        let r = h
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("request failed: {e}"));
         if r.status != 200 {
             assert_rejected(&r, "rate_limited", "x");
         }
@@ -95,7 +98,11 @@ async fn exactly_100_of_300(limit: &str, path: &'static str) {
         [(200, 100), (429, 200)].into_iter().collect(),
         "{limit}: exactly 100 of 300 admitted over 3 instances"
     );
-    assert_eq!(echo.count(), 100, "rejected requests never reach the upstream");
+    assert_eq!(
+        echo.count(),
+        100,
+        "rejected requests never reach the upstream"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -502,7 +509,10 @@ fn is_housekeeping(name: &str) -> bool {
         || name.starts_with("config")
         || name.starts_with("client")
         || name.ends_with("subscribe")
-        || matches!(name, "ping" | "hello" | "select" | "auth" | "command" | "command|docs")
+        || matches!(
+            name,
+            "ping" | "hello" | "select" | "auth" | "command" | "command|docs"
+        )
 }
 
 /// A `MONITOR` connection: every command Redis runs, as
@@ -562,11 +572,7 @@ impl Monitor {
             if source.ends_with(" lua") {
                 continue;
             }
-            let name = rest
-                .split('"')
-                .nth(1)
-                .unwrap_or("?")
-                .to_ascii_lowercase();
+            let name = rest.split('"').nth(1).unwrap_or("?").to_ascii_lowercase();
             *out.entry(name).or_insert(0) += 1;
         }
         out
@@ -604,7 +610,12 @@ async fn script_flush_heals_by_itself() {
     redis.reset_stats().await;
     for i in 0..5 {
         let r = c.get("/").await;
-        assert_eq!(r.status, 200, "request {i} after SCRIPT FLUSH: {}", r.text());
+        assert_eq!(
+            r.status,
+            200,
+            "request {i} after SCRIPT FLUSH: {}",
+            r.text()
+        );
         assert!(rl_opt(&r, "l").is_some(), "decided on Redis");
     }
     let s = redis.command_stats().await;
@@ -692,9 +703,17 @@ async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
     let s = redis.command_stats().await;
     let sent = monitor.top_level().await;
     eprintln!("10 requests, 3 limits: sent {sent:?}; commandstats {s:?}");
-    assert_eq!(calls(&s, "evalsha"), 10, "one EVALSHA per request for 3 limits: {s:?}");
+    assert_eq!(
+        calls(&s, "evalsha"),
+        10,
+        "one EVALSHA per request for 3 limits: {s:?}"
+    );
     assert_eq!(sent.get("evalsha").copied(), Some(10), "{sent:?}");
-    assert_eq!(other(&sent), BTreeMap::new(), "no other round trip: {sent:?}");
+    assert_eq!(
+        other(&sent),
+        BTreeMap::new(),
+        "no other round trip: {sent:?}"
+    );
 
     assert_ok(&c.get("/lock").await);
     assert_rejected(&c.get("/lock").await, "locked_out", "lk");
@@ -708,7 +727,11 @@ async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
     let sent = monitor.top_level().await;
     eprintln!("10 requests of a locked-out client: sent {sent:?}; commandstats {s:?}");
     assert_eq!(calls(&s, "evalsha") + calls(&s, "eval"), 0, "{s:?}");
-    assert_eq!(other(&sent), BTreeMap::new(), "the deny cache answers: {sent:?}");
+    assert_eq!(
+        other(&sent),
+        BTreeMap::new(),
+        "the deny cache answers: {sent:?}"
+    );
 }
 
 /// `sent` less our own and connection housekeeping commands, and EVALSHA.
@@ -752,13 +775,24 @@ async fn store_keys_hold_no_client_value_and_expire() {
     .await;
     let c = Caller::new(gw.addr());
     let long = format!("{{{}}}", "x".repeat(10 * 1024));
-    let header_values = ["{alice}", "}{", "a b c", "{", "tollgate:{0}:s", long.as_str()];
+    let header_values = [
+        "{alice}",
+        "}{",
+        "a b c",
+        "{",
+        "tollgate:{0}:s",
+        long.as_str(),
+    ];
     for v in header_values {
         let r = c.get_h("/h", &[("x-k", v)]).await;
         assert_ok(&r);
     }
     // The second request of one value is rejected by `lk` and locks it.
-    assert_rejected(&c.get_h("/h", &[("x-k", "{alice}")]).await, "locked_out", "lk");
+    assert_rejected(
+        &c.get_h("/h", &[("x-k", "{alice}")]).await,
+        "locked_out",
+        "lk",
+    );
 
     let long_q = pct(&long);
     let query_values = [
@@ -789,13 +823,18 @@ async fn store_keys_hold_no_client_value_and_expire() {
             .and_then(|rest| rest.split_once("}:"))
             .is_some_and(|(hash, kind)| {
                 hash.len() == 32
-                    && hash.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                    && hash
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
                     && (kind == "s" || kind == "l")
             });
         if *k == format!("{PREFIX}:lockouts") {
             index += 1;
         } else {
-            assert!(well_formed, "store key {k:?} is not <prefix>:{{<32 hex>}}:s|l");
+            assert!(
+                well_formed,
+                "store key {k:?} is not <prefix>:{{<32 hex>}}:s|l"
+            );
             if k.ends_with(":s") {
                 state += 1;
             } else {

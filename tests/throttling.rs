@@ -73,11 +73,17 @@ async fn fixed_window_admits_limit_per_aligned_window() {
             assert_ok(&r);
             let f = rl(&r, "fw");
             assert_eq!((f.q, f.w, f.r), (5, 2, 4 - i), "round {round} #{i}: {f:?}");
-            assert!((1..=2).contains(&f.t), "t is the time left in the window: {f:?}");
+            assert!(
+                (1..=2).contains(&f.t),
+                "t is the time left in the window: {f:?}"
+            );
         }
         let r = c.get("/").await;
         let ra = assert_rejected(&r, "rate_limited", "fw");
-        assert!((1..=2).contains(&ra), "Retry-After is the window's end: {ra}");
+        assert!(
+            (1..=2).contains(&ra),
+            "Retry-After is the window's end: {ra}"
+        );
         assert_eq!(rl(&r, "fw").r, 0);
     }
     assert_eq!(
@@ -117,11 +123,18 @@ async fn sliding_window_weights_the_previous_window() {
     // A quarter into the window: 10 * 0.75 + cur <= 10 admits exactly 2
     // (anywhere in 0.8 s .. 1.2 s).
     align(Duration::from_secs(4), MS(1000)).await;
-    let into = |w: u64| Duration::from_micros((unix_now().as_micros() % (w as u128 * 1_000_000)) as u64);
+    let into =
+        |w: u64| Duration::from_micros((unix_now().as_micros() % (w as u128 * 1_000_000)) as u64);
     for want in [1, 0] {
         let at = into(4);
         let r = c.get("/").await;
-        assert_eq!(r.status, 200, "{at:?} into the window: {:?} {}", r.headers, r.text());
+        assert_eq!(
+            r.status,
+            200,
+            "{at:?} into the window: {:?} {}",
+            r.headers,
+            r.text()
+        );
         assert_eq!(remaining(&r, "sw"), want);
     }
     assert_rejected(&c.get("/").await, "rate_limited", "sw");
@@ -156,10 +169,7 @@ async fn sliding_log_is_exact_over_the_trailing_window() {
     assert_eq!(remaining(&r, "sl"), 0);
     sleep_until(t0, MS(1200)).await;
     // The two of t0 leave the log at t0 + 2 s.
-    assert_eq!(
-        assert_rejected(&c.get("/").await, "rate_limited", "sl"),
-        1
-    );
+    assert_eq!(assert_rejected(&c.get("/").await, "rate_limited", "sl"), 1);
     sleep_until(t0, MS(2200)).await;
     // The two of t0 are out; the one of t0 + 1 s still counts.
     for want in [1, 0] {
@@ -167,10 +177,7 @@ async fn sliding_log_is_exact_over_the_trailing_window() {
         assert_ok(&r);
         assert_eq!(remaining(&r, "sl"), want);
     }
-    assert_eq!(
-        assert_rejected(&c.get("/").await, "rate_limited", "sl"),
-        1
-    );
+    assert_eq!(assert_rejected(&c.get("/").await, "rate_limited", "sl"), 1);
     sleep_until(t0, MS(3200)).await;
     let r = c.get("/").await;
     assert_ok(&r);
@@ -264,7 +271,10 @@ async fn token_bucket_max_delay_holds_requests_instead_of_rejecting() {
         at4 >= MS(340) && at4 <= MS(650),
         "#4 is held until its reserved token (~400 ms): {at4:?}"
     );
-    assert!(at4 >= at3 + MS(120), "#3 {at3:?} and #4 {at4:?} ~200 ms apart");
+    assert!(
+        at4 >= at3 + MS(120),
+        "#3 {at3:?} and #4 {at4:?} ~200 ms apart"
+    );
     assert_eq!(
         decision_counts(&gw, "r", 5).await,
         counts(&[("allowed", 2), ("delayed", 2), ("rejected", 1)])
@@ -465,14 +475,15 @@ async fn concurrency_limits_requests_in_flight() {
     // When one finishes, the next passes.
     let ra = a.await.unwrap();
     assert_ok(&ra);
-    assert_eq!(
-        rl(&ra, "conc").qu.as_deref(),
-        Some("concurrent-requests")
-    );
+    assert_eq!(rl(&ra, "conc").qu.as_deref(), Some("concurrent-requests"));
     tokio::time::sleep(MS(100)).await;
     let r = c.get("/delay/0").await;
     assert_ok(&r);
-    assert_eq!(echo.count(), 3, "the rejected request never reached the upstream");
+    assert_eq!(
+        echo.count(),
+        3,
+        "the rejected request never reached the upstream"
+    );
 
     // A client that goes away mid-response releases its slot: read the
     // head of a long download, then close the connection.
@@ -492,7 +503,11 @@ async fn concurrency_limits_requests_in_flight() {
         assert!(n > 0, "closed before the head");
         head.extend_from_slice(&buf[..n]);
     }
-    assert!(head.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&head));
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
     // B and the download hold both slots.
     assert_rejected(&c.get("/delay/0").await, "rate_limited", "conc");
     drop(conn);
@@ -579,7 +594,11 @@ async fn shadow_mode_counts_and_reports_but_never_rejects() {
         metric_with(
             &gw,
             "tollgate_limit_decisions_total",
-            &[("route", "r"), ("limit", "sh"), ("decision", "shadow_rejected")]
+            &[
+                ("route", "r"),
+                ("limit", "sh"),
+                ("decision", "shadow_rejected")
+            ]
         )
         .await,
         Some(3.0)
@@ -772,8 +791,14 @@ async fn composite_keys_combine_their_sources() {
     // The admin key joins the components with '|'.
     let v = limit_state(&gw, "comp", "127.0.0.2|alice").await;
     assert_eq!(v["remaining"], 0, "{v}");
-    assert_eq!(limit_state(&gw, "comp", "127.0.0.3|alice").await["remaining"], 1);
-    assert_eq!(limit_state(&gw, "comp", "127.0.0.2|bob").await["remaining"], 1);
+    assert_eq!(
+        limit_state(&gw, "comp", "127.0.0.3|alice").await["remaining"],
+        1
+    );
+    assert_eq!(
+        limit_state(&gw, "comp", "127.0.0.2|bob").await["remaining"],
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -835,7 +860,11 @@ async fn on_missing_key_client_ip_skip_or_deny() {
     for _ in 0..5 {
         let r = c2.get("/skip").await;
         assert_ok(&r);
-        assert!(rl_opt(&r, "m_skip").is_none(), "skipped limit in headers: {:?}", r.headers);
+        assert!(
+            rl_opt(&r, "m_skip").is_none(),
+            "skipped limit in headers: {:?}",
+            r.headers
+        );
     }
     assert_eq!(
         decision_counts(&gw, "skip", 5).await,
@@ -952,7 +981,11 @@ async fn lockout_after_strikes_with_the_full_length_and_no_new_strikes() {
     // Strike 1: an ordinary rejection.
     assert_rejected(&c.get("/").await, "rate_limited", "lk");
     let v = limit_state(&gw, "lk", "127.0.0.7").await;
-    assert_eq!((v["strikes"].as_u64(), v["locked"].as_bool()), (Some(1), Some(false)), "{v}");
+    assert_eq!(
+        (v["strikes"].as_u64(), v["locked"].as_bool()),
+        (Some(1), Some(false)),
+        "{v}"
+    );
     // Strike 2 locks, and already answers locked_out with the full length.
     let locked_at = Instant::now();
     let r = c.get("/").await;
@@ -960,12 +993,18 @@ async fn lockout_after_strikes_with_the_full_length_and_no_new_strikes() {
     let v = limit_state(&gw, "lk", "127.0.0.7").await;
     assert_eq!(v["locked"], true, "{v}");
     assert_eq!(v["lockouts"], 1, "{v}");
-    assert!((1..=2).contains(&v["locked_for"].as_u64().unwrap_or(99)), "{v}");
+    assert!(
+        (1..=2).contains(&v["locked_for"].as_u64().unwrap_or(99)),
+        "{v}"
+    );
     assert!(v["locked_until"].is_string(), "{v}");
     let l = lockouts(&gw).await;
     assert_eq!(l["count"], 1, "{l}");
     assert_eq!(l["lockouts"]["lk"][0]["key"], "127.0.0.7", "{l}");
-    assert!((1..=2).contains(&l["lockouts"]["lk"][0]["remaining"].as_u64().unwrap_or(99)), "{l}");
+    assert!(
+        (1..=2).contains(&l["lockouts"]["lk"][0]["remaining"].as_u64().unwrap_or(99)),
+        "{l}"
+    );
     // During the lockout: locked_out, Retry-After the time left, no strike.
     for _ in 0..4 {
         let ra = assert_rejected(&c.get("/").await, "locked_out", "lk");
@@ -1078,7 +1117,11 @@ async fn a_request_rejected_by_one_limit_takes_nothing_from_the_others() {
     for (w, n) in [(4, 1), (3, 0)] {
         let r = c.get("/both").await;
         assert_ok(&r);
-        assert_eq!(policy_names(&r), ["wide", "narrow"], "one item per limit, in order");
+        assert_eq!(
+            policy_names(&r),
+            ["wide", "narrow"],
+            "one item per limit, in order"
+        );
         assert_eq!((remaining(&r, "wide"), remaining(&r, "narrow")), (w, n));
     }
     for i in 0..4 {
@@ -1093,7 +1136,10 @@ async fn a_request_rejected_by_one_limit_takes_nothing_from_the_others() {
         assert_eq!(remaining(&r, "narrow"), 0);
     }
     assert_eq!(limit_state(&gw, "wide", "127.0.0.1").await["remaining"], 3);
-    assert_eq!(limit_state(&gw, "narrow", "127.0.0.1").await["remaining"], 0);
+    assert_eq!(
+        limit_state(&gw, "narrow", "127.0.0.1").await["remaining"],
+        0
+    );
     for want in [2, 1, 0] {
         let r = c.get("/wide").await;
         assert_ok(&r);
@@ -1130,13 +1176,28 @@ async fn standard_fields_are_structured_lists_with_q_w_r_t() {
         assert_ok(&r);
         assert_eq!(policy_names(&r), ["fw", "tb"]);
         let fw = rl(&r, "fw");
-        assert_eq!((fw.q, fw.w, fw.r, fw.qu.clone()), (5, 10, 4 - i, None), "{fw:?}");
+        assert_eq!(
+            (fw.q, fw.w, fw.r, fw.qu.clone()),
+            (5, 10, 4 - i, None),
+            "{fw:?}"
+        );
         assert!(fw.t >= 1, "{fw:?}");
         let tb = rl(&r, "tb");
         // One token per 20 s; full again 20 s per missing token later.
-        assert_eq!((tb.q, tb.w, tb.r, tb.t), (3, 60, 2 - i, 20 * (i + 1)), "{tb:?}");
-        for legacy in ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
-            assert!(r.header(legacy).is_none(), "standard style sends no {legacy}");
+        assert_eq!(
+            (tb.q, tb.w, tb.r, tb.t),
+            (3, 60, 2 - i, 20 * (i + 1)),
+            "{tb:?}"
+        );
+        for legacy in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+        ] {
+            assert!(
+                r.header(legacy).is_none(),
+                "standard style sends no {legacy}"
+            );
         }
         assert!(r.header("retry-after").is_none());
     }
@@ -1215,7 +1276,10 @@ async fn legacy_both_and_none_header_styles() {
     let ra = assert_rejected(&r, "rate_limited", "legacy.1");
     assert_eq!(legacy(&r).1.as_deref(), Some("0"));
     let reset: u64 = r.header("x-ratelimit-reset").unwrap().parse().unwrap();
-    assert!(ra >= reset, "Retry-After {ra} earlier than X-RateLimit-Reset {reset}");
+    assert!(
+        ra >= reset,
+        "Retry-After {ra} earlier than X-RateLimit-Reset {reset}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1254,31 +1318,46 @@ async fn custom_status_and_grpc_rejections() {
     assert_ok(&client::send(&h2, grpc("application/grpc")).await);
     for ct in ["application/grpc", "application/grpc+proto"] {
         let r = client::send(&h2, grpc(ct)).await;
-        assert_eq!(r.status, 200, "gRPC rejections are HTTP 200: {:?}", r.headers);
-        let status = r
-            .header("grpc-status")
-            .map(str::to_owned)
-            .or_else(|| {
-                r.trailers
-                    .as_ref()
-                    .and_then(|t| t.get("grpc-status"))
-                    .and_then(|v| v.to_str().ok().map(str::to_owned))
-            });
-        assert_eq!(status.as_deref(), Some("8"), "RESOURCE_EXHAUSTED: {:?}", r.headers);
+        assert_eq!(
+            r.status, 200,
+            "gRPC rejections are HTTP 200: {:?}",
+            r.headers
+        );
+        let status = r.header("grpc-status").map(str::to_owned).or_else(|| {
+            r.trailers
+                .as_ref()
+                .and_then(|t| t.get("grpc-status"))
+                .and_then(|v| v.to_str().ok().map(str::to_owned))
+        });
+        assert_eq!(
+            status.as_deref(),
+            Some("8"),
+            "RESOURCE_EXHAUSTED: {:?}",
+            r.headers
+        );
         let message = r.header("grpc-message").map(str::to_owned).or_else(|| {
             r.trailers
                 .as_ref()
                 .and_then(|t| t.get("grpc-message"))
                 .and_then(|v| v.to_str().ok().map(str::to_owned))
         });
-        assert!(message.is_some_and(|m| !m.is_empty()), "grpc-message: {:?}", r.headers);
         assert!(
-            r.header("content-type").is_some_and(|v| v.starts_with("application/grpc")),
+            message.is_some_and(|m| !m.is_empty()),
+            "grpc-message: {:?}",
+            r.headers
+        );
+        assert!(
+            r.header("content-type")
+                .is_some_and(|v| v.starts_with("application/grpc")),
             "{:?}",
             r.headers
         );
         assert_eq!(r.header("cache-control"), Some("no-store"));
-        let ra: u64 = r.header("retry-after").expect("Retry-After").parse().unwrap();
+        let ra: u64 = r
+            .header("retry-after")
+            .expect("Retry-After")
+            .parse()
+            .unwrap();
         assert!(ra >= rl(&r, "one").t as u64);
     }
     assert_eq!(
@@ -1334,20 +1413,30 @@ async fn admin_limits_get_delete_and_lockouts() {
     assert_eq!(assert_rejected(&c.get("/").await, "locked_out", "adm"), 30);
     let v = limit_state(&gw, "adm", "127.0.0.2").await;
     assert_eq!(v["locked"], true, "{v}");
-    assert!((29..=30).contains(&v["locked_for"].as_u64().unwrap_or(0)), "{v}");
+    assert!(
+        (29..=30).contains(&v["locked_for"].as_u64().unwrap_or(0)),
+        "{v}"
+    );
     assert_eq!(v["lockouts"], 1, "{v}");
     assert_eq!(v["remaining"], 0, "{v}");
     let l = lockouts(&gw).await;
     assert_eq!(l["count"], 1, "{l}");
     let entry = &l["lockouts"]["adm"][0];
     assert_eq!(entry["key"], "127.0.0.2", "{l}");
-    assert!((29..=30).contains(&entry["remaining"].as_u64().unwrap_or(0)), "{l}");
+    assert!(
+        (29..=30).contains(&entry["remaining"].as_u64().unwrap_or(0)),
+        "{l}"
+    );
     assert_rejected(&c.get("/").await, "locked_out", "adm");
 
     // DELETE lifts the lockout too (and the deny cache lets go).
     reset_limit(&gw, "adm", "127.0.0.2").await;
     let v = limit_state(&gw, "adm", "127.0.0.2").await;
-    assert_eq!((v["locked"].as_bool(), v["remaining"].as_u64()), (Some(false), Some(3)), "{v}");
+    assert_eq!(
+        (v["locked"].as_bool(), v["remaining"].as_u64()),
+        (Some(false), Some(3)),
+        "{v}"
+    );
     assert_ok(&c.get("/").await);
     assert_eq!(lockouts(&gw).await["count"], 0);
 

@@ -236,7 +236,9 @@ pub async fn run<T: redis::FromRedisValue>(
 /// Whether a Redis on `port` answers PING within 500 ms.
 pub async fn ping(port: u16) -> bool {
     let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
         s.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
         let mut buf = [0u8; 64];
         let n = s.read(&mut buf).await.ok()?;
