@@ -1029,6 +1029,36 @@ async fn lockout_after_strikes_with_the_full_length_and_no_new_strikes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strikes_older_than_within_do_not_count() {
+    let gw = start(
+        None,
+        "",
+        r#"
+        limits:
+          win:
+            algorithm: token_bucket
+            rate: 1/m
+            burst: 1
+            key: client_ip
+            lockout: { after: 2, within: 1s, duration: 2s }
+        routes:
+          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [win] }
+        "#,
+    )
+    .await;
+    let c = Caller::new(gw.addr());
+    assert_ok(&c.get("/").await);
+    let t1 = Instant::now();
+    assert_rejected(&c.get("/").await, "rate_limited", "win");
+    // The first strike's window is over: this one starts a new window.
+    sleep_until(t1, MS(1200)).await;
+    assert_rejected(&c.get("/").await, "rate_limited", "win");
+    assert_eq!(limit_state(&gw, "win", "127.0.0.1").await["strikes"], 1);
+    // Two within 1 s: locked.
+    assert_eq!(assert_rejected(&c.get("/").await, "locked_out", "win"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockouts_escalate_up_to_max_duration() {
     let gw = start(
         None,
