@@ -338,7 +338,10 @@ impl Limiter {
         for (i, (outcome, policy)) in outcomes.iter().zip(applied).enumerate() {
             match outcome.status {
                 Status::Rejected | Status::LockedOut => {
-                    let cacheable = outcome.status == Status::LockedOut || policy.lockout.is_none();
+                    // A concurrency slot can free up any moment (a response
+                    // ends), so its rejection is never cached.
+                    let cacheable = outcome.status == Status::LockedOut
+                        || (policy.lockout.is_none() && !policy.is_concurrency());
                     if cacheable && outcome.retry_after > 0 {
                         self.deny.insert(
                             checks[i].key,
