@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{OnError, StoreBackend, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
@@ -15,6 +15,7 @@ use crate::limit::policy::Policy;
 use crate::limit::store::memory::MemoryStore;
 use crate::limit::store::redis::RedisStore;
 use crate::limit::{Check, Micros, Outcome, Status, StoreKey};
+use crate::metrics::Metrics;
 
 /// How many (limit, client) rejections the deny cache remembers at most.
 const DENY_CACHE_CAPACITY: usize = 100_000;
@@ -214,7 +215,12 @@ impl Limiter {
     }
 
     /// Decide a request against its route's limits.
-    pub async fn check(self: &Arc<Self>, plan: &[Arc<Policy>], view: &RequestView<'_>) -> Decision {
+    pub async fn check(
+        self: &Arc<Self>,
+        plan: &[Arc<Policy>],
+        view: &RequestView<'_>,
+        metrics: &Metrics,
+    ) -> Decision {
         let now = now_micros();
         let mut checks = Vec::with_capacity(plan.len());
         let mut applied: Vec<&Arc<Policy>> = Vec::with_capacity(plan.len());
@@ -297,11 +303,20 @@ impl Limiter {
             }
         }
 
+        let started = Instant::now();
         let (outcomes, local) = match &self.backend {
-            Backend::Memory => (self.local.decide(&checks, now), true),
+            Backend::Memory => {
+                let outcomes = self.local.decide(&checks, now);
+                metrics.store_call("memory", true, started.elapsed());
+                (outcomes, true)
+            }
             Backend::Redis(redis) => match redis.decide(&checks, now).await {
-                Ok(outcomes) => (outcomes, false),
+                Ok(outcomes) => {
+                    metrics.store_call("redis", true, started.elapsed());
+                    (outcomes, false)
+                }
                 Err(error) => {
+                    metrics.store_call("redis", false, started.elapsed());
                     tracing::warn!(%error, policy = ?self.config.on_error, "limit store unavailable");
                     match self.config.on_error {
                         OnError::Local => (self.local.decide(&checks, now), true),
