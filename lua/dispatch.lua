@@ -52,6 +52,9 @@ for c = 1, n do
     algo = algo, cost = int(ARGV[i + 1], 'cost'), shadow = ARGV[i + 2] == '1',
     lease = ARGV[i + 3], skey = KEYS[2 * c - 1], lkey = KEYS[2 * c],
   }
+  -- Units the request would have taken: one slot for concurrency, else its
+  -- cost (at least 1, as the algorithms count it).
+  ch.taken = (algo == ALGO.concurrency) and 1 or math.max(ch.cost, 1)
   local has_lock = ARGV[i + 4]
   i = i + 5
   if has_lock == '1' then
@@ -107,7 +110,7 @@ for _, ch in ipairs(checks) do
     -- Another limit rejected the request: nothing was taken here.
     ch.status = NOT_CONSUMED
     o.delay = 0
-    o.remaining = math.min(v.remaining + ch.cost, v.limit)
+    o.remaining = math.min(v.remaining + ch.taken, v.limit)
   elseif ch.status == REJECTED and ch.lock ~= nil then
     local lst, length = lock_strike(ch.lock, ch.lst, now)
     lock_store(ch.lkey, lst, lock_ttl(ch.lock, lst, now))

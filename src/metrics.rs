@@ -1,20 +1,98 @@
-//! Prometheus metrics: one registry per process, rendered at admin
-//! `GET /metrics`. Label values are route, upstream and outcome names from the
-//! config, never client-supplied values, so cardinality stays bounded.
+//! Prometheus metrics (SPEC §8): one registry per process, rendered at
+//! admin `GET /metrics` by the `prometheus-client` crate.
+//!
+//! Label values are only route, limit, upstream, target, backend and outcome
+//! names from the config or the code, never client-supplied values, so the
+//! number of series is bounded by the config. Route and limit names are
+//! `Arc<str>` shared with the runtime, so counting a request allocates
+//! nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+/// Latency buckets suited to a proxy: 100 µs to 30 s.
+const LATENCY_BUCKETS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
 
 /// Labels of `tollgate_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// The route's name, or empty when no route matched.
-    pub route: String,
+    pub route: Arc<str>,
     /// The response status code.
     pub status: u16,
+}
+
+/// Labels naming a route.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route's name, or empty when no route matched.
+    pub route: Arc<str>,
+}
+
+/// Labels of `tollgate_limit_decisions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// The route's name.
+    pub route: Arc<str>,
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// `allowed`, `rejected`, `locked_out`, `delayed`, `shadow_rejected`.
+    pub decision: &'static str,
+}
+
+/// Labels naming a limit.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// The limit's name.
+    pub limit: Arc<str>,
+}
+
+/// Labels of `tollgate_upstream_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    /// The upstream's name.
+    pub upstream: Arc<str>,
+    /// The target (`scheme://authority`).
+    pub target: Arc<str>,
+    /// `response`, `error` or `timeout`.
+    pub outcome: &'static str,
+}
+
+/// Labels naming an upstream.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamNameLabels {
+    /// The upstream's name.
+    pub upstream: Arc<str>,
+}
+
+/// Labels of `tollgate_store_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabels {
+    /// `memory` or `redis`.
+    pub backend: &'static str,
+    /// `ok` or `error`.
+    pub outcome: &'static str,
+}
+
+/// Labels naming a store backend.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    /// `memory` or `redis`.
+    pub backend: &'static str,
 }
 
 /// Labels of `tollgate_config_reloads_total`.
@@ -24,16 +102,32 @@ pub struct ReloadLabels {
     pub result: &'static str,
 }
 
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
-    /// Requests answered, by route and status.
+    /// `tollgate_requests_total{route,status}`.
     pub requests: Family<RequestLabels, Counter>,
-    /// Config reloads by result.
+    /// `tollgate_request_duration_seconds{route}`.
+    pub request_duration: Histograms<RouteLabels>,
+    /// `tollgate_limit_decisions_total{route,limit,decision}`.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// `tollgate_lockouts_total{limit}`.
+    pub lockouts: Family<LimitLabels, Counter>,
+    /// `tollgate_upstream_requests_total{upstream,target,outcome}`.
+    pub upstream_requests: Family<UpstreamLabels, Counter>,
+    /// `tollgate_upstream_duration_seconds{upstream}`.
+    pub upstream_duration: Histograms<UpstreamNameLabels>,
+    /// `tollgate_store_duration_seconds{backend,outcome}`.
+    pub store_duration: Histograms<StoreLabels>,
+    /// `tollgate_store_errors_total{backend}`.
+    pub store_errors: Family<BackendLabels, Counter>,
+    /// `tollgate_config_reloads_total{result}`.
     pub reloads: Family<ReloadLabels, Counter>,
-    /// The generation of the config in force.
+    /// `tollgate_config_generation`.
     pub generation: Gauge,
-    /// Client connections open now.
+    /// `tollgate_connections_active`.
     pub connections: Gauge,
 }
 
@@ -47,12 +141,61 @@ impl Metrics {
             "Requests answered, by route and status",
             requests.clone(),
         );
+        let request_duration: Histograms<RouteLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "tollgate_request_duration_seconds",
+            "Time from the request head to the end of the response, by route",
+            request_duration.clone(),
+        );
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "tollgate_limit_decisions",
+            "Limit decisions, by route, limit and decision",
+            decisions.clone(),
+        );
+        let lockouts = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "tollgate_lockouts",
+            "Lockouts started, by limit",
+            lockouts.clone(),
+        );
+        let upstream_requests = Family::<UpstreamLabels, Counter>::default();
+        registry.register(
+            "tollgate_upstream_requests",
+            "Attempts sent upstream, by upstream, target and outcome",
+            upstream_requests.clone(),
+        );
+        let upstream_duration: Histograms<UpstreamNameLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "tollgate_upstream_duration_seconds",
+            "Time until the upstream's response head, by upstream",
+            upstream_duration.clone(),
+        );
+        let store_duration: Histograms<StoreLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "tollgate_store_duration_seconds",
+            "Limit store calls, by backend and outcome",
+            store_duration.clone(),
+        );
+        let store_errors = Family::<BackendLabels, Counter>::default();
+        registry.register(
+            "tollgate_store_errors",
+            "Limit store calls that failed, by backend",
+            store_errors.clone(),
+        );
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register(
             "tollgate_config_reloads",
             "Config reloads, by result",
             reloads.clone(),
         );
+        // Both outcomes exist from the start, at 0.
+        for result in ["success", "failure"] {
+            let _ = reloads.get_or_create(&ReloadLabels { result });
+        }
         let generation = Gauge::default();
         registry.register(
             "tollgate_config_generation",
@@ -65,13 +208,16 @@ impl Metrics {
             "Client connections open now",
             connections.clone(),
         );
-        // Both outcomes exist from the start, at 0.
-        for result in ["success", "failure"] {
-            let _ = reloads.get_or_create(&ReloadLabels { result });
-        }
         Metrics {
             registry,
             requests,
+            request_duration,
+            decisions,
+            lockouts,
+            upstream_requests,
+            upstream_duration,
+            store_duration,
+            store_errors,
             reloads,
             generation,
             connections,
@@ -82,6 +228,67 @@ impl Metrics {
     pub fn reload(&self, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// Count one answered request.
+    pub fn request(&self, route: &Arc<str>, status: u16, took: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.clone(),
+                status,
+            })
+            .inc();
+        self.request_duration
+            .get_or_create(&RouteLabels {
+                route: route.clone(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Count one limit decision.
+    pub fn decision(&self, route: &Arc<str>, limit: &Arc<str>, decision: &'static str) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                route: route.clone(),
+                limit: limit.clone(),
+                decision,
+            })
+            .inc();
+    }
+
+    /// Count one store call of `backend` that took `took`.
+    pub fn store_call(&self, backend: &'static str, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.store_duration
+            .get_or_create(&StoreLabels { backend, outcome })
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.store_errors
+                .get_or_create(&BackendLabels { backend })
+                .inc();
+        }
+    }
+
+    /// Count one attempt sent upstream.
+    pub fn upstream(
+        &self,
+        upstream: &Arc<str>,
+        target: &Arc<str>,
+        outcome: &'static str,
+        took: Duration,
+    ) {
+        self.upstream_requests
+            .get_or_create(&UpstreamLabels {
+                upstream: upstream.clone(),
+                target: target.clone(),
+                outcome,
+            })
+            .inc();
+        self.upstream_duration
+            .get_or_create(&UpstreamNameLabels {
+                upstream: upstream.clone(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// The Prometheus text exposition of every metric.

@@ -27,8 +27,9 @@ use crate::identity;
 use crate::limit::engine::{Decision, Figure, Leases};
 use crate::limit::headers::{self as limit_headers, LimitFigures};
 use crate::limit::key::RequestView;
+use crate::limit::Status;
 use crate::log::AccessRecord;
-use crate::metrics::RequestLabels;
+use crate::metrics::{LimitLabels, Metrics};
 use crate::proxy::headers::{incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded};
 use crate::proxy::pool::InFlight;
 use crate::proxy::{self, balance::splitmix64, Outbound};
@@ -82,9 +83,13 @@ pub async fn handle(
         decision: "none",
         started,
     };
-    let (response, held) = match route_request(req, &rt, &mut record, peer, trusted, conn, number)
-        .await
-    {
+    let origin = Origin {
+        peer,
+        trusted,
+        conn,
+        number,
+    };
+    let (response, held) = match route_request(req, &rt, shared, &mut record, &origin).await {
         Ok(answer) => answer,
         Err(error) => {
             tracing::debug!(request_id = record.request_id.to_str().unwrap_or_default(), %error, "request rejected");
@@ -94,16 +99,33 @@ pub async fn handle(
     finish(response, record, shared, conn, held)
 }
 
+/// Who sent a request, and on which connection.
+#[derive(Clone, Copy)]
+struct Origin<'a> {
+    /// The TCP peer's address.
+    peer: IpAddr,
+    /// Whether the peer is a trusted proxy.
+    trusted: bool,
+    /// The connection.
+    conn: &'a ConnInfo,
+    /// The request's number on the connection (1-based).
+    number: u64,
+}
+
 /// The stages between identifying the client and the response head.
 async fn route_request(
     req: Request<Incoming>,
     rt: &Runtime,
+    shared: &Shared,
     record: &mut AccessRecord,
-    peer: IpAddr,
-    trusted: bool,
-    conn: &ConnInfo,
-    number: u64,
+    origin: &Origin<'_>,
 ) -> Result<(Response<Body>, Held), GatewayError> {
+    let Origin {
+        peer,
+        trusted,
+        conn,
+        number,
+    } = *origin;
     let server = &rt.config.server;
     if identity::in_any(peer, &server.deny) || identity::in_any(record.client, &server.deny) {
         return Err(GatewayError::Denied);
@@ -151,7 +173,12 @@ async fn route_request(
             route: &route.name,
             ipv6_prefix: server.ipv6_prefix,
         };
-        match rt.limiter.check(&route.limits, &view).await {
+        let decision = rt
+            .limiter
+            .check(&route.limits, &view, &shared.metrics)
+            .await;
+        count_decisions(&shared.metrics, &route.name, &decision);
+        match decision {
             Decision::Allow {
                 delay,
                 figures: f,
@@ -255,7 +282,7 @@ async fn route_request(
                 key: ip_hash(record.client),
                 body,
             };
-            let (response, in_flight) = proxy::forward(pool, out).await?;
+            let (response, in_flight) = proxy::forward(pool, out, &shared.metrics).await?;
             record.upstream = Some(in_flight.label().clone());
             held.in_flight = Some(in_flight);
             let (mut parts, incoming) = response.into_parts();
@@ -263,6 +290,37 @@ async fn route_request(
             let mut response = Response::from_parts(parts, body::boxed(incoming));
             add_limit_headers(&mut response, route.header_style, &figures);
             Ok((response, held))
+        }
+    }
+}
+
+/// The route label of requests that matched no route.
+static NO_ROUTE: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+
+/// Count each limit's decision and the lockouts started.
+fn count_decisions(metrics: &Metrics, route: &Arc<str>, decision: &Decision) {
+    let figures = match decision {
+        Decision::Allow { figures, .. } | Decision::Reject { figures, .. } => figures,
+        Decision::Unavailable => return,
+    };
+    for f in figures {
+        let label = match f.outcome.status {
+            Status::Allowed if f.outcome.delay > 0 => "delayed",
+            Status::Allowed => "allowed",
+            Status::Rejected => "rejected",
+            Status::LockedOut => "locked_out",
+            Status::ShadowRejected => "shadow_rejected",
+            // The request was rejected elsewhere; this limit decided nothing.
+            Status::NotConsumed => continue,
+        };
+        metrics.decision(route, &f.name, label);
+        if f.outcome.lock_started {
+            metrics
+                .lockouts
+                .get_or_create(&LimitLabels {
+                    limit: f.name.clone(),
+                })
+                .inc();
         }
     }
 }
@@ -304,18 +362,15 @@ fn finish(
         .headers_mut()
         .insert("x-request-id", record.request_id.clone());
     record.status = response.status().as_u16();
-    shared
-        .metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            route: record.route.as_deref().unwrap_or_default().to_owned(),
-            status: record.status,
-        })
-        .inc();
     let conn = conn.clone();
+    let shared = shared.clone();
     response.map(move |body| {
         body::boxed(Finish::new(body, move |bytes, completed| {
             drop(held);
+            let route = record.route.as_ref().unwrap_or(&NO_ROUTE);
+            shared
+                .metrics
+                .request(route, record.status, record.started.elapsed());
             record.emit(bytes, completed);
             conn.activity.end(conn.started.elapsed().as_millis() as u64);
         }))

@@ -36,6 +36,13 @@ use tollgate::limit::algorithm::{
     Micros, Rate, DAY, SECOND,
 };
 use tollgate::limit::decide::{decide, Loaded};
+
+/// What the reference model keeps per key (the owned form of `Loaded`).
+#[derive(Debug, Clone, Default)]
+struct Model {
+    algo: Option<AlgoState>,
+    lock: LockState,
+}
 use tollgate::limit::store::redis::{self as store, lua, wire, RedisStore, StoreError};
 use tollgate::limit::{AlgoParams, AlgoState, Check, LockParams, LockState, Status, StoreKey};
 
@@ -799,7 +806,7 @@ fn dispatch_matches_decide() {
         .run(&strategy, |(pool, requests)| {
             let conn = &mut *conn.borrow_mut();
             redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
-            let mut model: HashMap<StoreKey, Loaded> = HashMap::new();
+            let mut model: HashMap<StoreKey, Model> = HashMap::new();
             let mut index: BTreeMap<StoreKey, Micros> = BTreeMap::new();
             let mut now = T0;
             for (step, &(mask, client, cost, lease, gap)) in requests.iter().enumerate() {
@@ -817,7 +824,12 @@ fn dispatch_matches_decide() {
                     .collect();
                 let loaded: Vec<Loaded> = checks
                     .iter()
-                    .map(|c| model.get(&c.key).cloned().unwrap_or_default())
+                    .map(|c| {
+                        model.get(&c.key).map_or_else(Loaded::default, |m| Loaded {
+                            algo: m.algo.as_ref(),
+                            lock: m.lock,
+                        })
+                    })
                     .collect();
                 let (want, writes) = decide(&checks, &loaded, now);
 

@@ -204,12 +204,12 @@ async fn lockouts(gateway: &Gateway) -> Response<Body> {
             let mut by_limit: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
                 Default::default();
             let count = list.len();
-            for (store_key, left) in list {
-                let (limit, display) = rt
-                    .limiter
-                    .label_of(&store_key)
+            for client in list {
+                let (limit, display) = client
+                    .label
                     .map(|(l, d)| (l.to_string(), d))
-                    .unwrap_or_else(|| ("unknown".to_string(), key::hex(&store_key)));
+                    .unwrap_or_else(|| ("unknown".to_string(), key::hex(&client.key)));
+                let left = client.remaining;
                 by_limit.entry(limit).or_default().push(serde_json::json!({
                     "key": display,
                     "remaining": secs_ceil(left),

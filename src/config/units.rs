@@ -233,7 +233,7 @@ impl fmt::Display for Size {
             ("MiB", 1 << 20),
             ("KiB", 1 << 10),
         ] {
-            if self.0 >= unit && self.0 % unit == 0 {
+            if self.0 >= unit && self.0.is_multiple_of(unit) {
                 return write!(f, "{}{name}", self.0 / unit);
             }
         }

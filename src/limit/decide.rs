@@ -21,7 +21,7 @@
 
 use super::algorithm::Micros;
 use super::lockout::{strike, LockState};
-use super::state::AlgoState;
+use super::state::{AlgoParams, AlgoState};
 use super::{Check, Outcome, Status};
 
 /// What the store holds for one check when the decision starts.
@@ -112,7 +112,13 @@ pub fn decide(checks: &[Check], loaded: &[Loaded<'_>], now: Micros) -> (Vec<Outc
                 // Another limit rejected the request: nothing was taken here.
                 outcome.status = Status::NotConsumed;
                 outcome.delay = 0;
-                outcome.remaining = v.remaining.saturating_add(check.cost).min(v.limit);
+                // What it would have taken: one slot for concurrency, else
+                // its cost (at least 1, as the algorithms count it).
+                let taken = match check.params {
+                    AlgoParams::Concurrency(_) => 1,
+                    _ => check.cost.max(1),
+                };
+                outcome.remaining = v.remaining.saturating_add(taken).min(v.limit);
             }
             Status::Rejected => {
                 if let Some(p) = &check.lockout {

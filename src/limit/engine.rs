@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{OnError, StoreBackend, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
@@ -15,6 +15,7 @@ use crate::limit::policy::Policy;
 use crate::limit::store::memory::MemoryStore;
 use crate::limit::store::redis::RedisStore;
 use crate::limit::{Check, Micros, Outcome, Status, StoreKey};
+use crate::metrics::Metrics;
 
 /// How many (limit, client) rejections the deny cache remembers at most.
 const DENY_CACHE_CAPACITY: usize = 100_000;
@@ -81,9 +82,16 @@ pub struct Limiter {
     /// The memory backend, or `on_error: local`'s fallback.
     local: Arc<MemoryStore>,
     deny: DenyCache,
-    /// (limit, display key) of the keys this instance locked out, so
-    /// `GET /lockouts` can name them (store keys are hashes).
-    labels: std::sync::Mutex<HashMap<StoreKey, (Arc<str>, String, Micros)>>,
+    /// Who the keys this instance locked out are, so `GET /lockouts` can
+    /// name them (store keys are hashes).
+    labels: std::sync::Mutex<HashMap<StoreKey, Label>>,
+}
+
+/// A locked-out key's limit and display key, until its lock ends.
+struct Label {
+    limit: Arc<str>,
+    display: String,
+    until: Micros,
 }
 
 /// How many lockout labels are kept at most.
@@ -207,7 +215,12 @@ impl Limiter {
     }
 
     /// Decide a request against its route's limits.
-    pub async fn check(self: &Arc<Self>, plan: &[Arc<Policy>], view: &RequestView<'_>) -> Decision {
+    pub async fn check(
+        self: &Arc<Self>,
+        plan: &[Arc<Policy>],
+        view: &RequestView<'_>,
+        metrics: &Metrics,
+    ) -> Decision {
         let now = now_micros();
         let mut checks = Vec::with_capacity(plan.len());
         let mut applied: Vec<&Arc<Policy>> = Vec::with_capacity(plan.len());
@@ -290,11 +303,20 @@ impl Limiter {
             }
         }
 
+        let started = Instant::now();
         let (outcomes, local) = match &self.backend {
-            Backend::Memory => (self.local.decide(&checks, now), true),
+            Backend::Memory => {
+                let outcomes = self.local.decide(&checks, now);
+                metrics.store_call("memory", true, started.elapsed());
+                (outcomes, true)
+            }
             Backend::Redis(redis) => match redis.decide(&checks, now).await {
-                Ok(outcomes) => (outcomes, false),
+                Ok(outcomes) => {
+                    metrics.store_call("redis", true, started.elapsed());
+                    (outcomes, false)
+                }
                 Err(error) => {
+                    metrics.store_call("redis", false, started.elapsed());
                     tracing::warn!(%error, policy = ?self.config.on_error, "limit store unavailable");
                     match self.config.on_error {
                         OnError::Local => (self.local.decide(&checks, now), true),
@@ -331,7 +353,10 @@ impl Limiter {
         for (i, (outcome, policy)) in outcomes.iter().zip(applied).enumerate() {
             match outcome.status {
                 Status::Rejected | Status::LockedOut => {
-                    let cacheable = outcome.status == Status::LockedOut || policy.lockout.is_none();
+                    // A concurrency slot can free up any moment (a response
+                    // ends), so its rejection is never cached.
+                    let cacheable = outcome.status == Status::LockedOut
+                        || (policy.lockout.is_none() && !policy.is_concurrency());
                     if cacheable && outcome.retry_after > 0 {
                         self.deny.insert(
                             checks[i].key,
@@ -340,12 +365,8 @@ impl Limiter {
                         );
                     }
                     if outcome.lock_started {
-                        self.label(
-                            checks[i].key,
-                            &policy.name,
-                            &displays[i],
-                            now + outcome.retry_after,
-                        );
+                        let key = checks[i].key;
+                        self.label(key, &policy.name, &displays[i], now, outcome.retry_after);
                     }
                     if worst.is_none_or(|(_, r)| outcome.retry_after > r) {
                         worst = Some((i, outcome.retry_after));
@@ -382,30 +403,42 @@ impl Limiter {
         }
     }
 
-    fn label(&self, key: StoreKey, limit: &Arc<str>, display: &str, until: Micros) {
+    /// Remember who `key` is while its lockout runs: here, and on Redis for
+    /// the other instances (off the request path).
+    fn label(&self, key: StoreKey, limit: &Arc<str>, display: &str, now: Micros, length: Micros) {
+        if let Backend::Redis(redis) = &self.backend {
+            let redis = redis.clone();
+            let text = format!("{limit}\t{display}");
+            tokio::spawn(async move {
+                if let Err(error) = redis.set_label(&key, &text, length).await {
+                    tracing::debug!(%error, "lockout label not stored");
+                }
+            });
+        }
         let Ok(mut labels) = self.labels.lock() else {
             return;
         };
         if labels.len() >= LABELS_CAPACITY {
-            let now = now_micros();
-            labels.retain(|_, l| l.2 > now);
+            labels.retain(|_, l| l.until > now);
             if labels.len() >= LABELS_CAPACITY {
                 return;
             }
         }
-        labels.insert(key, (limit.clone(), display.to_owned(), until));
-    }
-
-    /// The (limit, display key) this instance knows a store key by.
-    pub fn label_of(&self, key: &StoreKey) -> Option<(Arc<str>, String)> {
-        let labels = self.labels.lock().ok()?;
-        labels.get(key).map(|l| (l.0.clone(), l.1.clone()))
+        let label = Label {
+            limit: limit.clone(),
+            display: display.to_owned(),
+            until: now.saturating_add(length),
+        };
+        labels.insert(key, label);
     }
 
     /// Reset one key on every instance: the store, this deny cache, and
     /// (through Redis pub/sub) the other instances' deny caches.
     pub async fn reset(&self, key: &StoreKey) -> Result<(), String> {
         self.deny.remove(key);
+        if let Ok(mut labels) = self.labels.lock() {
+            labels.remove(key);
+        }
         self.local.reset(key);
         if let Backend::Redis(redis) = &self.backend {
             redis.reset(key).await.map_err(|e| e.to_string())?;
@@ -426,12 +459,58 @@ impl Limiter {
         }
     }
 
-    /// Every (key, remaining) locked out now.
-    pub async fn lockouts(&self) -> Result<Vec<(StoreKey, Micros)>, String> {
+    /// Every client locked out now: its (limit, display key) when an
+    /// instance recorded it, its store key, and the lock's remaining time.
+    pub async fn lockouts(&self) -> Result<Vec<LockedClient>, String> {
         let now = now_micros();
-        match &self.backend {
-            Backend::Memory => Ok(self.local.lockouts(now)),
-            Backend::Redis(redis) => redis.lockouts(now).await.map_err(|e| e.to_string()),
+        let list = match &self.backend {
+            Backend::Memory => self.local.lockouts(now),
+            Backend::Redis(redis) => redis.lockouts(now).await.map_err(|e| e.to_string())?,
+        };
+        let mut named: Vec<LockedClient> = {
+            let labels = self.labels.lock().map_err(|e| e.to_string())?;
+            list.into_iter()
+                .map(|(key, remaining)| LockedClient {
+                    label: labels
+                        .get(&key)
+                        .map(|l| (l.limit.clone(), l.display.clone())),
+                    key,
+                    remaining,
+                })
+                .collect()
+        };
+        if let Backend::Redis(redis) = &self.backend {
+            let unknown: Vec<StoreKey> = named
+                .iter()
+                .filter(|c| c.label.is_none())
+                .map(|c| c.key)
+                .collect();
+            if !unknown.is_empty() {
+                let mut found = redis
+                    .labels(&unknown)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_iter();
+                for client in named.iter_mut().filter(|c| c.label.is_none()) {
+                    let text = found.next().flatten();
+                    client.label = text
+                        .as_deref()
+                        .and_then(|t| t.split_once('\t'))
+                        .map(|(limit, display)| (Arc::from(limit), display.to_owned()));
+                }
+            }
         }
+        Ok(named)
     }
+}
+
+/// One client locked out now (`GET /lockouts`).
+#[derive(Debug, Clone)]
+pub struct LockedClient {
+    /// Its limit and display key, if known.
+    pub label: Option<(Arc<str>, String)>,
+    /// Its store key.
+    pub key: StoreKey,
+    /// The lock's remaining time.
+    pub remaining: Micros,
 }

@@ -7,7 +7,7 @@ pub mod headers;
 pub mod pool;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 
 use crate::body::{Body, UpstreamBody};
 use crate::error::GatewayError;
+use crate::metrics::Metrics;
 use pool::{InFlight, UpstreamPool};
 
 /// A request ready to go upstream: headers already cleaned by
@@ -57,6 +58,7 @@ fn idempotent(method: &Method) -> bool {
 pub async fn forward(
     pool: &Arc<UpstreamPool>,
     out: Outbound,
+    metrics: &Metrics,
 ) -> Result<(Response<Incoming>, InFlight), GatewayError> {
     let Outbound {
         method,
@@ -117,7 +119,15 @@ pub async fn forward(
         *request.headers_mut() = request_headers;
 
         let guard = InFlight::new(pool.clone(), target);
-        match tokio::time::timeout(timeout, pool.client.request(request)).await {
+        let started = Instant::now();
+        let result = tokio::time::timeout(timeout, pool.client.request(request)).await;
+        let outcome = match &result {
+            Ok(Ok(_)) => "response",
+            Ok(Err(_)) => "error",
+            Err(_) => "timeout",
+        };
+        metrics.upstream(&pool.name, &t.label, outcome, started.elapsed());
+        match result {
             Ok(Ok(response)) => {
                 let status = response.status().as_u16();
                 pool.record(target, !matches!(status, 502..=504));

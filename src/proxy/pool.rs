@@ -37,6 +37,8 @@ pub struct Target {
 /// A compiled upstream: targets, balancer and client. Reused across reloads
 /// while its config is unchanged, so pooled connections survive a reload.
 pub struct UpstreamPool {
+    /// The upstream's name (metrics label).
+    pub name: Arc<str>,
     /// The config this pool was built from.
     pub config: UpstreamConfig,
     /// The targets, in config order.
@@ -104,6 +106,7 @@ impl UpstreamPool {
             .build(connector);
         let weights = config.targets.iter().map(|t| t.weight).collect();
         Ok(UpstreamPool {
+            name: config.name.as_str().into(),
             config: config.clone(),
             targets,
             balancer: Balancer::new(config.balance, weights),

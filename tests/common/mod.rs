@@ -19,9 +19,12 @@ use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
+// Not every test binary uses every fixture.
 #[allow(unused_imports)]
 pub use client::Resp;
+#[allow(unused_imports)]
 pub use gateway::Gateway;
+#[allow(unused_imports)]
 pub use upstream::Echo;
 
 /// The boxed error every fixture body uses.

@@ -249,7 +249,10 @@ mod tests {
         assert_eq!(second[0].remaining, 9);
         // A's counter is still at 1: nine more pass on A alone.
         for i in 0..9 {
-            assert_eq!(store.decide(&[a.clone()], 2 * SECOND)[0].remaining, 8 - i);
+            assert_eq!(
+                store.decide(std::slice::from_ref(&a), 2 * SECOND)[0].remaining,
+                8 - i
+            );
         }
         assert_eq!(store.decide(&[a], 2 * SECOND)[0].status, Status::Rejected);
     }

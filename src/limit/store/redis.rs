@@ -68,6 +68,14 @@ pub fn keys(prefix: &str, key: &StoreKey) -> (String, String) {
     )
 }
 
+/// The label key of one (limit, client): `<prefix>:{<32 hex>}:n`, holding
+/// `"<limit>\t<display key>"` while a lockout runs, so every instance's
+/// `GET /lockouts` can name the client. The display key is a value, never
+/// part of a key name.
+pub fn label_key(prefix: &str, key: &StoreKey) -> String {
+    format!("{prefix}:{{{}}}:n", hex::encode(key))
+}
+
 /// The lockout index, a sorted set (member: the 32 hex of a (limit,
 /// client), score: the end of its lockout) behind `GET /lockouts`. It has no
 /// hash tag: on Redis Cluster it would live on its own slot, which the
@@ -348,12 +356,53 @@ impl RedisStore {
         let (s, l) = keys(prefix, key);
         let mut pipe = redis::pipe();
         pipe.atomic()
-            .del(&[s, l])
+            .del(&[s, l, label_key(prefix, key)])
             .ignore()
             .zrem(index_key(prefix), hex::encode(key))
             .ignore();
         self.bounded(|mut conn| async move { pipe.query_async::<()>(&mut conn).await })
             .await
+    }
+
+    /// Record who `key` is (`"<limit>\t<display>"`) for `ttl`: written when
+    /// a lockout starts, read by [`RedisStore::labels`].
+    pub async fn set_label(
+        &self,
+        key: &StoreKey,
+        label: &str,
+        ttl: Micros,
+    ) -> Result<(), StoreError> {
+        let name = label_key(&self.inner.prefix, key);
+        let ms = ttl.div_ceil(1000).max(1);
+        let label = label.to_owned();
+        self.bounded(|mut conn| async move {
+            redis::cmd("SET")
+                .arg(name)
+                .arg(label)
+                .arg("PX")
+                .arg(ms)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// The labels of `keys` (see [`RedisStore::set_label`]), in order.
+    pub async fn labels(&self, keys_: &[StoreKey]) -> Result<Vec<Option<String>>, StoreError> {
+        if keys_.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<String> = keys_
+            .iter()
+            .map(|k| label_key(&self.inner.prefix, k))
+            .collect();
+        self.bounded(|mut conn| async move {
+            redis::cmd("MGET")
+                .arg(names)
+                .query_async::<Vec<Option<String>>>(&mut conn)
+                .await
+        })
+        .await
     }
 
     /// Tell every instance (through `<prefix>:reset`) that `key` was reset.

@@ -160,7 +160,7 @@ fn algo_state(params: &AlgoParams, f: &[Value]) -> Result<AlgoState, String> {
         }
     };
     let pairs = || {
-        if f.len() % 2 == 0 {
+        if f.len().is_multiple_of(2) {
             Ok(f.chunks(2))
         } else {
             Err(format!("inspect: {} state of odd length", params.name()))
