@@ -384,7 +384,7 @@ async fn outage(on_error: &str) {
         tasks.push(tokio::spawn(async move {
             let mut i = 0u64;
             while !stop.load(Ordering::SeqCst) {
-                let c = if (i + k) % 2 == 0 { &ca } else { &cb };
+                let c = if (i + k).is_multiple_of(2) { &ca } else { &cb };
                 let key = format!("{k}-{i}");
                 match sample(c, "/t", &[("x-client", &key)]).await {
                     Ok(s) => log.lock().unwrap().push(s),
