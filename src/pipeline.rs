@@ -220,6 +220,7 @@ async fn route_request(
                 record.decision = "unavailable";
                 return Err(GatewayError::LimiterUnavailable);
             }
+            Decision::NotApplied => {}
         }
     }
 
@@ -301,7 +302,7 @@ static NO_ROUTE: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc
 fn count_decisions(metrics: &Metrics, route: &Arc<str>, decision: &Decision) {
     let figures = match decision {
         Decision::Allow { figures, .. } | Decision::Reject { figures, .. } => figures,
-        Decision::Unavailable => return,
+        Decision::Unavailable | Decision::NotApplied => return,
     };
     for f in figures {
         let label = match f.outcome.status {

@@ -152,6 +152,9 @@ impl Gateway {
                 if prepared.runtime.config.admin.listen != current.config.admin.listen {
                     tracing::warn!("admin.listen changed: it takes effect at the next restart");
                 }
+                // Cached rejections came from the old limits: a raised
+                // quota must take effect at once.
+                prepared.runtime.limiter.clear_deny_cache();
                 self.shared.runtime.store(Arc::new(prepared.runtime));
                 for (addr, listener) in prepared.bound {
                     self.server.serve(addr, listener);

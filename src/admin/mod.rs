@@ -161,16 +161,18 @@ async fn limit_state(method: &Method, rest: &str, gateway: &Gateway) -> Response
     match rt.limiter.inspect(&check).await {
         Ok((algo, lock)) => {
             let now = now_micros();
-            let fresh = algo.is_none();
             let state = algo.unwrap_or_else(|| policy.params.fresh());
-            // A request of cost 1 now: what it would leave, and when the
-            // quota would be whole again.
-            let v = policy.params.check(&state, now, 1, 0);
-            let remaining = if v.allowed {
-                (v.remaining + 1).min(v.limit)
+            // A request too large to ever pass changes nothing and reports
+            // the state as it is: what is left, and when it is whole again.
+            let peek = policy.params.check(&state, now, PEEK_COST, 0);
+            // Only `concurrency` (which ignores cost) can take the peek: it
+            // then counts a lease that is not really there.
+            let remaining = if peek.allowed {
+                (peek.remaining + 1).min(peek.limit)
             } else {
-                v.remaining
+                peek.remaining
             };
+            let reset = peek.reset_after;
             let locked = lock.locked(now);
             json(
                 StatusCode::OK,
@@ -178,9 +180,9 @@ async fn limit_state(method: &Method, rest: &str, gateway: &Gateway) -> Response
                     "limit": limit,
                     "key": display,
                     "algorithm": policy.params.name(),
-                    "quota": v.limit,
+                    "quota": peek.limit,
                     "remaining": remaining,
-                    "reset": if fresh { 0 } else { secs_ceil(v.reset_after) },
+                    "reset": secs_ceil(reset),
                     "locked": locked,
                     "locked_until": locked.then(|| rfc3339(lock.lu)),
                     "locked_for": if locked { secs_ceil(lock.lu - now) } else { 0 },
@@ -195,6 +197,11 @@ async fn limit_state(method: &Method, rest: &str, gateway: &Gateway) -> Response
         ),
     }
 }
+
+/// The cost of the admin API's read-only look at a limit: more than any
+/// capacity (`algorithm::MAX_COUNT`), so it is always rejected and stores
+/// nothing.
+const PEEK_COST: u64 = crate::limit::algorithm::MAX_COUNT + 1;
 
 /// `GET /lockouts`: the clients locked out now, per limit.
 async fn lockouts(gateway: &Gateway) -> Response<Body> {

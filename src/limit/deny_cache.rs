@@ -22,30 +22,33 @@ use super::{Micros, StoreKey};
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
 
-/// One cached rejection.
-#[derive(Debug, Clone, Copy)]
-struct Entry {
+/// One cached rejection, with what the caller keeps beside it (`T`).
+#[derive(Debug, Clone)]
+struct Entry<T> {
     /// Reject until this instant (exclusive).
     until: Micros,
     /// A lockout (`locked_out`) rather than a plain rejection.
     locked_out: bool,
+    /// The caller's data (the engine keeps the rejection's header figures).
+    extra: T,
 }
 
 /// One shard: its map and its share of the capacity.
-struct Shard {
-    map: Mutex<HashMap<StoreKey, Entry>>,
+struct Shard<T> {
+    map: Mutex<HashMap<StoreKey, Entry<T>>>,
     capacity: usize,
 }
 
-/// Clients this instance rejects locally until their retry time.
-pub struct DenyCache {
-    shards: Box<[Shard]>,
+/// Clients this instance rejects locally until their retry time, each with
+/// a `T` the caller keeps beside the rejection.
+pub struct DenyCache<T = ()> {
+    shards: Box<[Shard<T>]>,
     /// Entries held across all shards, expired ones included until evicted.
     len: AtomicUsize,
     capacity: usize,
 }
 
-impl fmt::Debug for DenyCache {
+impl<T: Clone> fmt::Debug for DenyCache<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DenyCache")
             .field("len", &self.len())
@@ -54,7 +57,21 @@ impl fmt::Debug for DenyCache {
     }
 }
 
-impl DenyCache {
+impl DenyCache<()> {
+    /// Reject `key` locally until `until`; replaces any entry for it.
+    pub fn insert(&self, key: StoreKey, until: Micros, locked_out: bool) {
+        self.insert_with(key, until, locked_out, ());
+    }
+
+    /// `Some((until, locked_out))` while `key` is cached and not expired at
+    /// `now` (`now < until`). An expired entry found here is dropped.
+    pub fn get(&self, key: &StoreKey, now: Micros) -> Option<(Micros, bool)> {
+        self.get_with(key, now)
+            .map(|(until, locked_out, ())| (until, locked_out))
+    }
+}
+
+impl<T: Clone> DenyCache<T> {
     /// A cache holding at most `capacity` entries (0: caches nothing).
     pub fn new(capacity: usize) -> Self {
         let shards = (0..SHARDS)
@@ -72,8 +89,9 @@ impl DenyCache {
         }
     }
 
-    /// Reject `key` locally until `until`; replaces any entry for it.
-    pub fn insert(&self, key: StoreKey, until: Micros, locked_out: bool) {
+    /// Reject `key` locally until `until`, keeping `extra` with it; replaces
+    /// any entry for it.
+    pub fn insert_with(&self, key: StoreKey, until: Micros, locked_out: bool, extra: T) {
         let shard = self.shard(&key);
         if shard.capacity == 0 {
             return;
@@ -83,21 +101,29 @@ impl DenyCache {
         if before >= shard.capacity && !map.contains_key(&key) {
             evict(&mut map, shard.capacity);
         }
-        map.insert(key, Entry { until, locked_out });
+        map.insert(
+            key,
+            Entry {
+                until,
+                locked_out,
+                extra,
+            },
+        );
         self.adjust(before, map.len());
     }
 
-    /// `Some((until, locked_out))` while `key` is cached and not expired at
-    /// `now` (`now < until`). An expired entry found here is dropped.
-    pub fn get(&self, key: &StoreKey, now: Micros) -> Option<(Micros, bool)> {
+    /// `Some((until, locked_out, extra))` while `key` is cached and not
+    /// expired at `now` (`now < until`). An expired entry found here is
+    /// dropped.
+    pub fn get_with(&self, key: &StoreKey, now: Micros) -> Option<(Micros, bool, T)> {
         if self.len.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let shard = self.shard(key);
         let mut map = lock(&shard.map);
-        let entry = *map.get(key)?;
+        let entry = map.get(key)?;
         if now < entry.until {
-            return Some((entry.until, entry.locked_out));
+            return Some((entry.until, entry.locked_out, entry.extra.clone()));
         }
         map.remove(key);
         self.len.fetch_sub(1, Ordering::Relaxed);
@@ -139,7 +165,7 @@ impl DenyCache {
         self.capacity
     }
 
-    fn shard(&self, key: &StoreKey) -> &Shard {
+    fn shard(&self, key: &StoreKey) -> &Shard<T> {
         // Store keys are hash output: any byte spreads them evenly.
         &self.shards[usize::from(key[0]) % SHARDS]
     }
@@ -164,7 +190,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Make room in a full shard: drop the eighth of its entries that expire
 /// soonest (at least one). Expired entries have the earliest `until`s, so
 /// they go before any live one. One O(n) pass per n/8 inserts.
-fn evict(map: &mut HashMap<StoreKey, Entry>, capacity: usize) {
+fn evict<T>(map: &mut HashMap<StoreKey, Entry<T>>, capacity: usize) {
     let batch = (capacity / 8).max(1).min(map.len());
     if batch == 0 {
         return;

@@ -67,6 +67,64 @@ pub enum Decision {
     },
     /// The store could not decide and `on_error: deny` says 503.
     Unavailable,
+    /// No limit applied to this client (exempt, or its key was missing
+    /// with `on_missing_key: skip`).
+    NotApplied,
+}
+
+/// The figures of a rejection, kept in the deny cache so that the answers it
+/// gives carry every limit's fields as they were at `at`.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// When the rejection was decided.
+    at: Micros,
+    /// Every limit's figures then.
+    figures: Vec<Figure>,
+}
+
+/// The rejection the deny cache gives for `policy` (cached until `until`):
+/// the snapshot's figures for the limits this request applies, their times
+/// moved on to `now`.
+fn cached_rejection(
+    snapshot: &Snapshot,
+    applied: &[&Arc<Policy>],
+    policy: &Arc<Policy>,
+    until: Micros,
+    locked_out: bool,
+    now: Micros,
+) -> Decision {
+    let elapsed = now.saturating_sub(snapshot.at);
+    let left = until.saturating_sub(now);
+    let figures = applied
+        .iter()
+        .filter_map(|p| snapshot.figures.iter().find(|f| f.name == p.name))
+        .map(|f| {
+            let mut f = f.clone();
+            let o = &mut f.outcome;
+            o.reset = o.reset.saturating_sub(elapsed);
+            o.delay = 0;
+            if f.name == policy.name {
+                o.status = if locked_out {
+                    Status::LockedOut
+                } else {
+                    Status::Rejected
+                };
+                o.lock_started = false;
+                o.remaining = 0;
+                o.retry_after = left;
+                o.reset = o.reset.min(left);
+            } else if matches!(o.status, Status::Rejected | Status::LockedOut) {
+                o.retry_after = o.retry_after.saturating_sub(elapsed);
+            }
+            f
+        })
+        .collect();
+    Decision::Reject {
+        locked_out,
+        limit: policy.name.clone(),
+        retry_after: left,
+        figures,
+    }
 }
 
 enum Backend {
@@ -81,7 +139,7 @@ pub struct Limiter {
     backend: Backend,
     /// The memory backend, or `on_error: local`'s fallback.
     local: Arc<MemoryStore>,
-    deny: DenyCache,
+    deny: DenyCache<Arc<Snapshot>>,
     /// Who the keys this instance locked out are, so `GET /lockouts` can
     /// name them (store keys are hashes).
     labels: std::sync::Mutex<HashMap<StoreKey, Label>>,
@@ -263,43 +321,13 @@ impl Limiter {
             displays.push(key.display);
         }
         if checks.is_empty() {
-            return Decision::Allow {
-                delay: 0,
-                figures: Vec::new(),
-                leases: None,
-                shadow_rejected: false,
-            };
+            return Decision::NotApplied;
         }
 
         // The local deny cache: no store call for a client known rejected.
         for (check, policy) in checks.iter().zip(&applied) {
-            if let Some((until, locked_out)) = self.deny.get(&check.key, now) {
-                let (q, w) = check.params.policy();
-                let left = until.saturating_sub(now);
-                let outcome = Outcome {
-                    status: if locked_out {
-                        Status::LockedOut
-                    } else {
-                        Status::Rejected
-                    },
-                    lock_started: false,
-                    delay: 0,
-                    limit: q,
-                    window: w,
-                    remaining: 0,
-                    reset: left.min(w),
-                    retry_after: left,
-                };
-                return Decision::Reject {
-                    locked_out,
-                    limit: policy.name.clone(),
-                    retry_after: left,
-                    figures: vec![Figure {
-                        name: policy.name.clone(),
-                        outcome,
-                        concurrency: policy.is_concurrency(),
-                    }],
-                };
+            if let Some((until, locked_out, snapshot)) = self.deny.get_with(&check.key, now) {
+                return cached_rejection(&snapshot, &applied, policy, until, locked_out, now);
             }
         }
 
@@ -346,7 +374,16 @@ impl Limiter {
         now: Micros,
         local: bool,
     ) -> Decision {
-        let mut figures = Vec::with_capacity(outcomes.len());
+        let figures: Vec<Figure> = outcomes
+            .iter()
+            .zip(applied)
+            .map(|(outcome, policy)| Figure {
+                name: policy.name.clone(),
+                outcome: *outcome,
+                concurrency: policy.is_concurrency(),
+            })
+            .collect();
+        let mut snapshot: Option<Arc<Snapshot>> = None;
         let mut worst: Option<(usize, Micros)> = None;
         let mut delay = 0;
         let mut shadow_rejected = false;
@@ -358,10 +395,19 @@ impl Limiter {
                     let cacheable = outcome.status == Status::LockedOut
                         || (policy.lockout.is_none() && !policy.is_concurrency());
                     if cacheable && outcome.retry_after > 0 {
-                        self.deny.insert(
+                        let snapshot = snapshot
+                            .get_or_insert_with(|| {
+                                Arc::new(Snapshot {
+                                    at: now,
+                                    figures: figures.clone(),
+                                })
+                            })
+                            .clone();
+                        self.deny.insert_with(
                             checks[i].key,
                             now.saturating_add(outcome.retry_after),
                             outcome.status == Status::LockedOut,
+                            snapshot,
                         );
                     }
                     if outcome.lock_started {
@@ -375,11 +421,6 @@ impl Limiter {
                 Status::ShadowRejected => shadow_rejected = true,
                 Status::Allowed | Status::NotConsumed => delay = delay.max(outcome.delay),
             }
-            figures.push(Figure {
-                name: policy.name.clone(),
-                outcome: *outcome,
-                concurrency: policy.is_concurrency(),
-            });
         }
         if let Some((i, retry_after)) = worst {
             return Decision::Reject {
@@ -430,6 +471,12 @@ impl Limiter {
             until: now.saturating_add(length),
         };
         labels.insert(key, label);
+    }
+
+    /// Forget every cached rejection (a reload may have changed the limits
+    /// they came from).
+    pub fn clear_deny_cache(&self) {
+        self.deny.clear();
     }
 
     /// Reset one key on every instance: the store, this deny cache, and
