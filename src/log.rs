@@ -10,19 +10,31 @@ use tracing_subscriber::EnvFilter;
 /// The `tracing` target of access-log lines.
 pub const ACCESS_TARGET: &str = "tollgate::access";
 
+/// Keeps the log writer's thread alive; dropping it flushes what is queued.
+pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
+
 /// Install the global subscriber: JSON lines on stdout, one object per event
 /// with its fields at the top level, filtered by `TOLLGATE_LOG` (`RUST_LOG`
-/// syntax, default `info`). Calling it twice is harmless.
-pub fn init() {
+/// syntax, default `info`).
+///
+/// Lines are written by a dedicated thread, so a request never waits on a
+/// `write` to stdout; when its queue is full, the writer applies
+/// backpressure rather than dropping access-log lines. Keep the returned
+/// guard until exit so the last lines are flushed.
+pub fn init() -> LogGuard {
     let filter = EnvFilter::try_from_env("TOLLGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stdout());
     let _ = tracing_subscriber::fmt()
         .json()
         .flatten_event(true)
         .with_current_span(false)
         .with_span_list(false)
         .with_env_filter(filter)
-        .with_writer(std::io::stdout)
+        .with_writer(writer)
         .try_init();
+    guard
 }
 
 /// What the access log says of one request, filled in as the request goes.

@@ -38,7 +38,7 @@ fn main() -> ExitCode {
 }
 
 fn run(config: &std::path::Path) -> ExitCode {
-    tollgate::log::init();
+    let _log = tollgate::log::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
