@@ -510,8 +510,14 @@ fn json_report_is_exact() {
         line(at(10), "1.1.1.1", "GET", "/b?k=abc"),
         line(at(10), "1.1.1.1", "GET", "/b?k=abc"),
         line(at(10), "1.1.1.1", "GET", "/b"),
-        with(line(at(11), "4.4.4.4", "GET", "/c"), json!({"x-user": "u1"})),
-        with(line(at(11), "4.4.4.4", "GET", "/c"), json!({"x-user": "u1"})),
+        with(
+            line(at(11), "4.4.4.4", "GET", "/c"),
+            json!({"x-user": "u1"}),
+        ),
+        with(
+            line(at(11), "4.4.4.4", "GET", "/c"),
+            json!({"x-user": "u1"}),
+        ),
         line(at(11), "4.4.4.4", "GET", "/c"),
         line(at(12), "5.5.5.5", "GET", "/zzz"),
         line(at(12), "5.5.5.5", "GET", "/a/../../x"),
@@ -547,7 +553,12 @@ fn json_report_is_exact() {
             "clients": clients, "clients_locked_out": locked, "busiest": busiest,
         })
     };
-    let limit = |name: &str, algorithm: &str, mode: &str, route: &str, counts: [u64; 13], busiest: Value| {
+    let limit = |name: &str,
+                 algorithm: &str,
+                 mode: &str,
+                 route: &str,
+                 counts: [u64; 13],
+                 busiest: Value| {
         let [requests, allowed, exempt, skipped, delayed, shadow_rejected, not_consumed, rejected, missing_key, locked_out, lockouts, clients, locked] =
             counts;
         json!({
@@ -763,7 +774,7 @@ fn a_million_lines_replay_in_under_ten_seconds() {
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
             let c = (seed >> 33) % 20_000;
-            let p = if (seed >> 20) % 4 == 0 {
+            let p = if (seed >> 20).is_multiple_of(4) {
                 "/open"
             } else {
                 "/api/items"

@@ -183,7 +183,10 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
                 .as_ref()
                 .map(|t| t.0.as_ref())
                 .ok_or_else(|| bad("access-log line without `timestamp`"))?;
-            (parse_rfc3339(text).map_err(|e| bad(format!("`timestamp`: {e}")))?, true)
+            (
+                parse_rfc3339(text).map_err(|e| bad(format!("`timestamp`: {e}")))?,
+                true,
+            )
         }
         (_, Some(ts)) => (parse_ts(ts).map_err(|e| bad(format!("`ts`: {e}")))?, false),
         (Some(_), None) => return Ok(Line::NotARequest),
@@ -194,7 +197,8 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
         }
     };
     fn field<'a>(name: &str, v: Option<Str<'a>>) -> Result<Cow<'a, str>, LineError> {
-        v.map(|s| s.0).ok_or_else(|| bad(format!("missing `{name}`")))
+        v.map(|s| s.0)
+            .ok_or_else(|| bad(format!("missing `{name}`")))
     }
     let client_text = field("client", raw.client)?;
     let client = parse_client(&client_text)
@@ -304,8 +308,7 @@ pub fn parse_rfc3339(text: &str) -> Result<Micros, String> {
     ) else {
         return Err(err());
     };
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 60
-    {
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 60 {
         return Err(err());
     }
     let mut i = 19;
@@ -431,7 +434,10 @@ mod tests {
         assert_eq!(r.ts, 1_714_564_800 * SECOND + 1);
         assert_eq!(r.host, None);
         let other = r#"{"timestamp":"2024-05-01T12:00:00Z","level":"INFO","message":"reloaded","generation":2}"#;
-        assert!(matches!(parse_line(other.as_bytes()), Ok(Line::NotARequest)));
+        assert!(matches!(
+            parse_line(other.as_bytes()),
+            Ok(Line::NotARequest)
+        ));
     }
 
     #[test]
@@ -439,15 +445,39 @@ mod tests {
         for (line, want) in [
             ("nope", "not a JSON request"),
             ("{}", "neither"),
-            (r#"{"ts":-1,"client":"1.2.3.4","method":"GET","path":"/"}"#, "before 1970"),
-            (r#"{"ts":1e300,"client":"1.2.3.4","method":"GET","path":"/"}"#, "out of range"),
-            (r#"{"ts":"yesterday","client":"1.2.3.4","method":"GET","path":"/"}"#, "RFC 3339"),
-            (r#"{"ts":1,"client":"me","method":"GET","path":"/"}"#, "not an IP"),
+            (
+                r#"{"ts":-1,"client":"1.2.3.4","method":"GET","path":"/"}"#,
+                "before 1970",
+            ),
+            (
+                r#"{"ts":1e300,"client":"1.2.3.4","method":"GET","path":"/"}"#,
+                "out of range",
+            ),
+            (
+                r#"{"ts":"yesterday","client":"1.2.3.4","method":"GET","path":"/"}"#,
+                "RFC 3339",
+            ),
+            (
+                r#"{"ts":1,"client":"me","method":"GET","path":"/"}"#,
+                "not an IP",
+            ),
             (r#"{"ts":1,"method":"GET","path":"/"}"#, "missing `client`"),
-            (r#"{"ts":1,"client":"1.2.3.4","path":"/"}"#, "missing `method`"),
-            (r#"{"ts":1,"client":"1.2.3.4","method":"GET"}"#, "missing `path`"),
-            (r#"{"ts":1,"client":"1.2.3.4","method":"GET","path":"/","headers":{"a":1}}"#, "not a JSON request"),
-            (r#"{"message":"access","client":"1.2.3.4","method":"GET","path":"/"}"#, "without `timestamp`"),
+            (
+                r#"{"ts":1,"client":"1.2.3.4","path":"/"}"#,
+                "missing `method`",
+            ),
+            (
+                r#"{"ts":1,"client":"1.2.3.4","method":"GET"}"#,
+                "missing `path`",
+            ),
+            (
+                r#"{"ts":1,"client":"1.2.3.4","method":"GET","path":"/","headers":{"a":1}}"#,
+                "not a JSON request",
+            ),
+            (
+                r#"{"message":"access","client":"1.2.3.4","method":"GET","path":"/"}"#,
+                "without `timestamp`",
+            ),
         ] {
             match parse_line(line.as_bytes()) {
                 Err(LineError(e)) => assert!(e.contains(want), "{line}: {e}"),

@@ -603,7 +603,10 @@ impl Simulator {
             malformed: self.malformed,
             errors: self.errors.clone(),
             from: self.clock.first.map(report::format_time),
-            to: self.clock.first.map(|_| report::format_time(self.clock.now)),
+            to: self
+                .clock
+                .first
+                .map(|_| report::format_time(self.clock.now)),
             out_of_order: self.clock.out_of_order,
             out_of_order_max_seconds: self.clock.max_lag as f64 / 1e6,
             denied: self.denied,
@@ -675,8 +678,11 @@ pub fn run(
     } else {
         let file = std::fs::File::open(log)
             .map_err(|e| SimulateError::Log(format!("cannot open {source}: {e}")))?;
-        sim.replay(std::io::BufReader::with_capacity(1 << 16, file), &mut on_error)
-            .map_err(read_error)?;
+        sim.replay(
+            std::io::BufReader::with_capacity(1 << 16, file),
+            &mut on_error,
+        )
+        .map_err(read_error)?;
     }
     let report = sim.report(&source);
     if report.malformed > shown as u64 {
@@ -694,8 +700,8 @@ pub fn run(
         );
     }
     let text = if json {
-        let mut s = serde_json::to_string_pretty(&report)
-            .map_err(|e| SimulateError::Output(e.into()))?;
+        let mut s =
+            serde_json::to_string_pretty(&report).map_err(|e| SimulateError::Output(e.into()))?;
         s.push('\n');
         s
     } else {

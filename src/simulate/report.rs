@@ -139,7 +139,7 @@ pub struct Busy {
 /// A virtual time as RFC 3339 UTC, with microseconds only when it has some.
 pub fn format_time(t: Micros) -> String {
     let at = UNIX_EPOCH + Duration::from_micros(t);
-    if t % 1_000_000 == 0 {
+    if t.is_multiple_of(1_000_000) {
         humantime::format_rfc3339_seconds(at).to_string()
     } else {
         humantime::format_rfc3339_micros(at).to_string()
@@ -252,7 +252,10 @@ impl Report {
                 n(r.clients_locked_out),
             ]);
         }
-        for (name, count) in [("(denied)", self.denied), ("(invalid path)", self.invalid_path)] {
+        for (name, count) in [
+            ("(denied)", self.denied),
+            ("(invalid path)", self.invalid_path),
+        ] {
             if count > 0 {
                 let mut row = vec![name.to_owned(), n(count)];
                 row.extend(std::iter::repeat_n(String::new(), 7));
@@ -309,7 +312,11 @@ impl Report {
             busy_rows(&mut clients, &r.name, &r.busiest);
         }
         if !clients.rows.is_empty() {
-            let _ = write!(out, "\nBusiest clients per route (top {})\n", super::BUSIEST);
+            let _ = write!(
+                out,
+                "\nBusiest clients per route (top {})\n",
+                super::BUSIEST
+            );
             clients.render(&mut out);
         }
         let mut keys = Table::new(
@@ -320,7 +327,11 @@ impl Report {
             busy_rows(&mut keys, &l.name, &l.busiest);
         }
         if !keys.rows.is_empty() {
-            let _ = write!(out, "\nBusiest client keys per limit (top {})\n", super::BUSIEST);
+            let _ = write!(
+                out,
+                "\nBusiest client keys per limit (top {})\n",
+                super::BUSIEST
+            );
             keys.render(&mut out);
         }
 
@@ -337,7 +348,11 @@ impl Report {
 fn busy_rows(table: &mut Table, owner: &str, busiest: &[Busy]) {
     for (i, b) in busiest.iter().enumerate() {
         table.row(vec![
-            if i == 0 { owner.to_owned() } else { String::new() },
+            if i == 0 {
+                owner.to_owned()
+            } else {
+                String::new()
+            },
             b.client.clone(),
             n(b.requests),
             n(b.rejected),
