@@ -234,11 +234,16 @@ fn parse_client(text: &str) -> Option<IpAddr> {
 /// Microseconds per second.
 const SECOND: u64 = 1_000_000;
 
+/// 9999-12-31T23:59:59Z: later times are mistakes (milliseconds?), and
+/// keep every sum of a time and a duration far from overflowing.
+const MAX_SECONDS: u64 = 253_402_300_799;
+
 fn parse_ts(ts: &Ts<'_>) -> Result<Micros, String> {
     match ts {
-        Ts::Int(s) => s
-            .checked_mul(SECOND)
-            .ok_or_else(|| format!("{s} seconds is out of range")),
+        Ts::Int(s) if *s <= MAX_SECONDS => Ok(s * SECOND),
+        Ts::Int(s) => Err(format!(
+            "{s} Unix seconds is after the year 9999 (milliseconds?)"
+        )),
         Ts::Negative => Err("before 1970".into()),
         Ts::Float(f) => float_seconds(*f),
         Ts::Text(t) => {
@@ -254,9 +259,8 @@ fn parse_ts(ts: &Ts<'_>) -> Result<Micros, String> {
 }
 
 fn float_seconds(f: f64) -> Result<Micros, String> {
-    // 1e13 s is some 300,000 years: beyond it a float has no microseconds.
-    if !(0.0..1e13).contains(&f) {
-        return Err(format!("{f} seconds is out of range"));
+    if !(0.0..=MAX_SECONDS as f64).contains(&f) {
+        return Err("Unix seconds not between 1970 and the year 9999".into());
     }
     // In range, so the cast cannot saturate.
     Ok((f * 1e6).round() as u64)
@@ -451,7 +455,11 @@ mod tests {
             ),
             (
                 r#"{"ts":1e300,"client":"1.2.3.4","method":"GET","path":"/"}"#,
-                "out of range",
+                "year 9999",
+            ),
+            (
+                r#"{"ts":1714564800000,"client":"1.2.3.4","method":"GET","path":"/"}"#,
+                "(milliseconds?)",
             ),
             (
                 r#"{"ts":"yesterday","client":"1.2.3.4","method":"GET","path":"/"}"#,

@@ -344,7 +344,7 @@ impl Simulator {
         for (name, value) in &r.headers {
             let n = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| LineError(format!("`headers`: bad header name {name:?}")))?;
-            let v = HeaderValue::from_str(value)
+            let v = HeaderValue::from_bytes(value.as_bytes())
                 .map_err(|_| LineError(format!("`headers`: bad value of {name:?}")))?;
             self.headers.append(n, v);
         }
@@ -710,4 +710,64 @@ pub fn run(
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(SimulateError::Output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busiest_keeps_the_top_five_by_requests_then_name() {
+        let c = |name: &str, requests: u64| {
+            (
+                name.to_owned(),
+                ClientCounts {
+                    requests,
+                    rejected: requests / 2,
+                    locked_out: 0,
+                },
+            )
+        };
+        let top = busiest(
+            [
+                c("h", 1),
+                c("b", 7),
+                c("a", 3),
+                c("g", 9),
+                c("c", 7),
+                c("z", 3),
+                c("d", 2),
+                c("e", 3),
+            ]
+            .into_iter(),
+        );
+        let names: Vec<(&str, u64, u64)> = top
+            .iter()
+            .map(|b| (b.client.as_str(), b.requests, b.rejected))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("g", 9, 4),
+                ("b", 7, 3),
+                ("c", 7, 3),
+                ("a", 3, 1),
+                ("e", 3, 1)
+            ]
+        );
+        assert!(busiest(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn the_clock_never_runs_backwards() {
+        let mut clock = Clock::default();
+        assert_eq!(clock.tick(10), 10);
+        assert_eq!(clock.tick(7), 10);
+        assert_eq!(clock.tick(4), 10);
+        assert_eq!(clock.tick(12), 12);
+        assert_eq!(
+            (clock.first, clock.out_of_order, clock.max_lag),
+            (Some(10), 2, 6)
+        );
+    }
 }
