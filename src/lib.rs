@@ -27,6 +27,8 @@
 //! - [`body`]: the body types the gateway sends and receives.
 //! - [`log`]: logging set-up and the JSON access-log line.
 //! - [`metrics`]: the Prometheus registry.
+//! - [`simulate`]: `tollgate simulate`: replay a request log through the
+//!   routes and limits on a virtual clock, and report what would be throttled.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -44,6 +46,7 @@ pub mod route;
 pub mod runtime;
 pub mod server;
 pub mod shared;
+pub mod simulate;
 
 /// `tollgate check`: validate the config at `path` (building the runtime too,
 /// so everything a start-up would reject is reported) and describe it: a

@@ -1,5 +1,5 @@
 //! The `tollgate` command: parse the arguments, set up logging, and hand over
-//! to the library (`run` or `check`).
+//! to the library (`run`, `check` or `simulate`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,12 +27,24 @@ struct Cli {
 enum Command {
     /// Parse and validate the config, print a summary and warnings; exit 0 if valid, 1 if not.
     Check,
+    /// Replay a request log through the configured routes and limits on a
+    /// virtual clock and report what would have been throttled.
+    Simulate {
+        /// The log: JSON lines (`ts`, `client`, `method`, `path`, optional
+        /// `host` and `headers`) or the gateway's access log; `-` reads
+        /// standard input.
+        log: PathBuf,
+        /// Print the report as one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check) => check(&cli.config),
+        Some(Command::Simulate { log, json }) => simulate(&cli.config, &log, json),
         None => run(&cli.config),
     }
 }
@@ -66,6 +78,19 @@ fn check(config: &std::path::Path) -> ExitCode {
         }
         Err(error) => {
             eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn simulate(config: &std::path::Path, log: &std::path::Path, json: bool) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr().lock();
+    match tollgate::simulate::run(config, log, json, &mut out, &mut err) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            use std::io::Write as _;
+            let _ = writeln!(err, "error: {error}");
             ExitCode::FAILURE
         }
     }
