@@ -64,7 +64,7 @@
   function fmtAxis(x) {
     if (x >= 1e6) return (x / 1e6).toFixed(x % 1e6 ? 1 : 0) + 'M';
     if (x >= 1e3) return (x / 1e3).toFixed(x % 1e3 ? 1 : 0) + 'k';
-    if (x > 0 && x < 1) return x.toFixed(x < 0.1 ? 2 : 1);
+    if (x > 0 && x < 1) return String(Number(x.toFixed(2)));
     return String(Math.round(x * 10) / 10);
   }
   function fmtDuration(ms) {
@@ -128,10 +128,11 @@
     return { ctx, w, h };
   }
 
-  function niceMax(x) {
-    if (!(x > 0)) return 1;
+  // A round step for four grid lines covering `x`.
+  function niceStep(x) {
+    if (!(x > 0)) return 0.25;
     const p = Math.pow(10, Math.floor(Math.log10(x)));
-    for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * p >= x) return m * p;
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= x) return m * p;
     return 10 * p;
   }
 
@@ -146,7 +147,8 @@
     const start = end - HISTORY * POLL_MS;
     let max = 0;
     for (const s of series) for (const v of s.values) if (v !== null && v > max) max = v;
-    const top = niceMax(max * 1.05);
+    const step = niceStep(max / 4);
+    const top = step * 4;
     const x = (ms) => padL + ((ms - start) / (end - start)) * pw;
     const y = (v) => padT + ph - (v / top) * ph;
 
@@ -154,7 +156,7 @@
     ctx.textBaseline = 'middle';
     // Grid and y labels.
     for (let i = 0; i <= 4; i++) {
-      const v = (top * i) / 4, yy = Math.round(y(v)) + 0.5;
+      const v = step * i, yy = Math.round(y(v)) + 0.5;
       ctx.strokeStyle = i === 0 ? '#394455' : '#222b37';
       ctx.lineWidth = 1;
       ctx.beginPath(); ctx.moveTo(padL, yy); ctx.lineTo(w - padR, yy); ctx.stroke();
