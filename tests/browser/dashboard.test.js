@@ -7,7 +7,8 @@
 // target/ (target/dashboard.png, target/dashboard-unlocked.png).
 //
 // Environment: TOLLGATE_BIN (default target/debug/tollgate), CHROMIUM
-// (default /usr/bin/chromium), SCREENSHOT_DIR (default target/).
+// (default /usr/bin/chromium), SCREENSHOT_DIR (default target/),
+// DASHBOARD_WARMUP_MS (default 6000; 100000 for docs/dashboard.png).
 // Run by tests/run as `node --test tests/browser/`.
 
 const { test } = require('node:test');
@@ -26,6 +27,8 @@ const BIN = process.env.TOLLGATE_BIN || path.join(TARGET, 'debug', 'tollgate');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const SHOTS = process.env.SCREENSHOT_DIR || TARGET;
 const TOKEN = 'browser-test-token';
+// How long the charts fill before the screenshot (longer for docs/dashboard.png).
+const WARMUP_MS = Number(process.env.DASHBOARD_WARMUP_MS || 6000);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -149,22 +152,35 @@ function traffic(base) {
   return ctl;
 }
 
-test('the dashboard shows a lockout, and its Unlock button lifts it', { timeout: 90000 }, async (t) => {
+test('the dashboard shows a lockout, and its Unlock button lifts it', { timeout: 90000 + WARMUP_MS }, async () => {
   assert.ok(fs.existsSync(BIN), `the tollgate binary is missing at ${BIN} (cargo build first)`);
   assert.ok(fs.existsSync(CHROMIUM), `Chromium is missing at ${CHROMIUM} (apt-get install chromium)`);
 
+  // Everything the test starts is stopped in `finally`, each step with a
+  // deadline, so a browser that will not close cannot hang tests/run.
+  const cleanup = [];
+  try {
+    await run(cleanup);
+  } finally {
+    for (const step of cleanup.reverse()) {
+      await Promise.race([Promise.resolve().then(step).catch(() => {}), sleep(5000)]);
+    }
+  }
+});
+
+async function run(cleanup) {
   const upstream = await startUpstream();
-  t.after(() => upstream.close());
+  cleanup.push(() => { upstream.closeAllConnections(); upstream.close(); });
   const [listen, admin] = [await freePort(), await freePort()];
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-browser-'));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  cleanup.push(() => fs.rmSync(dir, { recursive: true, force: true }));
   const configPath = path.join(dir, 'gateway.yaml');
   fs.writeFileSync(configPath, config(listen, admin, upstream.address().port));
 
   const logs = [];
   const gw = spawn(BIN, ['-c', configPath], { env: { ...process.env, TOLLGATE_LOG: 'warn' }, stdio: ['ignore', 'ignore', 'pipe'] });
   gw.stderr.on('data', (d) => logs.push(String(d)));
-  t.after(() => gw.kill('SIGKILL'));
+  cleanup.push(() => gw.kill('SIGKILL'));
   const base = `http://127.0.0.1:${listen}`;
   const adminBase = `http://127.0.0.1:${admin}`;
   await waitFor('GET /readyz = 200', async () => (await get(adminBase, '/readyz')).status === 200)
@@ -174,19 +190,22 @@ test('the dashboard shows a lockout, and its Unlock button lifts it', { timeout:
   assert.equal((await get(adminBase, '/api/stats')).status, 401);
 
   const load = traffic(base);
-  t.after(async () => { load.stop = true; await load.done; });
+  cleanup.push(() => { load.stop = true; return load.done; });
 
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-chromium-'));
-  t.after(() => fs.rmSync(profile, { recursive: true, force: true }));
-  const context = await chromium.launchPersistentContext(profile, {
+  // Playwright gives the browser a fresh --user-data-dir of its own (a
+  // temporary profile, removed on close).
+  const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
       '--disable-component-update', '--disable-sync', '--no-first-run'],
-    viewport: { width: 1440, height: 900 },
-    deviceScaleFactor: 1,
   });
-  t.after(() => context.close());
+  cleanup.push(async () => {
+    await Promise.race([browser.close(), sleep(5000)]);
+    const proc = browser.process();
+    if (proc && proc.exitCode === null) proc.kill('SIGKILL');
+  });
+  const context = await browser.newContext({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
 
   const problems = [];
   const watch = (page) => {
@@ -199,7 +218,7 @@ test('the dashboard shows a lockout, and its Unlock button lifts it', { timeout:
   };
 
   // Without the token: the login form, which leads to the dashboard.
-  const page = context.pages()[0] || await context.newPage();
+  const page = await context.newPage();
   watch(page);
   const first = await page.goto(adminBase + '/');
   assert.equal(first.status(), 401);
@@ -226,7 +245,7 @@ test('the dashboard shows a lockout, and its Unlock button lifts it', { timeout:
     const c = document.getElementById('c-rps').textContent;
     return c !== '–' && c !== '0';
   }, null, { timeout: 10000 });
-  await sleep(Number(process.env.DASHBOARD_WARMUP_MS || 6000));
+  await sleep(WARMUP_MS);
   await page.waitForSelector('#routes tbody tr >> text=hello');
   fs.mkdirSync(SHOTS, { recursive: true });
   await page.screenshot({ path: path.join(SHOTS, 'dashboard.png'), fullPage: true });
@@ -254,4 +273,4 @@ test('the dashboard shows a lockout, and its Unlock button lifts it', { timeout:
   await page.waitForFunction(() => document.getElementById('live').textContent === 'live', null, { timeout: 10000 });
 
   assert.deepEqual(problems, []);
-});
+}
