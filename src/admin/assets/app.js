@@ -11,6 +11,7 @@
   const PALETTE = ['#4f9dff', '#f2a93b', '#3ecf8e', '#b392f0', '#f0605d', '#2dd4bf', '#f472b6', '#e2c35b'];
   const OTHER = '#6b7686';
   const BLUE = '#4f9dff', AMBER = '#f2a93b', RED = '#f0605d', PURPLE = '#b392f0';
+  const TABLE_SPARK = [140, 22]; // CSS size of the tables' sparklines (style.css)
 
   // The token: from ?token= (then kept in this tab and taken out of the
   // address bar), else from an earlier load of this tab.
@@ -115,9 +116,11 @@
   // ---- canvas charts ----
   // Size a canvas's backing store to its CSS box; returns its 2D context in
   // CSS pixels, and the box.
-  function prepare(canvas) {
+  // Table sparklines pass their fixed size, so that drawing a hundred of
+  // them between DOM updates does not force a layout each.
+  function prepare(canvas, fixed) {
     const dpr = window.devicePixelRatio || 1;
-    const w = canvas.clientWidth, h = canvas.clientHeight;
+    const w = fixed ? fixed[0] : canvas.clientWidth, h = fixed ? fixed[1] : canvas.clientHeight;
     if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
       canvas.width = Math.round(w * dpr);
       canvas.height = Math.round(h * dpr);
@@ -211,8 +214,8 @@
   }
 
   // A sparkline of the last two minutes.
-  function sparkline(canvas, values, color, values2, color2) {
-    const { ctx, w, h } = prepare(canvas);
+  function sparkline(canvas, values, color, values2, color2, fixed) {
+    const { ctx, w, h } = prepare(canvas, fixed);
     let max = 0;
     for (const v of values) if (v > max) max = v;
     if (values2) for (const v of values2) if (v > max) max = v;
@@ -323,7 +326,9 @@
     const tot = data.total;
     setText($('c-rps'), fmtRate(tot.rps));
     setText($('c-rej'), fmtRate(tot.rejected_ps));
+    $('c-rej').className = 'value' + (tot.rejected_ps ? ' amber' : '');
     setText($('c-lock'), fmtRate(tot.locked_out_ps));
+    $('c-lock').className = 'value' + (tot.locked_out_ps ? ' red' : '');
     const lk = data.lockouts;
     setText($('c-active'), lk.total === null ? '?' : fmtInt(lk.total));
     const lat = $('c-lat');
@@ -442,7 +447,7 @@
       cell(td[9], fmtInt(r.locked_out), r.locked_out ? 'num' : 'num zero');
       const s = state.routes[r.name];
       if (s) sparkline(td[10].firstChild, perSecond(s.requests), BLUE,
-        perSecond(s.rejected.map((v, i) => v + (s.locked_out[i] || 0))), RED);
+        perSecond(s.rejected.map((v, i) => v + (s.locked_out[i] || 0))), RED, TABLE_SPARK);
     }, filter ? 'No route matches the filter.' : 'No routes.', 11);
   }
 
@@ -473,7 +478,7 @@
       cell(td[9], l.locked_now === null ? '?' : fmtInt(l.locked_now), l.locked_now ? 'num red' : 'num zero');
       const s = state.limits[l.name];
       if (s) sparkline(td[10].firstChild, perSecond(s.allowed), BLUE,
-        perSecond(s.rejected.map((v, i) => v + (s.locked_out[i] || 0))), RED);
+        perSecond(s.rejected.map((v, i) => v + (s.locked_out[i] || 0))), RED, TABLE_SPARK);
     }, 'No limits in this config.', 11);
   }
 
