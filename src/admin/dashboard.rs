@@ -106,18 +106,21 @@ pub struct LockoutView {
 }
 
 impl Dashboard {
-    /// The lockouts now, filtered and capped.
+    /// The lockouts now, filtered and capped. `cached`: a list read from the
+    /// store less than [`LOCKOUTS_MAX_AGE`] ago will do (the dashboard's
+    /// polls); otherwise (`GET /lockouts`) the store is asked.
     pub async fn lockouts(
         &self,
         gateway: &Gateway,
         filter: &LockoutFilter,
+        cached: bool,
     ) -> Result<LockoutView, String> {
         let limiter = gateway.shared.runtime.load().limiter.clone();
         let (list, age) = {
             let mut cache = self.lockouts.lock().await;
-            let fresh = cache
-                .as_ref()
-                .filter(|c| Arc::ptr_eq(&c.limiter, &limiter) && c.at.elapsed() < LOCKOUTS_MAX_AGE);
+            let fresh = cache.as_ref().filter(|c| {
+                cached && Arc::ptr_eq(&c.limiter, &limiter) && c.at.elapsed() < LOCKOUTS_MAX_AGE
+            });
             match fresh {
                 Some(c) => (c.list.clone(), c.at.elapsed()),
                 None => {
@@ -321,7 +324,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
             .unwrap_or(DEFAULT_LOCKOUTS_SHOWN)
             .min(MAX_LOCKOUTS_SHOWN),
     };
-    let (lockouts, view) = match admin.dashboard.lockouts(gateway, &filter).await {
+    let (lockouts, view) = match admin.dashboard.lockouts(gateway, &filter, true).await {
         Ok(view) => {
             let items: Vec<Value> = view
                 .shown

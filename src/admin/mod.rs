@@ -253,7 +253,11 @@ async fn lockouts(admin: &Admin, query: &Query) -> Response<Body> {
         key: None,
         max: query.number("max").unwrap_or(usize::MAX),
     };
-    match admin.dashboard.lockouts(&admin.gateway, &filter).await {
+    match admin
+        .dashboard
+        .lockouts(&admin.gateway, &filter, false)
+        .await
+    {
         Ok(view) => {
             let mut by_limit: std::collections::BTreeMap<&str, Vec<serde_json::Value>> =
                 Default::default();
