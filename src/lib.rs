@@ -21,7 +21,8 @@
 //! - [`reload`]: start-up and reload (one code path): parse, build, bind new
 //!   listeners, swap.
 //! - [`shared`]: the process-wide state (runtime, metrics, draining flag).
-//! - [`admin`]: the admin listener (health, readiness, config, reload).
+//! - [`admin`]: the admin listener (health, readiness, config, reload, limit
+//!   state, lockouts) and the dashboard.
 //! - [`error`]: the gateway's errors and the one function that turns them into
 //!   responses.
 //! - [`body`]: the body types the gateway sends and receives.

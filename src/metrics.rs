@@ -6,6 +6,10 @@
 //! number of series is bounded by the config. Route and limit names are
 //! `Arc<str>` shared with the runtime, so counting a request allocates
 //! nothing.
+//!
+//! The same methods feed [`Stats`], the counters the dashboard reads back
+//! (prometheus-client's families cannot be iterated), so the dashboard and
+//! `/metrics` always agree.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +20,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::admin::stats::Stats;
 
 /// Latency buckets suited to a proxy: 100 µs to 30 s.
 const LATENCY_BUCKETS: [f64; 17] = [
@@ -129,6 +135,8 @@ pub struct Metrics {
     pub generation: Gauge,
     /// `tollgate_connections_active`.
     pub connections: Gauge,
+    /// The counters the dashboard reads back.
+    pub stats: Stats,
 }
 
 impl Metrics {
@@ -221,6 +229,7 @@ impl Metrics {
             reloads,
             generation,
             connections,
+            stats: Stats::new(),
         }
     }
 
@@ -228,6 +237,7 @@ impl Metrics {
     pub fn reload(&self, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+        self.stats.reload(ok);
     }
 
     /// Count one answered request.
@@ -243,6 +253,23 @@ impl Metrics {
                 route: route.clone(),
             })
             .observe(took.as_secs_f64());
+        self.stats.request(route, took);
+    }
+
+    /// Count one request of `route` rejected by its limits (`locked_out`:
+    /// because the client is locked out), for the dashboard.
+    pub fn rejection(&self, route: &Arc<str>, locked_out: bool) {
+        self.stats.rejection(route, locked_out);
+    }
+
+    /// Count one lockout of `limit` started.
+    pub fn lockout(&self, limit: &Arc<str>) {
+        self.lockouts
+            .get_or_create(&LimitLabels {
+                limit: limit.clone(),
+            })
+            .inc();
+        self.stats.lockout(limit);
     }
 
     /// Count one limit decision.
@@ -254,6 +281,7 @@ impl Metrics {
                 decision,
             })
             .inc();
+        self.stats.decision(limit, decision);
     }
 
     /// Count one store call of `backend` that took `took`.

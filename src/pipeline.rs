@@ -29,7 +29,7 @@ use crate::limit::headers::{self as limit_headers, LimitFigures};
 use crate::limit::key::RequestView;
 use crate::limit::Status;
 use crate::log::AccessRecord;
-use crate::metrics::{LimitLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::proxy::headers::{incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded};
 use crate::proxy::pool::InFlight;
 use crate::proxy::{self, balance::splitmix64, Outbound};
@@ -301,7 +301,15 @@ static NO_ROUTE: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc
 /// Count each limit's decision and the lockouts started.
 fn count_decisions(metrics: &Metrics, route: &Arc<str>, decision: &Decision) {
     let figures = match decision {
-        Decision::Allow { figures, .. } | Decision::Reject { figures, .. } => figures,
+        Decision::Allow { figures, .. } => figures,
+        Decision::Reject {
+            figures,
+            locked_out,
+            ..
+        } => {
+            metrics.rejection(route, *locked_out);
+            figures
+        }
         Decision::Unavailable | Decision::NotApplied => return,
     };
     for f in figures {
@@ -316,12 +324,7 @@ fn count_decisions(metrics: &Metrics, route: &Arc<str>, decision: &Decision) {
         };
         metrics.decision(route, &f.name, label);
         if f.outcome.lock_started {
-            metrics
-                .lockouts
-                .get_or_create(&LimitLabels {
-                    limit: f.name.clone(),
-                })
-                .inc();
+            metrics.lockout(&f.name);
         }
     }
 }

@@ -1,6 +1,23 @@
-//! The admin listener: health, readiness, config status, reload and metrics.
-//! Never on a traffic port. With `admin.token` set, everything but
-//! `/healthz` and `/readyz` needs `Authorization: Bearer <token>`.
+//! The admin listener (SPEC §8): health, readiness, config status, reload,
+//! metrics, limit state and lockouts, and the dashboard. Never on a traffic
+//! port.
+//!
+//! With `admin.token` set, everything but `/healthz` and `/readyz` needs
+//! `Authorization: Bearer <token>` (401 otherwise, compared in constant
+//! time). A browser cannot add that header when it opens a page, so the
+//! dashboard page alone (`GET /`) also takes the token as `?token=`; the
+//! page then keeps it in the tab's `sessionStorage`, removes it from the
+//! address bar, and sends it as a bearer header on every fetch. Without it,
+//! `GET /` answers 401 with a small form asking for the token.
+//!
+//! | endpoint | module |
+//! |---|---|
+//! | `/healthz`, `/readyz`, `/config`, `/reload`, `/metrics`, `/limits/...`, `/lockouts` | here |
+//! | `/` (the page), `/api/stats` (what it polls) | [`dashboard`] |
+//! | the counters behind `/api/stats` | [`stats`] |
+
+pub mod dashboard;
+pub mod stats;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,22 +35,39 @@ use crate::limit::headers::secs_ceil;
 use crate::limit::{key, Check};
 use crate::reload::Gateway;
 
-/// Serve the admin API on `listener` for as long as the process runs.
+use dashboard::Dashboard;
+
+/// What every admin request can reach: the gateway and the dashboard's
+/// state (its history of samples, its cache of the lockout list).
+pub struct Admin {
+    /// The running gateway.
+    pub gateway: Arc<Gateway>,
+    /// The dashboard's state.
+    pub dashboard: Dashboard,
+}
+
+/// Serve the admin API on `listener` for as long as the process runs, and
+/// start sampling the dashboard's statistics.
 pub fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admin listening");
     }
+    let admin = Arc::new(Admin {
+        gateway,
+        dashboard: Dashboard::default(),
+    });
+    dashboard::start_sampler(&admin);
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             };
-            let gateway = gateway.clone();
+            let admin = admin.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
-                    let gateway = gateway.clone();
-                    async move { Ok::<_, Infallible>(handle(req, &gateway).await) }
+                    let admin = admin.clone();
+                    async move { Ok::<_, Infallible>(handle(req, &admin).await) }
                 });
                 let _ = auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), svc)
@@ -44,25 +78,20 @@ pub fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
 }
 
 /// Answer one admin request.
-pub async fn handle(req: Request<Incoming>, gateway: &Gateway) -> Response<Body> {
+pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
+    let gateway = &admin.gateway;
     let path = req.uri().path();
     let method = req.method();
+    let query = Query::parse(req.uri().query());
     match (method, path) {
         (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
-        (&Method::GET, "/readyz") => {
-            if gateway.shared.is_draining() {
-                json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    serde_json::json!({"status": "draining"}),
-                )
-            } else {
-                json(StatusCode::OK, serde_json::json!({"status": "ready"}))
-            }
+        (&Method::GET, "/readyz") => readyz(gateway),
+        (&Method::GET, "/") if !authorized(&req, gateway, query.get("token")) => {
+            dashboard::login_page()
         }
-        _ if !authorized(&req, gateway) => json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"error": "unauthorized"}),
-        ),
+        (&Method::GET, "/") => dashboard::page(),
+        _ if !authorized(&req, gateway, None) => unauthorized(),
+        (&Method::GET, "/api/stats") => dashboard::api_stats(admin, &query).await,
         (&Method::GET, "/config") => {
             let rt = gateway.shared.runtime.load();
             let loaded_at = humantime::format_rfc3339_millis(rt.loaded_at).to_string();
@@ -94,14 +123,15 @@ pub async fn handle(req: Request<Incoming>, gateway: &Gateway) -> Response<Body>
             );
             response
         }
-        (&Method::GET, "/lockouts") => lockouts(gateway).await,
+        (&Method::GET, "/lockouts") => lockouts(admin, &query).await,
         (&Method::GET | &Method::DELETE, p) if p.starts_with("/limits/") => {
-            limit_state(method, &p["/limits/".len()..], gateway).await
+            limit_state(method, &p["/limits/".len()..], admin).await
         }
-        (_, "/healthz" | "/readyz" | "/config" | "/reload" | "/metrics" | "/lockouts") => json(
-            StatusCode::METHOD_NOT_ALLOWED,
-            serde_json::json!({"error": "method_not_allowed"}),
-        ),
+        (_, p) if p.starts_with("/limits/") => method_not_allowed("GET, DELETE"),
+        (_, "/reload") => method_not_allowed("POST"),
+        (_, "/" | "/healthz" | "/readyz" | "/config" | "/metrics" | "/lockouts" | "/api/stats") => {
+            method_not_allowed("GET")
+        }
         _ => json(
             StatusCode::NOT_FOUND,
             serde_json::json!({"error": "not_found"}),
@@ -109,10 +139,26 @@ pub async fn handle(req: Request<Incoming>, gateway: &Gateway) -> Response<Body>
     }
 }
 
+/// `GET /readyz`: 200 while a config is in force and its listeners are
+/// bound (the admin listener only starts once they are), 503 once draining.
+fn readyz(gateway: &Gateway) -> Response<Body> {
+    if gateway.shared.is_draining() {
+        return json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "draining"}),
+        );
+    }
+    let generation = gateway.shared.runtime.load().generation;
+    json(
+        StatusCode::OK,
+        serde_json::json!({"status": "ready", "generation": generation}),
+    )
+}
+
 /// `GET` / `DELETE /limits/{limit}/{key}`: one (limit, client)'s state, or
 /// reset it (and lift any lockout) on every instance.
-async fn limit_state(method: &Method, rest: &str, gateway: &Gateway) -> Response<Body> {
-    let rt = gateway.shared.runtime.load_full();
+async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Body> {
+    let rt = admin.gateway.shared.runtime.load_full();
     let Some((limit, key)) = rest.split_once('/') else {
         return json(
             StatusCode::NOT_FOUND,
@@ -139,7 +185,9 @@ async fn limit_state(method: &Method, rest: &str, gateway: &Gateway) -> Response
         );
     };
     if method == Method::DELETE {
-        return match rt.limiter.reset(&store_key).await {
+        let reset = rt.limiter.reset(&store_key).await;
+        admin.dashboard.forget_lockouts().await;
+        return match reset {
             Ok(()) => json(
                 StatusCode::OK,
                 serde_json::json!({"limit": limit, "key": display, "reset": true}),
@@ -203,28 +251,39 @@ async fn limit_state(method: &Method, rest: &str, gateway: &Gateway) -> Response
 /// nothing.
 const PEEK_COST: u64 = crate::limit::algorithm::MAX_COUNT + 1;
 
-/// `GET /lockouts`: the clients locked out now, per limit.
-async fn lockouts(gateway: &Gateway) -> Response<Body> {
-    let rt = gateway.shared.runtime.load_full();
-    match rt.limiter.lockouts().await {
-        Ok(list) => {
-            let mut by_limit: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+/// `GET /lockouts`: the clients locked out now, per limit, the longest
+/// remaining first. `?limit=NAME` keeps one limit's, `?max=N` the first N
+/// (`count` is still every match).
+async fn lockouts(admin: &Admin, query: &Query) -> Response<Body> {
+    let filter = dashboard::LockoutFilter {
+        limit: query.get("limit").map(str::to_owned),
+        key: None,
+        max: query.number("max").unwrap_or(usize::MAX),
+    };
+    match admin
+        .dashboard
+        .lockouts(&admin.gateway, &filter, false)
+        .await
+    {
+        Ok(view) => {
+            let mut by_limit: std::collections::BTreeMap<&str, Vec<serde_json::Value>> =
                 Default::default();
-            let count = list.len();
-            for client in list {
-                let (limit, display) = client
-                    .label
-                    .map(|(l, d)| (l.to_string(), d))
-                    .unwrap_or_else(|| ("unknown".to_string(), key::hex(&client.key)));
-                let left = client.remaining;
-                by_limit.entry(limit).or_default().push(serde_json::json!({
-                    "key": display,
-                    "remaining": secs_ceil(left),
-                }));
+            for client in &view.shown {
+                by_limit
+                    .entry(&client.limit)
+                    .or_default()
+                    .push(serde_json::json!({
+                        "key": client.key,
+                        "remaining": secs_ceil(client.remaining),
+                    }));
             }
             json(
                 StatusCode::OK,
-                serde_json::json!({"count": count, "lockouts": by_limit}),
+                serde_json::json!({
+                    "count": view.matching,
+                    "truncated": view.shown.len() < view.matching,
+                    "lockouts": by_limit,
+                }),
             )
         }
         Err(error) => json(
@@ -257,8 +316,9 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Whether the request carries the admin token (or none is configured).
-fn authorized(req: &Request<Incoming>, gateway: &Gateway) -> bool {
+/// Whether the request carries the admin token (or none is configured):
+/// as a bearer header, or as `query_token` where the caller allows one.
+fn authorized(req: &Request<Incoming>, gateway: &Gateway, query_token: Option<&str>) -> bool {
     let rt = gateway.shared.runtime.load();
     let Some(token) = rt.config.admin.token.as_deref() else {
         return true;
@@ -266,9 +326,72 @@ fn authorized(req: &Request<Incoming>, gateway: &Gateway) -> bool {
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .unwrap_or_default();
-    constant_time_eq(presented, token.as_bytes())
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    match (presented, query_token) {
+        (Some(p), _) => constant_time_eq(p, token.as_bytes()),
+        (None, Some(q)) => constant_time_eq(q.as_bytes(), token.as_bytes()),
+        (None, None) => false,
+    }
+}
+
+/// 401, saying which scheme is wanted.
+fn unauthorized() -> Response<Body> {
+    let mut response = json(
+        StatusCode::UNAUTHORIZED,
+        serde_json::json!({"error": "unauthorized"}),
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"tollgate admin\""),
+    );
+    response
+}
+
+/// 405 with the methods the endpoint takes.
+fn method_not_allowed(allow: &'static str) -> Response<Body> {
+    let mut response = json(
+        StatusCode::METHOD_NOT_ALLOWED,
+        serde_json::json!({"error": "method_not_allowed"}),
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// A request's query string, decoded (`+` is a space).
+#[derive(Debug, Default)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    /// Parse `a=1&b=two`; pairs that do not decode are dropped.
+    pub fn parse(query: Option<&str>) -> Query {
+        let pairs = query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .filter_map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                let k = percent_decode(&k.replace('+', " "))?;
+                let v = percent_decode(&v.replace('+', " "))?;
+                Some((k, v))
+            })
+            .collect();
+        Query(pairs)
+    }
+
+    /// The first value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The first value of `name` as a number, if it is one.
+    pub fn number<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
+        self.get(name)?.parse().ok()
+    }
 }
 
 /// Compare without an early exit, so timing does not reveal the token.
@@ -282,6 +405,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// A JSON response.
 fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
     let mut response = Response::new(body::full(value.to_string()));
     *response.status_mut() = status;
@@ -294,7 +418,7 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{constant_time_eq, Query};
 
     #[test]
     fn token_comparison() {
@@ -303,5 +427,16 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"secret"));
         assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn query_strings() {
+        let q = Query::parse(Some("token=a%2Bb+c&max=20&&flag&max=3&bad=%zz"));
+        assert_eq!(q.get("token"), Some("a+b c"));
+        assert_eq!(q.number::<usize>("max"), Some(20));
+        assert_eq!(q.get("flag"), Some(""));
+        assert_eq!(q.get("bad"), None);
+        assert_eq!(q.number::<usize>("token"), None);
+        assert_eq!(Query::parse(None).get("x"), None);
     }
 }
