@@ -879,3 +879,63 @@ async fn tollgate_config_env_is_used_to_start() {
     .await;
     assert_eq!(client::get(gw.addr(), "/").await.text(), "env");
 }
+
+/// Metric labels are only names from the config (routes, limits, upstreams,
+/// targets) and fixed outcomes: no client value ever becomes a label, so the
+/// number of series stays bounded however many clients, paths and header
+/// values the traffic carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metric_labels_never_carry_client_values() {
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start(&config(&format!(
+        "upstreams:\n  e: {{ targets: [\"{}\"] }}\nlimits:\n  per_user: {{ algorithm: fixed_window, limit: 2, window: 1m, key: \"header:x-user\" }}\nroutes:\n  - name: e\n    match: {{ path: /e }}\n    upstream: e\n    limits: [per_user]\n",
+        echo.url()
+    )))
+    .await;
+    let series = |text: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count()
+    };
+    let send_round = |round: usize| {
+        let addr = gw.addr();
+        async move {
+            for i in 0..30 {
+                let user = format!("user-{round}-{i}-secret");
+                let path = format!("/e/probe-{round}-{i}?q=client-{i}");
+                for _ in 0..3 {
+                    client::get_with(addr, &path, &[("x-user", &user)]).await;
+                }
+                client::get(addr, &format!("/unrouted-{round}-{i}")).await;
+            }
+        }
+    };
+    send_round(1).await;
+    let first = gw.admin_get("/metrics").await.text();
+    send_round(2).await;
+    let second = gw.admin_get("/metrics").await.text();
+    assert_eq!(
+        series(&first),
+        series(&second),
+        "new clients, paths and header values must not add series"
+    );
+    // (The client address is 127.0.0.1 like the upstream target, a config
+    // value, so the address cannot be told apart here; the series count is.)
+    for leaked in ["user-", "secret", "probe-", "unrouted-", "client-"] {
+        assert!(
+            !second.contains(leaked),
+            "a client value ({leaked}) reached /metrics:\n{second}"
+        );
+    }
+    // The labels that are there: route, limit and upstream names and fixed words.
+    assert!(
+        second.contains(
+            r#"tollgate_limit_decisions_total{route="e",limit="per_user",decision="rejected"} 60"#
+        ),
+        "{second}"
+    );
+    assert!(
+        second.contains(r#"tollgate_requests_total{route="",status="404"} 60"#),
+        "{second}"
+    );
+}
