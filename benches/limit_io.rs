@@ -16,7 +16,10 @@ use tollgate::limit::{Outcome, Status};
 fn keys(c: &mut Criterion) {
     let mut headers = HeaderMap::new();
     headers.insert("x-api-key", HeaderValue::from_static("partner-7-3f9c2a1b"));
-    headers.insert("cookie", HeaderValue::from_static("theme=dark; session=abcdef0123456789; lang=en"));
+    headers.insert(
+        "cookie",
+        HeaderValue::from_static("theme=dark; session=abcdef0123456789; lang=en"),
+    );
     let v4 = RequestView {
         client: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)),
         headers: &headers,
@@ -33,12 +36,19 @@ fn keys(c: &mut Criterion) {
         ("client_ip_v6_grouped", vec![KeySource::ClientIp], v6),
         (
             "ip_header",
-            vec![KeySource::ClientIp, KeySource::Header(HeaderName::from_static("x-api-key"))],
+            vec![
+                KeySource::ClientIp,
+                KeySource::Header(HeaderName::from_static("x-api-key")),
+            ],
             v4,
         ),
         (
             "ip_query_cookie",
-            vec![KeySource::ClientIp, KeySource::Query("user".into()), KeySource::Cookie("session".into())],
+            vec![
+                KeySource::ClientIp,
+                KeySource::Query("user".into()),
+                KeySource::Cookie("session".into()),
+            ],
             v4,
         ),
         ("route", vec![KeySource::Route], v4),
@@ -46,12 +56,24 @@ fn keys(c: &mut Criterion) {
     let mut group = c.benchmark_group("client_key");
     for (name, sources, view) in &cases {
         group.bench_function(*name, |b| {
-            b.iter(|| client_key(black_box(b"per_client/token_bucket"), sources, OnMissingKey::ClientIp, view))
+            b.iter(|| {
+                client_key(
+                    black_box(b"per_client/token_bucket"),
+                    sources,
+                    OnMissingKey::ClientIp,
+                    view,
+                )
+            })
         });
     }
     group.finish();
     c.bench_function("store_key/two_components", |b| {
-        b.iter(|| store_key(black_box(b"login/fixed_window"), &[b"i\xcb\x00\x71\x07", b"halice"]))
+        b.iter(|| {
+            store_key(
+                black_box(b"login/fixed_window"),
+                &[b"i\xcb\x00\x71\x07", b"halice"],
+            )
+        })
     });
 }
 
@@ -69,12 +91,32 @@ fn outcome(limit: u64, remaining: u64, window_s: u64, reset_s: u64) -> Outcome {
 }
 
 fn headers(c: &mut Criterion) {
-    let outcomes = [outcome(20, 17, 2, 1), outcome(5, 4, 60, 42), outcome(1000, 999, 3600, 3599)];
-    let one = [LimitFigures { name: "per_client", outcome: &outcomes[0], concurrency: false }];
+    let outcomes = [
+        outcome(20, 17, 2, 1),
+        outcome(5, 4, 60, 42),
+        outcome(1000, 999, 3600, 3599),
+    ];
+    let one = [LimitFigures {
+        name: "per_client",
+        outcome: &outcomes[0],
+        concurrency: false,
+    }];
     let three = [
-        LimitFigures { name: "per_client", outcome: &outcomes[0], concurrency: false },
-        LimitFigures { name: "login", outcome: &outcomes[1], concurrency: false },
-        LimitFigures { name: "hourly", outcome: &outcomes[2], concurrency: false },
+        LimitFigures {
+            name: "per_client",
+            outcome: &outcomes[0],
+            concurrency: false,
+        },
+        LimitFigures {
+            name: "login",
+            outcome: &outcomes[1],
+            concurrency: false,
+        },
+        LimitFigures {
+            name: "hourly",
+            outcome: &outcomes[2],
+            concurrency: false,
+        },
     ];
     let mut group = c.benchmark_group("add_headers");
     let cases: [(&str, HeaderStyle, &[LimitFigures<'_>]); 4] = [
@@ -91,7 +133,10 @@ fn headers(c: &mut Criterion) {
                     let mut h = HeaderMap::with_capacity(16);
                     h.insert("content-type", HeaderValue::from_static("application/json"));
                     h.insert("content-length", HeaderValue::from_static("123"));
-                    h.insert("date", HeaderValue::from_static("Sat, 22 Nov 2025 17:42:00 GMT"));
+                    h.insert(
+                        "date",
+                        HeaderValue::from_static("Sat, 22 Nov 2025 17:42:00 GMT"),
+                    );
                     h
                 },
                 |h| add_headers(h, style, black_box(limits)),

@@ -59,7 +59,9 @@ fn table() -> Router {
             // A regex.
             _ => RequestMatcher {
                 hosts: hosts(&[]),
-                path: PathMatch::Regex(anchored_regex(&format!("^/svc{i}/v[0-9]+/items$")).unwrap()),
+                path: PathMatch::Regex(
+                    anchored_regex(&format!("^/svc{i}/v[0-9]+/items$")).unwrap(),
+                ),
                 methods: vec![],
                 headers: vec![],
             },
@@ -86,7 +88,9 @@ fn matching(c: &mut Criterion) {
     let mut group = c.benchmark_group("route_100");
     for (name, path, want) in cases {
         assert_eq!(
-            router.find(host, &Method::GET, path, &headers).unwrap_or(usize::MAX),
+            router
+                .find(host, &Method::GET, path, &headers)
+                .unwrap_or(usize::MAX),
             want,
             "{name}"
         );
@@ -104,7 +108,10 @@ fn normalising(c: &mut Criterion) {
         ("dot_segments", "/api/v1/./users/../users//12345/orders"),
         ("percent_unreserved", "/api/%76%31/users/%7Ebob/orders"),
         ("encoded_slash_kept", "/files/a%2Fb/c%5Cd"),
-        ("long_canonical", "/a/very/long/path/with/many/segments/0123456789/abcdefghij/klmnopqrst/uvwxyz/end"),
+        (
+            "long_canonical",
+            "/a/very/long/path/with/many/segments/0123456789/abcdefghij/klmnopqrst/uvwxyz/end",
+        ),
     ];
     let mut group = c.benchmark_group("normalise_path");
     for (name, path) in cases {

@@ -7,6 +7,7 @@
                                        SIGTERM or stdin closes
     bench.py redis-calls FILE          sum of `calls` in an INFO commandstats dump,
                                        leaving out the benchmark's own INFO/CONFIG
+    bench.py summary JSON-LINE          one figure, one progress line
     bench.py report RESULTS.jsonl
                                        the Markdown report: medians, ratios
 """
@@ -74,8 +75,14 @@ def conns(port, n, path):
         pass
 
 
+# Commands a client sends to run a script; Redis 7 also counts, separately,
+# every command the script runs (TYPE, HMGET, HSET, PEXPIRE, TIME...).
+SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+
+
 def redis_calls(path):
-    total = 0
+    """Print: all commands, script calls (round trips), the breakdown."""
+    total = trips = 0
     detail = {}
     for line in open(path):
         m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line.strip())
@@ -83,10 +90,12 @@ def redis_calls(path):
             continue
         name, calls = m.group(1), int(m.group(2))
         if name.startswith("info") or name.startswith("config"):
-            continue
+            continue  # the benchmark's own INFO and CONFIG RESETSTAT
         total += calls
+        if name in SCRIPT_CALLS:
+            trips += calls
         detail[name] = calls
-    print(total, json.dumps(detail, separators=(",", ":")))
+    print(total, trips, json.dumps(detail, separators=(",", ":")))
 
 
 # ---------------------------------------------------------------- report
@@ -140,7 +149,7 @@ def report(results_path):
     w = out.append
     w(f"### End-to-end: {meta['mode']} run, {meta['runs']} run(s) per figure, medians")
     w("")
-    w(f"- date: {meta['date']}; commit: `{meta['commit']}`; tollgate {meta['version']}")
+    w(f"- date: {meta['date']}; commit: `{meta['commit']}`; {meta['version']}")
     w(f"- machine: {meta['cpus']} CPUs, {meta['cpu_model']}; {meta['mem']}; kernel {meta['kernel']}")
     w(f"- tools: {meta['tools']}")
     w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; wrk/oha, upstream nginx and Redis on CPU {meta['load_cpu']}; "
@@ -153,8 +162,15 @@ def report(results_path):
     w("")
     w("| scenario | req/s 64c | p50 / p99 ms 64c | req/s 256c | p50 / p99 ms 256c | "
       "fixed rate p50 / p99 ms | added p50 / p99 ms | proxy CPU s /10k req | proxy CPU % 64c | "
-      "RSS MiB | non-2xx | errors | Redis cmds/req | other CPU0 % |")
+      "RSS MiB | non-2xx | errors | Redis calls / cmds per req (fallbacks) | other CPU0 % |")
     w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    def redis_cell(name):
+        if m(name, "max64", "redis_per_req") is None:
+            return "-"
+        fb = sum(total(name, p, "store_fallbacks") for p in ("max64", "max256", "rate"))
+        return (f"{fmt(m(name, 'max64', 'redis_trips_per_req'), 3)} / {fmt(m(name, 'max64', 'redis_per_req'), 2)}"
+                f" ({fb})")
+
     d50 = m("direct", "rate", "p50_us")
     d99 = m("direct", "rate", "p99_us")
     for name, label in scenarios:
@@ -181,7 +197,7 @@ def report(results_path):
             fmt(None if rss is None else rss / 1024, 1),
             fmt(non2xx),
             fmt(errs),
-            fmt(m(name, "max64", "redis_per_req"), 3),
+            redis_cell(name),
             fmt(m(name, "max64", "other_cpu0_pct"), 0),
         ]) + " |")
     w("")
@@ -191,7 +207,9 @@ def report(results_path):
       "proxy CPU % = share of its core the proxy used at 64 connections (under ~95 % means the load core, "
       "not the proxy, was the limit); RSS = VmRSS of the serving process after the 256-connection run; "
       "non-2xx and errors are totals over every run (the deny rows answer 429 by design); "
-      "Redis cmds/req = calls in INFO commandstats per request during the 64-connection run; "
+      "Redis calls / cmds per req = script calls (EVALSHA, the round trips) and all commands Redis counted in "
+      "INFO commandstats (Redis 7 also counts each command a script runs) per request, during the 64-connection run; "
+      "fallbacks = store calls that failed or timed out over every run, decided locally (`on_error: local`); "
       "other CPU0 % = CPU 0 time not used by the proxy during the 64-connection run (other processes on the machine, "
       "and interrupts).")
     w("")
@@ -228,8 +246,10 @@ def report(results_path):
     allowed = m("tg-lim-redis", "max64", "redis_per_req")
     denied = m("tg-deny-redis", "max64", "redis_per_req")
     if allowed is not None or denied is not None:
-        w(f"Redis commands per allowed request (3 limits): {fmt(allowed, 4)}; per denied request "
-          f"(client locked out, deny cache): {fmt(denied, 4)}.")
+        ta = m("tg-lim-redis", "max64", "redis_trips_per_req")
+        td = m("tg-deny-redis", "max64", "redis_trips_per_req")
+        w(f"Redis per allowed request (3 limits): {fmt(ta, 4)} script calls, {fmt(allowed, 4)} commands in all; "
+          f"per denied request (client locked out, deny cache): {fmt(td, 4)} script calls, {fmt(denied, 4)} commands.")
         det = [r.get("redis_detail") for r in by.get(("tg-lim-redis", "max64"), []) if r.get("redis_detail")]
         if det:
             w(f"Commands seen in one allowed run: `{json.dumps(det[0])}`.")
@@ -271,12 +291,29 @@ def report(results_path):
     print("\n".join(out))
 
 
+def summary(line):
+    d = json.loads(line)
+    rps = d.get("rps") or d["requests"] / (d["duration_us"] / 1e6)
+    bad = d.get("status", d.get("non2xx", 0))
+    err = sum(d.get(k, 0) for k in ("connect", "read", "write", "timeout", "errors"))
+    extra = ""
+    if "cpu_pct" in d:
+        extra += f" | proxy CPU {d['cpu_pct']:.0f}%, {d['cpu_per_10k']:.3f} s/10k, RSS {d['rss_kb'] / 1024:.1f} MiB"
+    if "redis_per_req" in d:
+        extra += (f" | Redis {d['redis_trips_per_req']:.3f} calls/req, {d['redis_per_req']:.2f} cmds/req,"
+                  f" {d.get('store_fallbacks', 0)} fallbacks")
+    print(f"  {d['scenario']:<14} {d['phase']:<6} run {d['run']}: {rps:>9,.0f} req/s  "
+          f"p50 {d['p50_us'] / 1000:.3f} ms  p99 {d['p99_us'] / 1000:.3f} ms  non-2xx {bad}  errors {err}{extra}")
+
+
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "ports":
         ports(int(sys.argv[2]))
     elif cmd == "conns":
         conns(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "/")
+    elif cmd == "summary":
+        summary(sys.argv[2])
     elif cmd == "redis-calls":
         redis_calls(sys.argv[2])
     elif cmd == "report":
