@@ -82,10 +82,10 @@ SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
 
 def redis_calls(path):
     """Print: all commands, script calls (round trips), the breakdown."""
-    total = trips = 0
+    total = trips = usec = 0
     detail = {}
     for line in open(path):
-        m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line.strip())
+        m = re.match(r"cmdstat_([^:]+):calls=(\d+),usec=(\d+)", line.strip())
         if not m:
             continue
         name, calls = m.group(1), int(m.group(2))
@@ -94,11 +94,15 @@ def redis_calls(path):
         total += calls
         if name in SCRIPT_CALLS:
             trips += calls
+            usec += int(m.group(3))  # includes the commands the script ran
         detail[name] = calls
-    print(total, trips, json.dumps(detail, separators=(",", ":")))
+    print(total, trips, usec, json.dumps(detail, separators=(",", ":")))
 
 
 # ---------------------------------------------------------------- report
+
+
+PHASES = ("max64", "max256", "rate", "rate_lo")
 
 
 def med(xs):
@@ -157,61 +161,79 @@ def report(results_path):
     w(f"- machine load: loadavg at start {meta['load_start']}, at end {meta.get('load_end', '?')}; "
       f"whole-machine CPU busy during the run {meta.get('busy_pct', '?')}% "
       "(this benchmark itself keeps about one core busy)")
-    w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure; "
-      f"fixed rate {fmt(meta.get('rate'))} req/s over 64 connections (half of NGINX's median at 64 connections)")
+    w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
     w("")
-    w("| scenario | req/s 64c | p50 / p99 ms 64c | req/s 256c | p50 / p99 ms 256c | "
-      "fixed rate p50 / p99 ms | added p50 / p99 ms | proxy CPU s /10k req | proxy CPU % 64c | "
-      "RSS MiB | non-2xx | errors | Redis calls / cmds per req (fallbacks) | other CPU0 % |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     def redis_cell(name):
         if m(name, "max64", "redis_per_req") is None:
             return "-"
-        fb = sum(total(name, p, "store_fallbacks") for p in ("max64", "max256", "rate"))
+        fb = sum(total(name, p, "store_fallbacks") for p in PHASES)
         return (f"{fmt(m(name, 'max64', 'redis_trips_per_req'), 3)} / {fmt(m(name, 'max64', 'redis_per_req'), 2)}"
-                f" ({fb})")
+                f" / {fmt(m(name, 'max64', 'redis_usec_per_req'), 1)} ({fb})")
 
-    d50 = m("direct", "rate", "p50_us")
-    d99 = m("direct", "rate", "p99_us")
-    for name, label in scenarios:
-        if not any(k[0] == name for k in by):
-            continue
-        r50, r99 = m(name, "rate", "p50_us"), m(name, "rate", "p99_us")
-        add = "-"
-        if name != "direct" and None not in (r50, r99, d50, d99):
-            add = f"{(r50 - d50) / 1000:+.3f} / {(r99 - d99) / 1000:+.3f}"
-        non2xx = total(name, "max64", "status") + total(name, "max256", "status") + total(name, "rate", "non2xx")
+    def lat(name, phase):
+        return f"{fmt(ms(m(name, phase, 'p50_us')), 3)} / {fmt(ms(m(name, phase, 'p99_us')), 3)}"
+
+    def added(name, phase):
+        r50, r99 = m(name, phase, "p50_us"), m(name, phase, "p99_us")
+        d50, d99 = m("direct", phase, "p50_us"), m("direct", phase, "p99_us")
+        if name == "direct" or None in (r50, r99, d50, d99):
+            return "-"
+        return f"{(r50 - d50) / 1000:+.3f} / {(r99 - d99) / 1000:+.3f}"
+
+    present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
+    w("Throughput (wrk, closed loop: as fast as it goes)")
+    w("")
+    w("| scenario | req/s 64c | p50 / p99 ms 64c | req/s 256c | p50 / p99 ms 256c | proxy CPU % 64c | "
+      "non-2xx | errors | other CPU0 % |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, label in present:
+        non2xx = total(name, "max64", "status") + total(name, "max256", "status")
+        non2xx += total(name, "rate", "non2xx") + total(name, "rate_lo", "non2xx")
         errs = sum(total(name, p, f) for p in ("max64", "max256") for f in ("connect", "read", "write", "timeout"))
-        errs += total(name, "rate", "errors")
-        rss = m(name, "max256", "rss_kb")
+        errs += total(name, "rate", "errors") + total(name, "rate_lo", "errors")
         w("| " + " | ".join([
             label,
             fmt(m(name, "max64", "rps")),
-            f"{fmt(ms(m(name, 'max64', 'p50_us')), 3)} / {fmt(ms(m(name, 'max64', 'p99_us')), 3)}",
+            lat(name, "max64"),
             fmt(m(name, "max256", "rps")),
-            f"{fmt(ms(m(name, 'max256', 'p50_us')), 3)} / {fmt(ms(m(name, 'max256', 'p99_us')), 3)}",
-            f"{fmt(ms(r50), 3)} / {fmt(ms(r99), 3)}",
-            add,
-            fmt(m(name, "rate", "cpu_per_10k"), 3),
+            lat(name, "max256"),
             fmt(m(name, "max64", "cpu_pct"), 0),
-            fmt(None if rss is None else rss / 1024, 1),
             fmt(non2xx),
             fmt(errs),
-            redis_cell(name),
             fmt(m(name, "max64", "other_cpu0_pct"), 0),
         ]) + " |")
     w("")
-    w("Columns: `64c`/`256c` = wrk with that many connections for the full duration (closed loop, as fast as it goes); "
-      "fixed rate = oha, open loop, latency corrected for coordinated omission; added = fixed-rate latency minus direct's; "
-      "proxy CPU = utime+stime of the proxy's processes during the fixed-rate run, per 10,000 requests; "
-      "proxy CPU % = share of its core the proxy used at 64 connections (under ~95 % means the load core, "
-      "not the proxy, was the limit); RSS = VmRSS of the serving process after the 256-connection run; "
-      "non-2xx and errors are totals over every run (the deny rows answer 429 by design); "
-      "Redis calls / cmds per req = script calls (EVALSHA, the round trips) and all commands Redis counted in "
-      "INFO commandstats (Redis 7 also counts each command a script runs) per request, during the 64-connection run; "
-      "fallbacks = store calls that failed or timed out over every run, decided locally (`on_error: local`); "
-      "other CPU0 % = CPU 0 time not used by the proxy during the 64-connection run (other processes on the machine, "
-      "and interrupts).")
+    w(f"Latency at fixed rates (oha, open loop, 64 connections, corrected for coordinated omission) and cost: "
+      f"A = {fmt(meta.get('rate'))} req/s (half NGINX's maximum), B = {fmt(meta.get('rate_lo'))} req/s "
+      "(half tollgate's)")
+    w("")
+    w("| scenario | A: p50 / p99 ms | A: added p50 / p99 ms | B: p50 / p99 ms | B: added p50 / p99 ms | "
+      "proxy CPU s per 10k req (A) | RSS MiB | Redis per req: calls / cmds / µs (fallbacks) |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, label in present:
+        rss = m(name, "max256", "rss_kb")
+        w("| " + " | ".join([
+            label,
+            lat(name, "rate"),
+            added(name, "rate"),
+            lat(name, "rate_lo"),
+            added(name, "rate_lo"),
+            fmt(m(name, "rate", "cpu_per_10k"), 3),
+            fmt(None if rss is None else rss / 1024, 1),
+            redis_cell(name),
+        ]) + " |")
+    w("")
+    w("Columns: `64c`/`256c` = wrk -t1 with that many connections; proxy CPU % = share of its core the proxy used "
+      "at 64 connections (well under 100 % means the load core, running wrk, the upstream and Redis, was the limit, "
+      "or the proxy was waiting on Redis); non-2xx and errors = totals over every run of every phase (the deny rows "
+      "answer 429 by design; requests oha abandons in flight when its time is up are not counted); other CPU0 % = "
+      "CPU 0 time not used by the proxy during the 64-connection run (other processes, interrupts): the noise; "
+      "added = latency minus direct's at the same rate; proxy CPU s per 10k = utime+stime of the proxy's processes "
+      "during run A per 10,000 requests; RSS = VmRSS of the serving process after the 256-connection run; "
+      "Redis per req = script calls (EVALSHA: round trips), every command Redis counted in INFO commandstats "
+      "(Redis 7 counts each command a script runs too) and the microseconds Redis spent in the scripts, per request "
+      "at 64 connections; fallbacks = store calls that "
+      "failed or timed out (50 ms) over every run, decided locally (`on_error: local`).")
     w("")
 
     def rps(n, c="max64"):
@@ -300,7 +322,7 @@ def summary(line):
     if "cpu_pct" in d:
         extra += f" | proxy CPU {d['cpu_pct']:.0f}%, {d['cpu_per_10k']:.3f} s/10k, RSS {d['rss_kb'] / 1024:.1f} MiB"
     if "redis_per_req" in d:
-        extra += (f" | Redis {d['redis_trips_per_req']:.3f} calls/req, {d['redis_per_req']:.2f} cmds/req,"
+        extra += (f" | Redis {d['redis_trips_per_req']:.3f} calls/req, {d['redis_per_req']:.2f} cmds/req, {d['redis_usec_per_req']:.1f} µs/req,"
                   f" {d.get('store_fallbacks', 0)} fallbacks")
     print(f"  {d['scenario']:<14} {d['phase']:<6} run {d['run']}: {rps:>9,.0f} req/s  "
           f"p50 {d['p50_us'] / 1000:.3f} ms  p99 {d['p99_us'] / 1000:.3f} ms  non-2xx {bad}  errors {err}{extra}")
