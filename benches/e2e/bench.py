@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Helpers for benches/e2e/run (standard library only).
+
+    bench.py ports N                   N distinct free TCP ports on 127.0.0.1
+    bench.py conns PORT N PATH         open N keep-alive connections, one GET each,
+                                       print "ready <open> <failed>", hold them until
+                                       SIGTERM or stdin closes
+    bench.py redis-calls FILE          sum of `calls` in an INFO commandstats dump,
+                                       leaving out the benchmark's own INFO/CONFIG
+    bench.py summary JSON-LINE          one figure, one progress line
+    bench.py report RESULTS.jsonl
+                                       the Markdown report: medians, ratios
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import sys
+
+
+def ports(n):
+    socks, out = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        out.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    print(" ".join(map(str, out)))
+
+
+def read_response(sock):
+    """Read one HTTP/1.1 response with a Content-Length (or none: empty)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("closed before the response head")
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    status = int(head.split(b" ", 2)[1])
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    want = int(m.group(1)) if m else 0
+    while len(body) < want:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("closed inside the body")
+        body += chunk
+    return status
+
+
+def conns(port, n, path):
+    req = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    held, failed, statuses = [], 0, {}
+    for _ in range(n):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(req)
+            st = read_response(s)
+            statuses[st] = statuses.get(st, 0) + 1
+            held.append(s)
+        except OSError as e:  # includes ConnectionError, timeouts, EMFILE
+            failed += 1
+            if failed == 1:
+                print(f"first failure after {len(held)}: {e}", file=sys.stderr)
+    print(f"ready {len(held)} {failed} {json.dumps(statuses)}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        sys.stdin.read()  # held until stdin closes or SIGTERM
+    except KeyboardInterrupt:
+        pass
+
+
+# Commands a client sends to run a script; Redis 7 also counts, separately,
+# every command the script runs (TYPE, HMGET, HSET, PEXPIRE, TIME...).
+SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+
+
+def redis_calls(path):
+    """Print: all commands, script calls (round trips), the breakdown."""
+    total = trips = usec = 0
+    detail = {}
+    for line in open(path):
+        m = re.match(r"cmdstat_([^:]+):calls=(\d+),usec=(\d+)", line.strip())
+        if not m:
+            continue
+        name, calls = m.group(1), int(m.group(2))
+        if name.startswith("info") or name.startswith("config"):
+            continue  # the benchmark's own INFO and CONFIG RESETSTAT
+        total += calls
+        if name in SCRIPT_CALLS:
+            trips += calls
+            usec += int(m.group(3))  # includes the commands the script ran
+        detail[name] = calls
+    print(total, trips, usec, json.dumps(detail, separators=(",", ":")))
+
+
+# ---------------------------------------------------------------- report
+
+
+PHASES = ("max64", "max256", "rate", "rate_lo")
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, nd=0, unit=""):
+    if x is None:
+        return "-"
+    if nd == 0:
+        return f"{x:,.0f}{unit}"
+    return f"{x:,.{nd}f}{unit}"
+
+
+def ms(us):
+    return None if us is None else us / 1000.0
+
+
+def ratio(a, b, nd=2):
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.{nd}f}"
+
+
+def report(results_path):
+    meta, notes, by = {}, [], {}
+    for line in open(results_path):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if r["kind"] == "meta":
+            meta[r["key"]] = r["value"]
+        elif r["kind"] == "note":
+            notes.append(r["text"])
+        elif r["kind"] == "run":
+            by.setdefault((r["scenario"], r["phase"]), []).append(r)
+    meta["notes"] = notes
+
+    def m(scn, phase, field):
+        return med([r.get(field) for r in by.get((scn, phase), [])])
+
+    def total(scn, phase, field):
+        return sum(r.get(field) or 0 for r in by.get((scn, phase), []))
+
+    scenarios = meta["scenarios"]  # [[name, label], ...]
+    out = []
+    w = out.append
+    w(f"### End-to-end: {meta['mode']} run, {meta['runs']} run(s) per figure, medians")
+    w("")
+    w(f"- date: {meta['date']}; commit: `{meta['commit']}`; {meta['version']}")
+    w(f"- machine: {meta['cpus']} CPUs, {meta['cpu_model']}; {meta['mem']}; kernel {meta['kernel']}")
+    w(f"- tools: {meta['tools']}")
+    w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; wrk/oha, upstream nginx and Redis on CPU {meta['load_cpu']}; "
+      "one worker process / one thread / one Tokio worker each")
+    w(f"- machine load: loadavg at start {meta['load_start']}, at end {meta.get('load_end', '?')}; "
+      f"whole-machine CPU busy during the run {meta.get('busy_pct', '?')}% "
+      "(this benchmark itself keeps about one core busy)")
+    w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
+    w("")
+    def redis_cell(name):
+        if m(name, "max64", "redis_per_req") is None:
+            return "-"
+        fb = sum(total(name, p, "store_fallbacks") for p in PHASES)
+        return (f"{fmt(m(name, 'max64', 'redis_trips_per_req'), 3)} / {fmt(m(name, 'max64', 'redis_per_req'), 2)}"
+                f" / {fmt(m(name, 'max64', 'redis_usec_per_req'), 1)} ({fb})")
+
+    def lat(name, phase):
+        return f"{fmt(ms(m(name, phase, 'p50_us')), 3)} / {fmt(ms(m(name, phase, 'p99_us')), 3)}"
+
+    def added(name, phase):
+        r50, r99 = m(name, phase, "p50_us"), m(name, phase, "p99_us")
+        d50, d99 = m("direct", phase, "p50_us"), m("direct", phase, "p99_us")
+        if name == "direct" or None in (r50, r99, d50, d99):
+            return "-"
+        return f"{(r50 - d50) / 1000:+.3f} / {(r99 - d99) / 1000:+.3f}"
+
+    present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
+    w("Throughput (wrk, closed loop: as fast as it goes)")
+    w("")
+    w("| scenario | req/s 64c | p50 / p99 ms 64c | req/s 256c | p50 / p99 ms 256c | proxy CPU % 64c | "
+      "non-2xx | errors | other CPU0 % |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, label in present:
+        non2xx = total(name, "max64", "status") + total(name, "max256", "status")
+        non2xx += total(name, "rate", "non2xx") + total(name, "rate_lo", "non2xx")
+        errs = sum(total(name, p, f) for p in ("max64", "max256") for f in ("connect", "read", "write", "timeout"))
+        errs += total(name, "rate", "errors") + total(name, "rate_lo", "errors")
+        w("| " + " | ".join([
+            label,
+            fmt(m(name, "max64", "rps")),
+            lat(name, "max64"),
+            fmt(m(name, "max256", "rps")),
+            lat(name, "max256"),
+            fmt(m(name, "max64", "cpu_pct"), 0),
+            fmt(non2xx),
+            fmt(errs),
+            fmt(m(name, "max64", "other_cpu0_pct"), 0),
+        ]) + " |")
+    w("")
+    w(f"Latency at fixed rates (oha, open loop, 64 connections, corrected for coordinated omission) and cost: "
+      f"A = {fmt(meta.get('rate'))} req/s (half NGINX's maximum), B = {fmt(meta.get('rate_lo'))} req/s "
+      "(half tollgate's)")
+    w("")
+    w("| scenario | A: p50 / p99 ms | A: added p50 / p99 ms | B: p50 / p99 ms | B: added p50 / p99 ms | "
+      "proxy CPU s per 10k req (A) | RSS MiB | Redis per req: calls / cmds / µs (fallbacks) |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, label in present:
+        rss = m(name, "max256", "rss_kb")
+        w("| " + " | ".join([
+            label,
+            lat(name, "rate"),
+            added(name, "rate"),
+            lat(name, "rate_lo"),
+            added(name, "rate_lo"),
+            fmt(m(name, "rate", "cpu_per_10k"), 3),
+            fmt(None if rss is None else rss / 1024, 1),
+            redis_cell(name),
+        ]) + " |")
+    w("")
+    w("Columns: `64c`/`256c` = wrk -t1 with that many connections; proxy CPU % = share of its core the proxy used "
+      "at 64 connections (well under 100 % means the load core, running wrk, the upstream and Redis, was the limit, "
+      "or the proxy was waiting on Redis); non-2xx and errors = totals over every run of every phase (the deny rows "
+      "answer 429 by design; requests oha abandons in flight when its time is up are not counted); other CPU0 % = "
+      "CPU 0 time not used by the proxy during the 64-connection run (other processes, interrupts): the noise; "
+      "added = latency minus direct's at the same rate; proxy CPU s per 10k = utime+stime of the proxy's processes "
+      "during run A per 10,000 requests; RSS = VmRSS of the serving process after the 256-connection run; "
+      "Redis per req = script calls (EVALSHA: round trips), every command Redis counted in INFO commandstats "
+      "(Redis 7 counts each command a script runs too) and the microseconds Redis spent in the scripts, per request "
+      "at 64 connections; fallbacks = store calls that "
+      "failed or timed out (50 ms) over every run, decided locally (`on_error: local`).")
+    w("")
+
+    def rps(n, c="max64"):
+        return m(n, c, "rps")
+
+    w("Ratios (medians; req/s ratios > 1 mean tollgate serves more; latency and CPU ratios < 1 mean tollgate is cheaper):")
+    w("")
+    w("| ratio | req/s 64c | req/s 256c | p99 64c | CPU / req |")
+    w("|---|---:|---:|---:|---:|")
+
+    def rline(label, a, b):
+        w(f"| {label} | {ratio(rps(a), rps(b))} | {ratio(rps(a, 'max256'), rps(b, 'max256'))} | "
+          f"{ratio(m(a, 'max64', 'p99_us'), m(b, 'max64', 'p99_us'))} | "
+          f"{ratio(m(a, 'rate', 'cpu_per_10k'), m(b, 'rate', 'cpu_per_10k'))} |")
+
+    pairs = [
+        ("tollgate ÷ NGINX (proxy, no limits)", "tg", "nginx"),
+        ("tollgate ÷ HAProxy (proxy, no limits)", "tg", "haproxy"),
+        ("tollgate 3 limits memory ÷ NGINX 3× limit_req", "tg-lim-mem", "nginx-limreq"),
+        ("tollgate 3 limits memory ÷ tollgate unlimited", "tg-lim-mem", "tg"),
+        ("tollgate 3 limits Redis ÷ tollgate unlimited", "tg-lim-redis", "tg"),
+        ("tollgate 3 limits Redis ÷ 3 limits memory", "tg-lim-redis", "tg-lim-mem"),
+        ("tollgate deny cache (memory) ÷ NGINX return 429", "tg-deny-mem", "nginx-429"),
+        ("tollgate deny cache (Redis) ÷ NGINX return 429", "tg-deny-redis", "nginx-429"),
+        ("tollgate access log ÷ NGINX access log", "tg-log", "nginx-log"),
+        ("tollgate access log ÷ tollgate no log", "tg-log", "tg"),
+    ]
+    for label, a, b in pairs:
+        if (a, "max64") in by and (b, "max64") in by:
+            rline(label, a, b)
+    w("")
+    allowed = m("tg-lim-redis", "max64", "redis_per_req")
+    denied = m("tg-deny-redis", "max64", "redis_per_req")
+    if allowed is not None or denied is not None:
+        ta = m("tg-lim-redis", "max64", "redis_trips_per_req")
+        td = m("tg-deny-redis", "max64", "redis_trips_per_req")
+        w(f"Redis per allowed request (3 limits): {fmt(ta, 4)} script calls, {fmt(allowed, 4)} commands in all; "
+          f"per denied request (client locked out, deny cache): {fmt(td, 4)} script calls, {fmt(denied, 4)} commands.")
+        det = [r.get("redis_detail") for r in by.get(("tg-lim-redis", "max64"), []) if r.get("redis_detail")]
+        if det:
+            w(f"Commands seen in one allowed run: `{json.dumps(det[0])}`.")
+        w("")
+
+    mem = meta.get("conn_mem")
+    if mem:
+        w(f"#### Idle keep-alive connections: memory ({mem['n']:,} connections, one GET each, then idle; fresh processes)")
+        w("")
+        w("| proxy | RSS before MiB | RSS with the connections MiB | growth per 10,000 connections MiB | bytes per connection | failed |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for row in mem["rows"]:
+            w(f"| {row['label']} | {fmt(row['before_kb'] / 1024, 1)} | {fmt(row['after_kb'] / 1024, 1)} | "
+              f"{fmt(row['per10k_kb'] / 1024, 1)} | {fmt(row['per10k_kb'] * 1024 / 10000)} | {row['failed']} |")
+        w("")
+
+    rl = meta.get("reload")
+    if rl:
+        w(f"#### Reload every second ({rl['dur']} s of wrk at 64 connections per figure, medians of {rl['runs']})")
+        w("")
+        w("| proxy | req/s steady | req/s reloading | ratio | reloads done | non-2xx | socket errors (connect/read/write/timeout) |")
+        w("|---|---:|---:|---:|---:|---:|---:|")
+        for row in rl["rows"]:
+            w(f"| {row['label']} | {fmt(row['rps_steady'])} | {fmt(row['rps_reload'])} | "
+              f"{ratio(row['rps_reload'], row['rps_steady'])} | {row['reloads']} | {row['non2xx']} | {row['errors']} |")
+        w("")
+        for note in rl.get("notes", []):
+            w(f"- {note}")
+        if rl.get("notes"):
+            w("")
+
+    notes = meta.get("notes", [])
+    if notes:
+        w("Observations during this run:")
+        w("")
+        for n in notes:
+            w(f"- {n}")
+        w("")
+    print("\n".join(out))
+
+
+def summary(line):
+    d = json.loads(line)
+    rps = d.get("rps") or d["requests"] / (d["duration_us"] / 1e6)
+    bad = d.get("status", d.get("non2xx", 0))
+    err = sum(d.get(k, 0) for k in ("connect", "read", "write", "timeout", "errors"))
+    extra = ""
+    if "cpu_pct" in d:
+        extra += f" | proxy CPU {d['cpu_pct']:.0f}%, {d['cpu_per_10k']:.3f} s/10k, RSS {d['rss_kb'] / 1024:.1f} MiB"
+    if "redis_per_req" in d:
+        extra += (f" | Redis {d['redis_trips_per_req']:.3f} calls/req, {d['redis_per_req']:.2f} cmds/req, {d['redis_usec_per_req']:.1f} µs/req,"
+                  f" {d.get('store_fallbacks', 0)} fallbacks")
+    print(f"  {d['scenario']:<14} {d['phase']:<6} run {d['run']}: {rps:>9,.0f} req/s  "
+          f"p50 {d['p50_us'] / 1000:.3f} ms  p99 {d['p99_us'] / 1000:.3f} ms  non-2xx {bad}  errors {err}{extra}")
+
+
+def main():
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd == "ports":
+        ports(int(sys.argv[2]))
+    elif cmd == "conns":
+        conns(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "/")
+    elif cmd == "summary":
+        summary(sys.argv[2])
+    elif cmd == "redis-calls":
+        redis_calls(sys.argv[2])
+    elif cmd == "report":
+        report(sys.argv[2])
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
