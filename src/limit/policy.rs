@@ -140,7 +140,7 @@ impl Policy {
         let overrides = cfg
             .overrides
             .iter()
-            .map(|o| Ok((o.matcher.clone(), params_checked(&cfg.algorithm, o)?)))
+            .map(|o| Ok((o.matcher.clone(), self::params(&cfg.algorithm, Some(o))?)))
             .collect::<Result<Vec<_>, algo::ParamError>>()
             .map_err(err)?;
         let mut namespace = Vec::with_capacity(64);
@@ -175,11 +175,4 @@ impl Policy {
     pub fn is_concurrency(&self) -> bool {
         matches!(self.params, AlgoParams::Concurrency(_))
     }
-}
-
-fn params_checked(
-    algorithm: &Algorithm,
-    o: &config::Override,
-) -> Result<AlgoParams, algo::ParamError> {
-    params(algorithm, Some(o))
 }
