@@ -11,7 +11,7 @@
 //! (prometheus-client's families cannot be iterated), so the dashboard and
 //! `/metrics` always agree.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -21,7 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::admin::stats::Stats;
+use crate::admin::stats::{LimitCounters, RouteCounters, Stats, DECISIONS};
 
 /// Latency buckets suited to a proxy: 100 µs to 30 s.
 const LATENCY_BUCKETS: [f64; 17] = [
@@ -109,6 +109,46 @@ pub struct ReloadLabels {
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The statuses whose request counter a route keeps at hand; others are
+/// looked up by label each time.
+const COMMON_STATUSES: [u16; 16] = [
+    200, 201, 204, 206, 301, 302, 304, 400, 401, 403, 404, 429, 500, 502, 503, 504,
+];
+
+/// One route's metric handles, resolved on the route's first request and
+/// kept with the compiled route, so counting a request does no label
+/// lookup (a lookup hashes the labels and takes the family's lock; it was
+/// ~2 % of a proxied request's instructions). Handles share the families'
+/// counters: what they count is what `/metrics` shows.
+pub struct RouteMetrics {
+    resolved: OnceLock<RouteHandles>,
+    /// One per limit of the route, in the route's order.
+    limits: Vec<LimitHandles>,
+}
+
+/// A route's handles for one of its limits' decisions.
+#[derive(Default)]
+struct LimitHandles {
+    decisions: [OnceLock<Counter>; DECISIONS.len()],
+    stats: OnceLock<Option<Arc<LimitCounters>>>,
+}
+
+impl RouteMetrics {
+    /// Empty handles for a route with `limits` limits.
+    pub fn new(limits: usize) -> Self {
+        RouteMetrics {
+            resolved: OnceLock::new(),
+            limits: (0..limits).map(|_| LimitHandles::default()).collect(),
+        }
+    }
+}
+
+struct RouteHandles {
+    duration: Histogram,
+    statuses: [OnceLock<Counter>; COMMON_STATUSES.len()],
+    stats: Option<Arc<RouteCounters>>,
+}
 
 /// Every metric the gateway exports.
 pub struct Metrics {
@@ -256,6 +296,83 @@ impl Metrics {
         self.stats.request(route, took);
     }
 
+    /// Count one answered request of a route through its handles: as
+    /// [`Metrics::request`], without the label lookups.
+    pub fn route_request(
+        &self,
+        handles: &RouteMetrics,
+        route: &Arc<str>,
+        status: u16,
+        took: Duration,
+    ) {
+        let h = handles.resolved.get_or_init(|| RouteHandles {
+            duration: self
+                .request_duration
+                .get_or_create(&RouteLabels {
+                    route: route.clone(),
+                })
+                .clone(),
+            statuses: Default::default(),
+            stats: self.stats.route(route),
+        });
+        match COMMON_STATUSES.iter().position(|&s| s == status) {
+            Some(i) => h.statuses[i]
+                .get_or_init(|| {
+                    self.requests
+                        .get_or_create(&RequestLabels {
+                            route: route.clone(),
+                            status,
+                        })
+                        .clone()
+                })
+                .inc(),
+            None => self
+                .requests
+                .get_or_create(&RequestLabels {
+                    route: route.clone(),
+                    status,
+                })
+                .inc(),
+        };
+        h.duration.observe(took.as_secs_f64());
+        if let Some(stats) = &h.stats {
+            stats.request(took);
+        }
+    }
+
+    /// Count one decision of the route's limit number `index` (in the
+    /// route's order) named `limit`: as [`Metrics::decision`], without the
+    /// label lookups.
+    pub fn route_decision(
+        &self,
+        handles: &RouteMetrics,
+        route: &Arc<str>,
+        index: usize,
+        limit: &Arc<str>,
+        decision: &'static str,
+    ) {
+        let (Some(h), Some(d)) = (
+            handles.limits.get(index),
+            DECISIONS.iter().position(|&d| d == decision),
+        ) else {
+            return self.decision(route, limit, decision);
+        };
+        h.decisions[d]
+            .get_or_init(|| {
+                self.decisions
+                    .get_or_create(&DecisionLabels {
+                        route: route.clone(),
+                        limit: limit.clone(),
+                        decision,
+                    })
+                    .clone()
+            })
+            .inc();
+        if let Some(stats) = h.stats.get_or_init(|| self.stats.limit(limit)) {
+            stats.decision(decision);
+        }
+    }
+
     /// Count one request of `route` rejected by its limits (`locked_out`:
     /// because the client is locked out), for the dashboard.
     pub fn rejection(&self, route: &Arc<str>, locked_out: bool) {
@@ -331,5 +448,72 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The series lines of `/metrics` for `tollgate_requests_total` and the
+    /// duration count.
+    fn request_lines(m: &Metrics) -> Vec<String> {
+        let mut lines: Vec<String> = m
+            .render()
+            .lines()
+            .filter(|l| {
+                l.starts_with("tollgate_requests_total")
+                    || l.starts_with("tollgate_request_duration_seconds_count")
+                    || l.starts_with("tollgate_limit_decisions_total")
+            })
+            .map(str::to_owned)
+            .collect();
+        // Series order follows hash maps: compare as sets.
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn route_handles_count_what_label_lookups_count() {
+        let route: Arc<str> = Arc::from("api");
+        let took = Duration::from_micros(300);
+        let (by_label, by_handle) = (Metrics::new(), Metrics::new());
+        let handles = RouteMetrics::new(0);
+        // A common status (kept at hand) and a rare one (looked up).
+        for status in [200, 200, 418, 429] {
+            by_label.request(&route, status, took);
+            by_handle.route_request(&handles, &route, status, took);
+        }
+        let handles = RouteMetrics::new(2);
+        let limits: [Arc<str>; 2] = [Arc::from("per_ip"), Arc::from("global")];
+        for (i, decision) in [
+            (0, "allowed"),
+            (0, "allowed"),
+            (1, "rejected"),
+            (0, "bogus"),
+        ] {
+            by_label.decision(&route, &limits[i], decision);
+            by_handle.route_decision(&handles, &route, i, &limits[i], decision);
+        }
+        let lines = request_lines(&by_handle);
+        assert!(lines.contains(
+            &r#"tollgate_limit_decisions_total{route="api",limit="per_ip",decision="allowed"} 2"#
+                .to_owned()
+        ));
+        let snapshot = by_handle.stats.snapshot();
+        assert_eq!(snapshot.limits[&limits[0]].decisions[0], 2);
+        assert_eq!(snapshot.limits[&limits[1]].decisions[1], 1);
+        assert_eq!(lines, request_lines(&by_label));
+        assert!(
+            lines.contains(&r#"tollgate_requests_total{route="api",status="200"} 2"#.to_owned())
+        );
+        assert!(
+            lines.contains(&r#"tollgate_requests_total{route="api",status="418"} 1"#.to_owned())
+        );
+        assert!(
+            lines.contains(&r#"tollgate_request_duration_seconds_count{route="api"} 4"#.to_owned())
+        );
+        let stats = by_handle.stats.snapshot();
+        assert_eq!(stats.routes[&route].requests, 4);
     }
 }

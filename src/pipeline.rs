@@ -30,12 +30,14 @@ use crate::limit::key::RequestView;
 use crate::limit::Status;
 use crate::log::AccessRecord;
 use crate::metrics::Metrics;
-use crate::proxy::headers::{incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded};
+use crate::proxy::headers::{
+    incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded, X_REQUEST_ID,
+};
 use crate::proxy::pool::InFlight;
 use crate::proxy::{self, balance::splitmix64, Outbound};
 use crate::route::matcher::strip_prefix;
 use crate::route::normalise::normalise_path;
-use crate::runtime::{Action, Runtime};
+use crate::runtime::{Action, RouteRuntime, Runtime};
 use crate::server::sniff::Framing;
 use crate::shared::{Activity, Shared};
 
@@ -89,14 +91,17 @@ pub async fn handle(
         conn,
         number,
     };
-    let (response, held) = match route_request(req, &rt, shared, &mut record, &origin).await {
+    let mut matched = None;
+    let routed = route_request(req, &rt, shared, &mut record, &origin, &mut matched).await;
+    let (response, held) = match routed {
         Ok(answer) => answer,
         Err(error) => {
             tracing::debug!(request_id = record.request_id.to_str().unwrap_or_default(), %error, "request rejected");
             (error.response(&record.request_id), Held::default())
         }
     };
-    finish(response, record, shared, conn, held)
+    let route = matched.map(|index| (rt, index));
+    finish(response, record, shared, conn, held, route)
 }
 
 /// Who sent a request, and on which connection.
@@ -119,6 +124,7 @@ async fn route_request(
     shared: &Shared,
     record: &mut AccessRecord,
     origin: &Origin<'_>,
+    matched: &mut Option<usize>,
 ) -> Result<(Response<Body>, Held), GatewayError> {
     let Origin {
         peer,
@@ -161,6 +167,7 @@ async fn route_request(
         .ok_or(GatewayError::NoRoute)?;
     let route = &rt.routes[index];
     record.route = Some(route.name.clone());
+    *matched = Some(index);
 
     // Limits: decided here, between matching the route and answering it.
     let mut held = Held::default();
@@ -177,7 +184,7 @@ async fn route_request(
             .limiter
             .check(&route.limits, &view, &shared.metrics)
             .await;
-        count_decisions(&shared.metrics, &route.name, &decision);
+        count_decisions(&shared.metrics, route, &decision);
         match decision {
             Decision::Allow {
                 delay,
@@ -299,7 +306,7 @@ async fn route_request(
 static NO_ROUTE: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
 
 /// Count each limit's decision and the lockouts started.
-fn count_decisions(metrics: &Metrics, route: &Arc<str>, decision: &Decision) {
+fn count_decisions(metrics: &Metrics, route: &RouteRuntime, decision: &Decision) {
     let figures = match decision {
         Decision::Allow { figures, .. } => figures,
         Decision::Reject {
@@ -307,7 +314,7 @@ fn count_decisions(metrics: &Metrics, route: &Arc<str>, decision: &Decision) {
             locked_out,
             ..
         } => {
-            metrics.rejection(route, *locked_out);
+            metrics.rejection(&route.name, *locked_out);
             figures
         }
         Decision::Unavailable | Decision::NotApplied => return,
@@ -322,7 +329,15 @@ fn count_decisions(metrics: &Metrics, route: &Arc<str>, decision: &Decision) {
             // The request was rejected elsewhere; this limit decided nothing.
             Status::NotConsumed => continue,
         };
-        metrics.decision(route, &f.name, label);
+        // Figures carry their policy's name, so the pointer finds its limit.
+        match route
+            .limits
+            .iter()
+            .position(|p| Arc::ptr_eq(&p.name, &f.name))
+        {
+            Some(i) => metrics.route_decision(&route.metrics, &route.name, i, &f.name, label),
+            None => metrics.decision(&route.name, &f.name, label),
+        }
         if f.outcome.lock_started {
             metrics.lockout(&f.name);
         }
@@ -353,28 +368,39 @@ fn add_limit_headers(response: &mut Response<Body>, style: HeaderStyle, figures:
     limit_headers::add_headers(response.headers_mut(), style, &limits);
 }
 
-/// Last stage: stamp the response, count it, and arrange for the access-log
-/// line (and the end of the request's bookkeeping) when its body ends.
+/// Last stage: stamp the response, count it (through the matched route's
+/// metric handles, if a route matched), and arrange for the access-log line
+/// (and the end of the request's bookkeeping) when its body ends.
 fn finish(
     mut response: Response<Body>,
     mut record: AccessRecord,
     shared: &Arc<Shared>,
     conn: &Arc<ConnInfo>,
     held: Held,
+    route: Option<(Arc<Runtime>, usize)>,
 ) -> Response<Body> {
     response
         .headers_mut()
-        .insert("x-request-id", record.request_id.clone());
+        .insert(X_REQUEST_ID, record.request_id.clone());
     record.status = response.status().as_u16();
     let conn = conn.clone();
     let shared = shared.clone();
     response.map(move |body| {
         body::boxed(Finish::new(body, move |bytes, completed| {
             drop(held);
-            let route = record.route.as_ref().unwrap_or(&NO_ROUTE);
-            shared
-                .metrics
-                .request(route, record.status, record.started.elapsed());
+            let took = record.started.elapsed();
+            match (&route, &record.route) {
+                (Some((rt, index)), Some(name)) => {
+                    let handles = &rt.routes[*index].metrics;
+                    shared
+                        .metrics
+                        .route_request(handles, name, record.status, took)
+                }
+                _ => {
+                    let name = record.route.as_ref().unwrap_or(&NO_ROUTE);
+                    shared.metrics.request(name, record.status, took)
+                }
+            }
             record.emit(bytes, completed);
             conn.activity.end(conn.started.elapsed().as_millis() as u64);
         }))
@@ -399,8 +425,13 @@ fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap) {
 
 /// A fresh request id: 128 random bits in hex.
 fn new_request_id() -> HeaderValue {
-    let id = format!("{:032x}", fastrand::u128(..));
-    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits = fastrand::u128(..);
+    let mut id = [0u8; 32];
+    for (i, digit) in id.iter_mut().enumerate() {
+        *digit = HEX[(bits >> (124 - 4 * i) & 0xf) as usize];
+    }
+    HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// A 64-bit hash of the client address, for `balance: hash`.

@@ -16,6 +16,7 @@ use http::{HeaderMap, StatusCode};
 use crate::config::{Config, HeaderStyle, PathMatch, RouteAction};
 use crate::limit::engine::{Limiter, LimiterError};
 use crate::limit::policy::{Policy, PolicyError};
+use crate::metrics::RouteMetrics;
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};
 use crate::route::Router;
@@ -78,6 +79,8 @@ pub struct RouteRuntime {
     pub reject_status: StatusCode,
     /// Which rate-limit headers to send.
     pub header_style: HeaderStyle,
+    /// The route's metric handles.
+    pub metrics: RouteMetrics,
 }
 
 /// Why a config could not be turned into a runtime.
@@ -170,6 +173,7 @@ impl Runtime {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             routes.push(RouteRuntime {
+                metrics: RouteMetrics::new(limits.len()),
                 limits,
                 reject_status: route.limit_response.status,
                 header_style: route.limit_response.headers,

@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
@@ -63,8 +62,6 @@ pub struct Activity {
     requests: AtomicU64,
     /// Milliseconds since the connection started, when the last response ended.
     last_end_ms: AtomicU64,
-    /// Wakes the watchdog when a response ends, so the idle clock starts then.
-    ended: Notify,
 }
 
 impl Activity {
@@ -77,14 +74,7 @@ impl Activity {
     /// A response ended (sent or abandoned) at `now_ms` since the connection started.
     pub fn end(&self, now_ms: u64) {
         self.last_end_ms.store(now_ms, Ordering::Relaxed);
-        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.ended.notify_one();
-        }
-    }
-
-    /// Wait until the connection has no request in flight any more.
-    pub async fn idle(&self) {
-        self.ended.notified().await;
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// (requests in flight, requests seen, when the last one ended).

@@ -58,11 +58,28 @@ pub struct RouteCounters {
     buckets: [AtomicU64; BUCKETS],
 }
 
+impl RouteCounters {
+    /// One request answered after `took`.
+    pub fn request(&self, took: Duration) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.buckets[bucket_of(took)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The counters of one limit.
 #[derive(Debug, Default)]
 pub struct LimitCounters {
     decisions: [AtomicU64; DECISIONS.len()],
     lockouts: AtomicU64,
+}
+
+impl LimitCounters {
+    /// One decision (a label of [`DECISIONS`]; others are not counted).
+    pub fn decision(&self, decision: &str) {
+        if let Some(i) = decision_index(decision) {
+            self.decisions[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A map from names to counters, read without a lock: writers (a name seen
@@ -86,22 +103,30 @@ impl<T: Default> Table<T> {
             f(counters);
             return;
         }
-        let Ok(_guard) = self.write.lock() else {
-            return;
-        };
+        if let Some(counters) = self.get_or_create(name) {
+            f(&counters);
+        }
+    }
+
+    /// The counters of `name`, created on first use; none once the table
+    /// holds [`MAX_NAMES`] names.
+    fn get_or_create(&self, name: &Arc<str>) -> Option<Arc<T>> {
+        if let Some(counters) = self.map.load().get(name) {
+            return Some(counters.clone());
+        }
+        let _guard = self.write.lock().ok()?;
         let current = self.map.load_full();
         if let Some(counters) = current.get(name) {
-            f(counters);
-            return;
+            return Some(counters.clone());
         }
         if current.len() >= MAX_NAMES {
-            return;
+            return None;
         }
         let counters = Arc::new(T::default());
-        f(&counters);
         let mut next = HashMap::clone(&current);
-        next.insert(name.clone(), counters);
+        next.insert(name.clone(), counters.clone());
         self.map.store(Arc::new(next));
+        Some(counters)
     }
 
     /// Forget every name `keep` says no to.
@@ -176,10 +201,15 @@ impl Stats {
 
     /// One request of `route` answered after `took`.
     pub fn request(&self, route: &Arc<str>, took: Duration) {
-        self.routes.with(route, |c| {
-            c.requests.fetch_add(1, Ordering::Relaxed);
-            c.buckets[bucket_of(took)].fetch_add(1, Ordering::Relaxed);
-        });
+        self.routes.with(route, |c| c.request(took));
+    }
+
+    /// The counters of `route`, to count its requests without looking the
+    /// name up each time (none if the table is full). A route the dashboard
+    /// later forgets (see [`Stats::retain`]) is no longer current, so what its
+    /// handle counts after that is not shown, as it would not be anyway.
+    pub fn route(&self, route: &Arc<str>) -> Option<Arc<RouteCounters>> {
+        self.routes.get_or_create(route)
     }
 
     /// One request of `route` rejected by its limits (`locked_out`: because
@@ -197,12 +227,15 @@ impl Stats {
 
     /// One decision of `limit` (a label of [`DECISIONS`]).
     pub fn decision(&self, limit: &Arc<str>, decision: &str) {
-        let Some(i) = decision_index(decision) else {
-            return;
-        };
-        self.limits.with(limit, |c| {
-            c.decisions[i].fetch_add(1, Ordering::Relaxed);
-        });
+        if decision_index(decision).is_some() {
+            self.limits.with(limit, |c| c.decision(decision));
+        }
+    }
+
+    /// The counters of `limit`, to count its decisions without looking the
+    /// name up each time (none if the table is full); see [`Stats::route`].
+    pub fn limit(&self, limit: &Arc<str>) -> Option<Arc<LimitCounters>> {
+        self.limits.get_or_create(limit)
     }
 
     /// One lockout of `limit` started.

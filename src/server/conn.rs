@@ -69,8 +69,12 @@ pub async fn serve(
 
     // The watchdog: until the first request, `header_read` from the start;
     // then `idle` from the end of the last response while none is in flight.
+    // It wakes only when a deadline may have passed and reads the clock the
+    // requests leave in `activity`: nothing per request.
     let start = tokio::time::Instant::now();
-    let mut deadline = start + header_read;
+    let look_every = idle.min(header_read);
+    let alarm = tokio::time::sleep_until(start + look_every);
+    tokio::pin!(alarm);
     let mut draining = false;
     loop {
         tokio::select! {
@@ -84,26 +88,28 @@ pub async fn serve(
                 draining = true;
                 conn.as_mut().graceful_shutdown();
             }
-            _ = info.activity.idle() => {
-                deadline = tokio::time::Instant::now() + idle;
-            }
-            _ = tokio::time::sleep_until(deadline) => {
+            _ = &mut alarm => {
                 let (in_flight, requests, last_end_ms) = info.activity.snapshot();
                 let now = tokio::time::Instant::now();
-                if in_flight > 0 {
-                    // Busy: the end of the response re-arms the clock.
-                    deadline = now + idle.max(header_read);
+                let next = if in_flight > 0 {
+                    // Busy: the idle clock starts when the response ends.
+                    now + look_every
                 } else if requests == 0 {
-                    tracing::debug!(%peer, "no request head within header_read: closing");
-                    break;
+                    let limit = start + header_read;
+                    if now >= limit {
+                        tracing::debug!(%peer, "no request head within header_read: closing");
+                        break;
+                    }
+                    limit
                 } else {
-                    let idle_for = now.saturating_duration_since(start + Duration::from_millis(last_end_ms));
-                    if idle_for >= idle {
+                    let limit = start + Duration::from_millis(last_end_ms) + idle;
+                    if now >= limit {
                         tracing::debug!(%peer, "idle timeout: closing");
                         break;
                     }
-                    deadline = now + (idle - idle_for);
-                }
+                    limit
+                };
+                alarm.as_mut().reset(next);
             }
         }
     }

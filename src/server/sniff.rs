@@ -14,6 +14,7 @@
 //! anyway) it stops watching.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,6 +22,9 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The most header fields a watched head may have (hyper's own limit is 100).
+const MAX_HEADERS: usize = 128;
 
 /// The longest chunk-size or trailer line followed before giving up.
 const MAX_LINE: usize = 4096;
@@ -138,6 +142,23 @@ impl Machine<'_> {
         if bytes.is_empty() {
             return bytes;
         }
+        if self.line.is_empty() {
+            // The common case: the whole head arrived in one read. Parse it
+            // where it lies; only a head split across reads is copied.
+            let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+            let mut request = httparse::Request::new(&mut []);
+            match request.parse_with_uninit_headers(bytes, &mut headers) {
+                Ok(httparse::Status::Complete(end)) => {
+                    *self.state = self.classify(&request);
+                    return &bytes[end..];
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(_) => {
+                    self.stop();
+                    return &[];
+                }
+            }
+        }
         let search_from = self.line.len().saturating_sub(3);
         self.line.extend_from_slice(bytes);
         let Some(end) = find(&self.line[search_from..], b"\r\n\r\n").map(|i| search_from + i + 4)
@@ -148,22 +169,22 @@ impl Machine<'_> {
             return &[];
         };
         let consumed_here = end - (self.line.len() - bytes.len());
-        let next = self.classify_head(end);
+        let line = std::mem::take(self.line);
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut []);
+        let next = match request.parse_with_uninit_headers(&line[..end], &mut headers) {
+            Ok(httparse::Status::Complete(_)) => self.classify(&request),
+            _ => State::Done,
+        };
+        // Keep the buffer's capacity for the next split head.
+        *self.line = line;
         self.line.clear();
         *self.state = next;
         &bytes[consumed_here..]
     }
 
-    /// Parse the head in `line[..end]` and say what comes after it.
-    fn classify_head(&mut self, end: usize) -> State {
-        let mut headers = [httparse::EMPTY_HEADER; 128];
-        let mut request = httparse::Request::new(&mut headers);
-        if !matches!(
-            request.parse(&self.line[..end]),
-            Ok(httparse::Status::Complete(_))
-        ) {
-            return State::Done;
-        }
+    /// Count a parsed head and say what comes after it.
+    fn classify(&mut self, request: &httparse::Request<'_, '_>) -> State {
         *self.heads += 1;
         let (mut length, mut chunked, mut has_cl, mut has_te, mut upgrade) =
             (None, false, false, false, request.method == Some("CONNECT"));
