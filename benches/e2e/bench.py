@@ -252,6 +252,7 @@ def report(results_path):
     pairs = [
         ("tollgate ÷ NGINX (proxy, no limits)", "tg", "nginx"),
         ("tollgate ÷ HAProxy (proxy, no limits)", "tg", "haproxy"),
+        ("tollgate ÷ hyper floor (bare hyper + hyper-util proxy)", "tg", "floor"),
         ("tollgate 3 limits memory ÷ NGINX 3× limit_req", "tg-lim-mem", "nginx-limreq"),
         ("tollgate 3 limits memory ÷ tollgate unlimited", "tg-lim-mem", "tg"),
         ("tollgate 3 limits Redis ÷ tollgate unlimited", "tg-lim-redis", "tg"),
