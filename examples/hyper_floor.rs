@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Like tollgate: a multi-thread runtime (TOKIO_WORKER_THREADS workers), the
-//! accept loop on a worker, mimalloc, TCP_NODELAY on both sides. Unlike it:
+//! accept loop on a worker, glibc's allocator, TCP_NODELAY on both sides. Unlike it:
 //! hyper's `server::conn::http1::Builder` (keep-alive, no timer) instead of the
 //! auto (h1 + h2c) builder, and one default `hyper_util::client::legacy::Client`
 //! to UPSTREAM, whose response body is streamed back as it comes. Built as an
@@ -31,9 +31,6 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
-
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 type Upstream = Client<HttpConnector, Incoming>;
 type ProxyBody = Either<Incoming, Empty<Bytes>>;

@@ -6,13 +6,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of glibc's malloc: hyper allocates and frees a read
-/// buffer and a few small objects per request, and glibc's allocator spent
-/// ~15 % of the proxy's user-space instructions on them (callgrind, see
-/// benches/RESULTS.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// A reverse proxy and API gateway that protects HTTP backends with throttling.
 #[derive(Parser)]
 #[command(name = "tollgate", version, about)]

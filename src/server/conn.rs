@@ -50,7 +50,12 @@ pub async fn serve(
         service_fn(move |req| {
             let shared = shared.clone();
             let info = info.clone();
-            async move { Ok::<_, Infallible>(pipeline::handle(req, &shared, &info).await) }
+            // Boxed: hyper keeps the space of a connection's service future
+            // for the connection's whole life, idle or not, and the
+            // pipeline's future is ~3.4 KB; boxed, it lives as long as its
+            // request, and an idle connection holds only a pointer.
+            let handling = Box::pin(async move { pipeline::handle(req, &shared, &info).await });
+            async move { Ok::<_, Infallible>(handling.await) }
         })
     };
     let mut builder = auto::Builder::new(TokioExecutor::new());
