@@ -596,6 +596,18 @@ mod tests {
         }
     }
 
+    /// An HTTP/1.1 client for one target given as `host:port`.
+    fn client_for(authority: &str, connect_timeout: Duration) -> Client {
+        let authority: Authority = authority.parse().expect("authority");
+        Client::new(
+            [&authority],
+            80,
+            false,
+            connect_timeout,
+            Duration::from_secs(60),
+        )
+    }
+
     fn serve(stream: std::net::TcpStream, counts: &Counts) {
         let Ok(mut out) = stream.try_clone() else {
             return;
@@ -754,22 +766,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_host_name_is_resolved() {
+        let up = Upstream::start();
+        let port = up.authority.port_u16().expect("port");
+        let client = client_for(&format!("localhost:{port}"), Duration::from_secs(2));
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_connect_timeout_applies() {
+        // A listener that never accepts, its backlog full: further SYNs go
+        // unanswered.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind");
+        let listener = socket.listen(1).expect("listen");
+        let addr = listener.local_addr().expect("addr");
+        let mut queued = Vec::new();
+        for _ in 0..4 {
+            let attempt =
+                tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr));
+            if let Ok(Ok(stream)) = attempt.await {
+                queued.push(stream);
+            }
+        }
+        let timeout = Duration::from_millis(300);
+        let client = client_for(&addr.to_string(), timeout);
+        let started = std::time::Instant::now();
+        let error = client.send(0, get("/")).await.err().expect("timed out");
+        assert!(matches!(error, ClientError::ConnectTimeout(_)), "{error}");
+        assert!(error.is_connect());
+        let took = started.elapsed();
+        assert!(took >= timeout && took < timeout * 3, "took {took:?}");
+    }
+
+    #[tokio::test]
     async fn connect_failures_say_so() {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let authority: Authority = listener
-            .local_addr()
-            .expect("addr")
-            .to_string()
-            .parse()
-            .expect("authority");
+        let addr = listener.local_addr().expect("addr");
         drop(listener);
-        let client = Client::new(
-            [&authority],
-            80,
-            false,
-            Duration::from_secs(2),
-            Duration::from_secs(60),
-        );
+        let client = client_for(&addr.to_string(), Duration::from_secs(2));
         let error = client.send(0, get("/")).await.err().expect("refused");
         assert!(error.is_connect(), "{error}");
     }
