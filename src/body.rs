@@ -144,6 +144,22 @@ impl http_body::Body for UpstreamBody {
     }
 }
 
+/// What one `poll_frame` result says about the end of a body: `Some(true)`
+/// when the body has ended (this was its trailers, which always come last, or
+/// a frame after which `end_stream()` says so, or the end itself),
+/// `Some(false)` when it failed, `None` while it goes on.
+pub fn ended<D, E>(
+    polled: &Poll<Option<Result<Frame<D>, E>>>,
+    end_stream: impl FnOnce() -> bool,
+) -> Option<bool> {
+    match polled {
+        Poll::Ready(Some(Ok(frame))) => (frame.is_trailers() || end_stream()).then_some(true),
+        Poll::Ready(None) => Some(true),
+        Poll::Ready(Some(Err(_))) => Some(false),
+        Poll::Pending => None,
+    }
+}
+
 /// A response body that runs `on_end` exactly once: when the last frame has
 /// been sent, when it failed, or when it is dropped (the client went away).
 ///
@@ -182,19 +198,13 @@ impl<F: FnOnce(u64, bool) + Send + Unpin + 'static> http_body::Body for Finish<F
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.bytes += data.len() as u64;
-                }
-                // Trailers are always the last frame.
-                if frame.is_trailers() || this.inner.is_end_stream() {
-                    this.end(true);
-                }
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.bytes += data.len() as u64;
             }
-            Poll::Ready(None) => this.end(true),
-            Poll::Ready(Some(Err(_))) => this.end(false),
-            Poll::Pending => {}
+        }
+        if let Some(completed) = ended(&polled, || this.inner.is_end_stream()) {
+            this.end(completed);
         }
         polled
     }

@@ -18,10 +18,15 @@ fn ip(s: &str) -> IpAddr {
 
 /// One upstream `e` and a catch-all route to it.
 async fn simple(echo: &Echo) -> Gateway {
+    simple_with(echo, "").await
+}
+
+/// Like [`simple`], with more upstream settings (`, key: value`...).
+async fn simple_with(echo: &Echo, settings: &str) -> Gateway {
     Gateway::start(&config(&format!(
         r#"
         upstreams:
-          e: {{ targets: ["{}"], retries: 0 }}
+          e: {{ targets: ["{}"], retries: 0{settings} }}
         routes:
           - name: all
             match: {{ path: / }}
@@ -766,4 +771,157 @@ async fn access_log_line_has_the_contract_fields() {
         .wait_access_log("the 400", |l| l["request_id"] == rid.as_str())
         .await;
     assert_eq!(log["status"], 400, "{log}");
+}
+
+// ---- The upstream connection pool (src/proxy/client.rs) ----
+
+/// A raw connection that asked for a 200 MB download, once the echo (which
+/// must have had no request yet) has the request; nothing reads the answer.
+async fn unread_download(gw: &Gateway, echo: &Echo) -> raw::RawConn {
+    let mut conn = raw::connect(gw.addr()).await;
+    conn.write(b"GET /download/200000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    common::eventually(Duration::from_secs(5), "the download to start", || async {
+        (echo.count() == 1).then_some(())
+    })
+    .await;
+    conn
+}
+
+/// Distinct upstream connections the echo's requests came on.
+fn connections_used(echo: &Echo) -> usize {
+    echo.requests()
+        .iter()
+        .map(|r| r.peer)
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_upstream_connection_serves_sequential_requests() {
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    let h1 = client::h1();
+    let h2c = client::h2c();
+    for i in 0..5 {
+        // Every kind of response body, each read to its end.
+        let r = client::get(gw.addr(), &format!("/plain?i={i}")).await;
+        assert_eq!(r.status, 200);
+        let r = client::send(
+            &h1,
+            client::req(Method::HEAD, gw.addr(), "/head")
+                .body(client::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        assert_eq!(client::get(gw.addr(), "/status/204").await.status, 204);
+        let r = client::get(gw.addr(), "/download/300000").await;
+        assert_eq!(r.body.len(), 300_000);
+        let r = client::send(
+            &h1,
+            client::req(Method::POST, gw.addr(), "/upload")
+                .body(client::full("abc"))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.json()["len"], 3);
+        // h2c from the client: the upstream sends chunked with trailers.
+        let r = client::send(
+            &h2c,
+            client::req(Method::GET, gw.addr(), "/trailers")
+                .body(client::empty())
+                .unwrap(),
+        )
+        .await;
+        assert!(r.trailers.is_some(), "trailers: {r:?}");
+    }
+    assert_eq!(echo.count(), 30);
+    assert_eq!(echo.connections(), 1, "one keep-alive connection upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_do_not_wait_behind_a_slow_response_body() {
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    // A large response nobody reads: its upstream connection stays busy.
+    let stalled = unread_download(&gw, &echo).await;
+    let start = Instant::now();
+    for _ in 0..5 {
+        assert_eq!(client::get(gw.addr(), "/").await.status, 200);
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(echo.connections(), 2, "one busy, one for the rest");
+    drop(stalled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_dropped_response_does_not_return_its_connection() {
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    drop(unread_download(&gw, &echo).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        assert_eq!(client::get(gw.addr(), "/").await.status, 200);
+    }
+    let peers: Vec<_> = echo.requests().iter().map(|r| r.peer).collect();
+    assert!(
+        peers[1..].iter().all(|p| *p != peers[0]),
+        "the download's connection was used again: {peers:?}"
+    );
+    assert_eq!(connections_used(&echo), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_connections_the_upstream_closed_are_replaced_transparently() {
+    // Idle connections dropped by the upstream (no `Connection: close`):
+    // the next request, a POST that is never retried, still goes through.
+    // (The race where the upstream closes just as a request is handed to the
+    // connection is covered in src/proxy/client.rs.)
+    let echo = Echo::start("e").await;
+    let gw = simple(&echo).await;
+    let c = client::h1();
+    for i in 0..5 {
+        let r = client::send(
+            &c,
+            client::req(Method::POST, gw.addr(), &format!("/p{i}"))
+                .body(client::full("x"))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        echo.drop_connections();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(echo.count(), 5);
+    assert_eq!(echo.connections(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_upstream_connection_is_shared_and_reopened() {
+    let echo = Echo::start("e").await;
+    let gw = simple_with(&echo, ", http2: true").await;
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let addr = gw.addr();
+        clients.spawn(async move { client::get(addr, "/delay/300").await });
+    }
+    while let Some(r) = clients.join_next().await {
+        let r = r.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json()["http_version"], "HTTP/2");
+    }
+    assert_eq!(echo.connections(), 1, "one multiplexed connection");
+    // The upstream drops it: the next request opens another.
+    echo.drop_connections();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        assert_eq!(client::get(gw.addr(), "/").await.status, 200);
+    }
+    assert_eq!(echo.connections(), 2);
 }

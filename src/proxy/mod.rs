@@ -3,6 +3,7 @@
 //! with the retry rules of SPEC §4.
 
 pub mod balance;
+pub mod client;
 pub mod headers;
 pub mod pool;
 
@@ -11,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
-use hyper::body::Incoming;
 
 use crate::body::{Body, UpstreamBody};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
+use client::ResponseBody;
 use pool::{InFlight, UpstreamPool};
 
 /// A request ready to go upstream: headers already cleaned by
@@ -59,7 +60,7 @@ pub async fn forward(
     pool: &Arc<UpstreamPool>,
     out: Outbound,
     metrics: &Metrics,
-) -> Result<(Response<Incoming>, InFlight), GatewayError> {
+) -> Result<(Response<ResponseBody>, InFlight), GatewayError> {
     let Outbound {
         method,
         mut headers,
@@ -90,15 +91,21 @@ pub async fn forward(
         };
         tried.push(target);
         let t = &pool.targets[target];
-        let uri = Uri::builder()
-            .scheme(t.scheme.clone())
-            .authority(t.authority.clone())
-            .path_and_query(path_and_query.clone())
-            .build()
-            .map_err(|_| GatewayError::BadRequest {
-                reason: "request target",
-                close: false,
-            })?;
+        // HTTP/1.1 sends the origin form; HTTP/2 needs `:scheme` and
+        // `:authority`.
+        let uri = if pool.config.http2 {
+            Uri::builder()
+                .scheme(t.scheme.clone())
+                .authority(t.authority.clone())
+                .path_and_query(path_and_query.clone())
+                .build()
+                .map_err(|_| GatewayError::BadRequest {
+                    reason: "request target",
+                    close: false,
+                })?
+        } else {
+            Uri::from(path_and_query.clone())
+        };
         let host_value = match (&host, preserve_host) {
             (Some(h), true) => h.clone(),
             _ => HeaderValue::from_str(t.authority.as_str())
@@ -120,7 +127,7 @@ pub async fn forward(
 
         let guard = InFlight::new(pool.clone(), target);
         let started = Instant::now();
-        let result = tokio::time::timeout(timeout, pool.client.request(request)).await;
+        let result = tokio::time::timeout(timeout, pool.client.send(target, request)).await;
         let outcome = match &result {
             Ok(Ok(_)) => "response",
             Ok(Err(_)) => "error",

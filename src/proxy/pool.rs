@@ -1,17 +1,15 @@
 //! An upstream pool: its targets, their passive health, the balancer, and
-//! one pooled keep-alive client shared by every request to the pool.
+//! one pooled keep-alive client ([`Client`]) shared by every request to the
+//! pool.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::uri::{Authority, Scheme};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-
 use super::balance::Balancer;
-use crate::body::UpstreamBody;
+use super::client::Client;
 use crate::config::UpstreamConfig;
+use http::uri::{Authority, Scheme};
 
 /// How long an idle pooled upstream connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
@@ -44,9 +42,9 @@ pub struct UpstreamPool {
     /// The targets, in config order.
     pub targets: Vec<Target>,
     balancer: Balancer,
-    /// The pooled client; one per pool because connect timeout and HTTP/2
-    /// differ per upstream.
-    pub client: Client<HttpConnector, UpstreamBody>,
+    /// The pooled client, its target indices those of `targets`; one per
+    /// pool because connect timeout and HTTP/2 differ per upstream.
+    pub client: Client,
     epoch: Instant,
 }
 
@@ -93,17 +91,13 @@ impl UpstreamPool {
                 ejected_until: AtomicU64::new(0),
             });
         }
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .http2_only(config.http2)
-            .set_host(false)
-            .build(connector);
+        let client = Client::new(
+            targets.iter().map(|t| &t.authority),
+            80,
+            config.http2,
+            config.connect_timeout,
+            POOL_IDLE,
+        );
         let weights = config.targets.iter().map(|t| t.weight).collect();
         Ok(UpstreamPool {
             name: config.name.as_str().into(),

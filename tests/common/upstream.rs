@@ -16,8 +16,10 @@
 //! - `/hop`: a response carrying hop-by-hop headers;
 //! - `/close`: the connection is dropped without an answer.
 //!
-//! The echo counts requests (at the moment their head arrives), requests whose
-//! body arrived whole, and body bytes, and records each request's head.
+//! The echo counts accepted connections, requests (at the moment their head
+//! arrives), requests whose body arrived whole, and body bytes, and records
+//! each request's head. [`Echo::drop_connections`] closes every open
+//! connection (without `Connection: close` or GOAWAY) and keeps listening.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -83,6 +85,9 @@ impl Recorded {
 
 #[derive(Default)]
 struct State {
+    connections: AtomicUsize,
+    /// Notified to drop every open connection.
+    kick: tokio::sync::Notify,
     requests: AtomicUsize,
     in_flight: AtomicUsize,
     completed: AtomicUsize,
@@ -120,13 +125,21 @@ impl Echo {
                 };
                 // Reap finished connections so the set does not grow forever.
                 while conns.try_join_next().is_some() {}
+                st.connections.fetch_add(1, Ordering::SeqCst);
+                let kick = st.clone();
                 let st = st.clone();
                 let name = name_owned.clone();
                 conns.spawn(async move {
+                    // Listen for a kick from the start, before any request.
+                    let kicked = kick.kick.notified();
                     let svc = service_fn(move |req| handle(st.clone(), name.clone(), peer, req));
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let serve = builder.serve_connection(TokioIo::new(stream), svc);
+                    tokio::select! {
+                        _ = serve => {}
+                        _ = kicked => {}
+                    }
                 });
             }
         });
@@ -149,6 +162,18 @@ impl Echo {
     /// `http://127.0.0.1:PORT`
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// Drops every open connection abruptly (no `Connection: close`, no
+    /// GOAWAY), as an upstream closing idle keep-alive connections does;
+    /// keeps listening.
+    pub fn drop_connections(&self) {
+        self.state.kick.notify_waiters();
     }
 
     /// Requests received so far (counted when their head arrived).

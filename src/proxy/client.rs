@@ -1,0 +1,814 @@
+//! The upstream HTTP client: a small per-target connection pool built
+//! directly on hyper's connection API.
+//!
+//! **HTTP/1.1.** Each target keeps a stack of idle keep-alive connections
+//! (the `SendRequest` half; the connection itself runs in its own task). A
+//! request pops the most recently used one that is open and ready, or opens a
+//! new one; nothing is hashed, boxed or spawned per request. The response
+//! body ([`ResponseBody`]) pushes the connection back when it reaches its
+//! end, and drops it (which closes the connection) when it is dropped early
+//! or fails. A connection that is not ready yet (its task has not caught up,
+//! or it is still sending the previous request's body after an early
+//! response) is skipped, never waited for. A request that a reused
+//! connection hands back unsent (it closed before the request was written)
+//! is sent once more on a new connection.
+//!
+//! **HTTP/2** (`http2: true`: h2c with prior knowledge). One multiplexed
+//! connection per target, shared by every request, opened again when it
+//! closes; one request opens it while the others wait for it.
+//!
+//! **Idle connections** are closed after the idle timeout by one reaper task
+//! per client, which holds only a `Weak` reference and ends with the client.
+//! Its ticks also drive a coarse clock (`idle / 10` per tick) that stamps
+//! connections when they go idle, so returning a connection reads no clock.
+//! At most [`MAX_IDLE_PER_TARGET`] idle connections are kept per target.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::Authority;
+use http::{Request, Response, StatusCode};
+use http_body::{Body as _, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::body::{self, UpstreamBody};
+
+/// The most idle connections kept per target; a connection coming back to a
+/// full idle list is closed instead.
+pub const MAX_IDLE_PER_TARGET: usize = 1024;
+
+/// Reaper ticks per idle timeout: a connection is closed after between 1 and
+/// 1.1 idle timeouts without use.
+const REAP_TICKS: u32 = 10;
+
+type Sender1 = http1::SendRequest<UpstreamBody>;
+type Sender2 = http2::SendRequest<UpstreamBody>;
+
+/// Why a request to an upstream target failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TCP connection could not be made (nothing was sent).
+    #[error("connect: {0}")]
+    Connect(#[source] std::io::Error),
+    /// The TCP connection was not made within the connect timeout (nothing
+    /// was sent).
+    #[error("connect timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    /// The HTTP/2 handshake failed on a new connection (nothing was sent).
+    #[error("handshake: {0}")]
+    Handshake(#[source] hyper::Error),
+    /// The request failed on an established connection: part of it may have
+    /// been sent.
+    #[error("{0}")]
+    Request(#[source] hyper::Error),
+}
+
+impl ClientError {
+    /// Whether no connection could be made, so nothing of the request reached
+    /// the target.
+    pub fn is_connect(&self) -> bool {
+        !matches!(self, ClientError::Request(_))
+    }
+}
+
+/// A pooled HTTP client for the targets of one upstream.
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoints: Vec<Endpoint>,
+    http2: bool,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+    /// Reaper ticks so far: the coarse clock idle connections are stamped with.
+    clock: AtomicU32,
+    /// Whether the reaper task has been started (on the first connect).
+    reaper: AtomicBool,
+}
+
+/// One target: where to connect, and its pooled connections.
+struct Endpoint {
+    /// The host, without IPv6 brackets (for resolving).
+    host: Box<str>,
+    port: u16,
+    /// The host when it is an IP literal: no resolving needed.
+    ip: Option<IpAddr>,
+    /// Idle HTTP/1.1 connections, the most recently returned last.
+    idle: Mutex<Vec<Idle>>,
+    /// The shared HTTP/2 connection.
+    shared: Mutex<Option<Shared>>,
+    /// Held while an HTTP/2 connection is being opened, so only one is.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+struct Idle {
+    sender: Sender1,
+    /// The clock when it went idle.
+    since: u32,
+}
+
+struct Shared {
+    sender: Sender2,
+    /// The clock when a request last used it.
+    used: u32,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Client {
+    /// A client for `targets` (`host[:port]`; `default_port` when there is
+    /// none), speaking HTTP/2 with prior knowledge when `http2`, with
+    /// `connect_timeout` for each new TCP connection and closing connections
+    /// idle for `idle_timeout`. The target index of [`Client::send`] is the
+    /// position in `targets`.
+    pub fn new<'a>(
+        targets: impl IntoIterator<Item = &'a Authority>,
+        default_port: u16,
+        http2: bool,
+        connect_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Client {
+        let endpoints = targets
+            .into_iter()
+            .map(|authority| {
+                let host = authority.host();
+                let host = host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(host);
+                Endpoint {
+                    ip: host.parse().ok(),
+                    host: host.into(),
+                    port: authority.port_u16().unwrap_or(default_port),
+                    idle: Mutex::new(Vec::new()),
+                    shared: Mutex::new(None),
+                    connecting: tokio::sync::Mutex::new(()),
+                }
+            })
+            .collect();
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new());
+        Client {
+            inner: Arc::new(Inner {
+                endpoints,
+                http2,
+                connect_timeout,
+                idle_timeout,
+                h1: http1::Builder::new(),
+                h2,
+                clock: AtomicU32::new(0),
+                reaper: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Send `request` to target `target` and return the response head.
+    ///
+    /// HTTP/1.1 requests must be in origin form, HTTP/2 requests absolute;
+    /// the Host header is sent as given. The connection goes back to the
+    /// pool when the response body has been read to its end.
+    pub async fn send(
+        &self,
+        target: usize,
+        request: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, ClientError> {
+        if self.inner.http2 {
+            self.send_h2(target, request).await
+        } else {
+            self.send_h1(target, request).await
+        }
+    }
+
+    /// How many idle HTTP/1.1 connections target `target` holds right now.
+    pub fn idle_connections(&self, target: usize) -> usize {
+        self.inner
+            .endpoints
+            .get(target)
+            .map_or(0, |ep| lock(&ep.idle).len())
+    }
+
+    async fn send_h1(
+        &self,
+        target: usize,
+        mut request: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, ClientError> {
+        let mut pooled = self.inner.checkout(target);
+        loop {
+            let reused = pooled.is_some();
+            let mut sender = match pooled.take() {
+                Some(sender) => sender,
+                None => self.connect_h1(target).await?,
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    return Ok(ResponseBody::pooled(response, &self.inner, target, sender))
+                }
+                Err(mut error) => match error.take_message() {
+                    // The reused connection closed before the request was
+                    // written: once more, on a new connection.
+                    Some(unsent) if reused => {
+                        tracing::debug!(error = %error.error(), "pooled upstream connection closed; retrying on a new one");
+                        request = unsent;
+                    }
+                    _ => return Err(ClientError::Request(error.into_error())),
+                },
+            }
+        }
+    }
+
+    async fn send_h2(
+        &self,
+        target: usize,
+        mut request: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, ClientError> {
+        let (mut sender, mut reused) = match self.inner.shared(target) {
+            Some(sender) => (sender, true),
+            None => (self.connect_h2(target, false).await?, false),
+        };
+        loop {
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    return Ok(response.map(|inner| ResponseBody {
+                        inner,
+                        checkin: None,
+                    }))
+                }
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) if reused => {
+                        tracing::debug!(error = %error.error(), "shared upstream connection closed; retrying on a new one");
+                        request = unsent;
+                        sender = self.connect_h2(target, true).await?;
+                        reused = false;
+                    }
+                    _ => return Err(ClientError::Request(error.into_error())),
+                },
+            }
+        }
+    }
+
+    /// A new HTTP/1.1 connection to `target`, its task spawned.
+    async fn connect_h1(&self, target: usize) -> Result<Sender1, ClientError> {
+        let io = self.inner.connect(target).await?;
+        let (sender, conn) = self
+            .inner
+            .h1
+            .handshake(io)
+            .await
+            .map_err(ClientError::Handshake)?;
+        tokio::spawn(async move {
+            if let Err(error) = conn.with_upgrades().await {
+                tracing::debug!(%error, "upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// The shared HTTP/2 connection of `target`, opened (or, with `replace`,
+    /// opened again) by whichever request gets here first.
+    async fn connect_h2(&self, target: usize, replace: bool) -> Result<Sender2, ClientError> {
+        let ep = &self.inner.endpoints[target];
+        let _connecting = ep.connecting.lock().await;
+        if !replace {
+            // Another request may have opened it while this one waited.
+            if let Some(sender) = self.inner.shared(target) {
+                return Ok(sender);
+            }
+        }
+        let io = self.inner.connect(target).await?;
+        let handshake = self.inner.h2.handshake(io);
+        let (sender, conn) = tokio::time::timeout(self.inner.connect_timeout, handshake)
+            .await
+            .map_err(|_| ClientError::ConnectTimeout(self.inner.connect_timeout))?
+            .map_err(ClientError::Handshake)?;
+        tokio::spawn(async move {
+            if let Err(error) = conn.await {
+                tracing::debug!(%error, "upstream HTTP/2 connection ended with an error");
+            }
+        });
+        *lock(&ep.shared) = Some(Shared {
+            sender: sender.clone(),
+            used: self.inner.clock.load(Ordering::Relaxed),
+        });
+        Ok(sender)
+    }
+}
+
+impl Inner {
+    /// An idle HTTP/1.1 connection of `target` that is open and ready, most
+    /// recently used first. Closed ones are dropped on the way; ones not
+    /// ready yet stay for later.
+    fn checkout(&self, target: usize) -> Option<Sender1> {
+        let mut idle = lock(&self.endpoints[target].idle);
+        let mut i = idle.len();
+        while i > 0 {
+            i -= 1;
+            let sender = &idle[i].sender;
+            if sender.is_closed() {
+                idle.remove(i);
+            } else if sender.is_ready() {
+                return Some(idle.remove(i).sender);
+            }
+        }
+        None
+    }
+
+    /// Return an HTTP/1.1 connection whose response has ended.
+    fn checkin(&self, target: usize, sender: Sender1) {
+        if sender.is_closed() {
+            return;
+        }
+        let since = self.clock.load(Ordering::Relaxed);
+        let mut idle = lock(&self.endpoints[target].idle);
+        if idle.len() < MAX_IDLE_PER_TARGET {
+            idle.push(Idle { sender, since });
+        }
+    }
+
+    /// The shared HTTP/2 connection of `target`, if it is open.
+    fn shared(&self, target: usize) -> Option<Sender2> {
+        let mut shared = lock(&self.endpoints[target].shared);
+        match shared.as_mut() {
+            Some(s) if !s.sender.is_closed() => {
+                s.used = self.clock.load(Ordering::Relaxed);
+                Some(s.sender.clone())
+            }
+            Some(_) => {
+                *shared = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// A TCP connection to `target` within the connect timeout (resolving
+    /// included), trying each resolved address in turn with an equal share
+    /// of the time left.
+    async fn connect(self: &Arc<Self>, target: usize) -> Result<TokioIo<TcpStream>, ClientError> {
+        self.start_reaper();
+        let ep = &self.endpoints[target];
+        let timeout = self.connect_timeout;
+        let deadline = Instant::now() + timeout;
+        let addrs: Vec<SocketAddr> = match ep.ip {
+            Some(ip) => vec![SocketAddr::new(ip, ep.port)],
+            None => {
+                tokio::time::timeout_at(deadline, tokio::net::lookup_host((&*ep.host, ep.port)))
+                    .await
+                    .map_err(|_| ClientError::ConnectTimeout(timeout))?
+                    .map_err(ClientError::Connect)?
+                    .collect()
+            }
+        };
+        let mut last = ClientError::Connect(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} resolved to no address", ep.host),
+        ));
+        for (i, addr) in addrs.iter().enumerate() {
+            let share =
+                deadline.saturating_duration_since(Instant::now()) / (addrs.len() - i) as u32;
+            match tokio::time::timeout(share, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    stream.set_nodelay(true).map_err(ClientError::Connect)?;
+                    return Ok(TokioIo::new(stream));
+                }
+                Ok(Err(error)) => last = ClientError::Connect(error),
+                Err(_) => last = ClientError::ConnectTimeout(timeout),
+            }
+        }
+        Err(last)
+    }
+
+    /// Start the reaper task, once.
+    fn start_reaper(self: &Arc<Self>) {
+        if self.reaper.load(Ordering::Relaxed) || self.reaper.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let tick = (self.idle_timeout / REAP_TICKS).max(Duration::from_millis(1));
+        tokio::spawn(reap(Arc::downgrade(self), tick));
+    }
+
+    /// One reaper tick at clock `now`: drop the connections idle for more
+    /// than [`REAP_TICKS`] ticks, and those already closed.
+    fn reap(&self, now: u32) {
+        let expired = |since: u32| now.wrapping_sub(since) > REAP_TICKS;
+        for ep in &self.endpoints {
+            lock(&ep.idle).retain(|i| !(i.sender.is_closed() || expired(i.since)));
+            let mut shared = lock(&ep.shared);
+            if shared
+                .as_ref()
+                .is_some_and(|s| s.sender.is_closed() || expired(s.used))
+            {
+                *shared = None;
+            }
+        }
+    }
+}
+
+/// Every `tick`, advance the client's clock and close its expired idle
+/// connections; ends when the client is gone.
+async fn reap(inner: Weak<Inner>, tick: Duration) {
+    let mut interval = tokio::time::interval_at(Instant::now() + tick, tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let now = inner.clock.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        inner.reap(now);
+    }
+}
+
+/// An upstream response body. Over HTTP/1.1 it holds the connection and
+/// returns it to the pool when the body ends (the last data frame, the
+/// trailers, or the end of stream); dropped earlier, or failed, it drops the
+/// connection instead, which closes it.
+pub struct ResponseBody {
+    inner: Incoming,
+    checkin: Option<Checkin>,
+}
+
+struct Checkin {
+    client: Arc<Inner>,
+    target: usize,
+    sender: Sender1,
+}
+
+impl ResponseBody {
+    fn pooled(
+        response: Response<Incoming>,
+        client: &Arc<Inner>,
+        target: usize,
+        sender: Sender1,
+    ) -> Response<ResponseBody> {
+        // After a 101 the connection is no longer HTTP.
+        let checkin = (response.status() != StatusCode::SWITCHING_PROTOCOLS).then(|| Checkin {
+            client: client.clone(),
+            target,
+            sender,
+        });
+        let mut body = response.map(|inner| ResponseBody { inner, checkin });
+        if body.body().inner.is_end_stream() {
+            body.body_mut().release();
+        }
+        body
+    }
+
+    /// The body has ended: the connection can serve another request.
+    fn release(&mut self) {
+        if let Some(c) = self.checkin.take() {
+            c.client.checkin(c.target, c.sender);
+        }
+    }
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match body::ended(&polled, || this.inner.is_end_stream()) {
+            Some(true) => this.release(),
+            Some(false) => this.checkin = None,
+            None => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        // A reader that saw `is_end_stream` may stop polling before `None`.
+        if self.inner.is_end_stream() {
+            self.release();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against a real upstream on loopback: a tiny blocking HTTP/1.1 server
+    //! on its own threads, so it can act while the test's runtime is busy.
+
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{Shutdown, TcpListener};
+    use std::sync::atomic::AtomicUsize;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    /// How many bytes `/big` answers with.
+    const BIG: usize = 16 * 1024 * 1024;
+
+    #[derive(Default)]
+    struct Counts {
+        accepted: AtomicUsize,
+        requests: AtomicUsize,
+        closed: AtomicUsize,
+        streams: Mutex<Vec<std::net::TcpStream>>,
+    }
+
+    /// A keep-alive HTTP/1.1 upstream: `GET /` is `hello`, `GET /big` is
+    /// [`BIG`] bytes with a Content-Length. Runs until the test process ends.
+    struct Upstream {
+        authority: Authority,
+        counts: Arc<Counts>,
+    }
+
+    impl Upstream {
+        fn start() -> Upstream {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let addr = listener.local_addr().expect("local addr");
+            let counts = Arc::new(Counts::default());
+            let c = counts.clone();
+            std::thread::spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    c.accepted.fetch_add(1, Ordering::SeqCst);
+                    if let Ok(clone) = stream.try_clone() {
+                        lock(&c.streams).push(clone);
+                    }
+                    let c = c.clone();
+                    std::thread::spawn(move || serve(stream, &c));
+                }
+            });
+            Upstream {
+                authority: addr.to_string().parse().expect("authority"),
+                counts,
+            }
+        }
+
+        fn accepted(&self) -> usize {
+            self.counts.accepted.load(Ordering::SeqCst)
+        }
+
+        fn requests(&self) -> usize {
+            self.counts.requests.load(Ordering::SeqCst)
+        }
+
+        /// Connections the client closed.
+        fn closed(&self) -> usize {
+            self.counts.closed.load(Ordering::SeqCst)
+        }
+
+        /// Close every connection from the upstream's side (a FIN, no
+        /// `Connection: close`).
+        fn close_all(&self) {
+            for s in lock(&self.counts.streams).iter() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+
+        fn client(&self, idle_timeout: Duration) -> Client {
+            Client::new(
+                [&self.authority],
+                80,
+                false,
+                Duration::from_secs(2),
+                idle_timeout,
+            )
+        }
+    }
+
+    /// An HTTP/1.1 client for one target given as `host:port`.
+    fn client_for(authority: &str, connect_timeout: Duration) -> Client {
+        let authority: Authority = authority.parse().expect("authority");
+        Client::new(
+            [&authority],
+            80,
+            false,
+            connect_timeout,
+            Duration::from_secs(60),
+        )
+    }
+
+    fn serve(stream: std::net::TcpStream, counts: &Counts) {
+        let Ok(mut out) = stream.try_clone() else {
+            return;
+        };
+        let mut lines = BufReader::new(stream);
+        loop {
+            let mut path = None;
+            loop {
+                let mut line = String::new();
+                match lines.read_line(&mut line) {
+                    Ok(0) | Err(_) => {
+                        counts.closed.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    Ok(_) if line == "\r\n" => break,
+                    Ok(_) => {
+                        if path.is_none() {
+                            path = line.split(' ').nth(1).map(str::to_string);
+                        }
+                    }
+                }
+            }
+            counts.requests.fetch_add(1, Ordering::SeqCst);
+            let written = if path.as_deref() == Some("/big") {
+                let chunk = vec![b'x'; 64 * 1024];
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {BIG}\r\n\r\n");
+                out.write_all(head.as_bytes())
+                    .and_then(|()| (0..BIG / chunk.len()).try_for_each(|_| out.write_all(&chunk)))
+            } else {
+                out.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+            };
+            if written.is_err() {
+                counts.closed.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+
+    fn get(path: &str) -> Request<UpstreamBody> {
+        let mut request = Request::new(UpstreamBody::new(body::empty()).0);
+        *request.uri_mut() = path.parse().expect("path");
+        request
+            .headers_mut()
+            .insert(http::header::HOST, http::HeaderValue::from_static("up"));
+        request
+    }
+
+    async fn get_text(client: &Client, path: &str) -> String {
+        let response = client.send(0, get(path)).await.expect("response");
+        let bytes = response.into_body().collect().await.expect("body");
+        String::from_utf8_lossy(&bytes.to_bytes()).into_owned()
+    }
+
+    async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..200 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn one_connection_serves_sequential_requests() {
+        let up = Upstream::start();
+        let client = up.client(Duration::from_secs(60));
+        for _ in 0..20 {
+            assert_eq!(get_text(&client, "/").await, "hello");
+        }
+        assert_eq!(get_text(&client, "/big").await.len(), BIG);
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 1);
+        assert_eq!(up.requests(), 22);
+        assert_eq!(client.idle_connections(0), 1);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_closed_after_the_idle_timeout() {
+        let up = Upstream::start();
+        let idle = Duration::from_millis(200);
+        let client = up.client(idle);
+        assert_eq!(get_text(&client, "/").await, "hello");
+        let returned = std::time::Instant::now();
+        assert_eq!(client.idle_connections(0), 1);
+        // No further traffic: the reaper closes it.
+        wait_for("the idle connection to be closed", || up.closed() == 1).await;
+        let waited = returned.elapsed();
+        assert!(waited >= idle, "closed after {waited:?}, before {idle:?}");
+        assert_eq!(client.idle_connections(0), 0);
+        // The next request opens a new one.
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_early_does_not_return_its_connection() {
+        let up = Upstream::start();
+        let client = up.client(Duration::from_secs(60));
+        let response = client.send(0, get("/big")).await.expect("response");
+        let mut body = response.into_body();
+        let first = body.frame().await.expect("a frame").expect("data");
+        assert!(first.is_data());
+        drop(body);
+        assert_eq!(client.idle_connections(0), 0);
+        wait_for("the connection to be closed", || up.closed() == 1).await;
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_by_the_upstream_is_not_reused() {
+        let up = Upstream::start();
+        let client = up.client(Duration::from_secs(60));
+        assert_eq!(get_text(&client, "/").await, "hello");
+        up.close_all();
+        wait_for("the upstream to see the close", || up.closed() == 1).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 2);
+        assert_eq!(up.requests(), 2);
+    }
+
+    /// The race `try_send_request` exists for, made exact on one thread: the
+    /// upstream's FIN has arrived but the connection's task has not run since,
+    /// so the pool hands out the connection as open; the runtime then polls
+    /// its I/O driver (every task, `event_interval(1)`) before running the
+    /// connection task, which sees the FIN before it takes the request and
+    /// gives the request back unsent.
+    #[test]
+    fn a_request_handed_back_unsent_by_a_pooled_connection_goes_on_a_new_one() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .event_interval(1)
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            tokio::spawn(async {
+                let up = Upstream::start();
+                let client = up.client(Duration::from_secs(60));
+                assert_eq!(get_text(&client, "/").await, "hello");
+                // Let the connection settle: idle and ready.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                assert_eq!(client.idle_connections(0), 1);
+                up.close_all();
+                // Blocking on purpose: the FIN arrives, nothing else runs.
+                std::thread::sleep(Duration::from_millis(50));
+                assert_eq!(up.closed(), 1);
+                assert_eq!(get_text(&client, "/").await, "hello");
+                assert_eq!(up.accepted(), 2);
+                assert_eq!(up.requests(), 2);
+            })
+            .await
+            .expect("test task");
+        });
+    }
+
+    #[tokio::test]
+    async fn a_host_name_is_resolved() {
+        let up = Upstream::start();
+        let port = up.authority.port_u16().expect("port");
+        let client = client_for(&format!("localhost:{port}"), Duration::from_secs(2));
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_connect_timeout_applies() {
+        // A listener that never accepts, its backlog full: further SYNs go
+        // unanswered.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind");
+        let listener = socket.listen(1).expect("listen");
+        let addr = listener.local_addr().expect("addr");
+        let mut queued = Vec::new();
+        for _ in 0..4 {
+            let attempt =
+                tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr));
+            if let Ok(Ok(stream)) = attempt.await {
+                queued.push(stream);
+            }
+        }
+        let timeout = Duration::from_millis(300);
+        let client = client_for(&addr.to_string(), timeout);
+        let started = std::time::Instant::now();
+        let error = client.send(0, get("/")).await.err().expect("timed out");
+        assert!(matches!(error, ClientError::ConnectTimeout(_)), "{error}");
+        assert!(error.is_connect());
+        let took = started.elapsed();
+        assert!(took >= timeout && took < timeout * 3, "took {took:?}");
+    }
+
+    #[tokio::test]
+    async fn connect_failures_say_so() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        let client = client_for(&addr.to_string(), Duration::from_secs(2));
+        let error = client.send(0, get("/")).await.err().expect("refused");
+        assert!(error.is_connect(), "{error}");
+    }
+}
