@@ -45,8 +45,9 @@ pub struct Writes {
 /// Decide `checks` at `now` from their `loaded` states (same order).
 pub fn decide(checks: &[Check], loaded: &[Loaded<'_>], now: Micros) -> (Vec<Outcome>, Vec<Writes>) {
     let mut outcomes = Vec::with_capacity(checks.len());
-    let mut writes = vec![Writes::default(); checks.len()];
-    let mut verdicts = Vec::with_capacity(checks.len());
+    // Each allowed verdict's state, to be stored unless the request is
+    // blocked (then every one is dropped below).
+    let mut writes = Vec::with_capacity(checks.len());
     let mut blocked = false;
 
     for (check, state) in checks.iter().zip(loaded) {
@@ -96,17 +97,18 @@ pub fn decide(checks: &[Check], loaded: &[Loaded<'_>], now: Micros) -> (Vec<Outc
             }
         };
         outcomes.push(outcome);
-        verdicts.push(v);
+        writes.push(Writes {
+            algo: v.allowed.then_some((v.state, v.ttl)),
+            lock: None,
+        });
+    }
+    if !blocked {
+        return (outcomes, writes);
     }
 
-    for (i, (check, v)) in checks.iter().zip(verdicts).enumerate() {
+    for (i, check) in checks.iter().enumerate() {
         let outcome = &mut outcomes[i];
-        if !blocked {
-            if v.allowed {
-                writes[i].algo = Some((v.state, v.ttl));
-            }
-            continue;
-        }
+        writes[i].algo = None;
         match outcome.status {
             Status::Allowed => {
                 // Another limit rejected the request: nothing was taken here.
@@ -118,7 +120,9 @@ pub fn decide(checks: &[Check], loaded: &[Loaded<'_>], now: Micros) -> (Vec<Outc
                     AlgoParams::Concurrency(_) => 1,
                     _ => check.cost.max(1),
                 };
-                outcome.remaining = v.remaining.saturating_add(taken).min(v.limit);
+                // (An allowed outcome carries its verdict's remaining and
+                // limit as they were.)
+                outcome.remaining = outcome.remaining.saturating_add(taken).min(outcome.limit);
             }
             Status::Rejected => {
                 if let Some(p) = &check.lockout {

@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{OnError, StoreBackend, StoreConfig};
 use crate::limit::deny_cache::DenyCache;
-use crate::limit::key::{client_key, client_matches, KeyOutcome, RequestView};
+use crate::limit::key::{client_matches, KeyOutcome, RequestView};
 use crate::limit::policy::Policy;
 use crate::limit::store::memory::MemoryStore;
 use crate::limit::store::redis::RedisStore;
@@ -282,13 +282,11 @@ impl Limiter {
         let now = now_micros();
         let mut checks = Vec::with_capacity(plan.len());
         let mut applied: Vec<&Arc<Policy>> = Vec::with_capacity(plan.len());
-        let mut displays = Vec::with_capacity(plan.len());
         for policy in plan {
             if policy.exempt.iter().any(|m| client_matches(m, view)) {
                 continue;
             }
-            let key = match client_key(&policy.namespace, &policy.sources, policy.on_missing, view)
-            {
+            let key = match policy.store_key(view) {
                 KeyOutcome::Key(key) => key,
                 KeyOutcome::Skip => continue,
                 KeyOutcome::Deny => {
@@ -306,7 +304,7 @@ impl Limiter {
                 .find(|(m, _)| client_matches(m, view))
                 .map_or_else(|| policy.params.clone(), |(_, p)| p.clone());
             checks.push(Check {
-                key: key.store,
+                key,
                 params,
                 cost: policy.cost,
                 lockout: if policy.shadow { None } else { policy.lockout },
@@ -318,7 +316,6 @@ impl Limiter {
                 },
             });
             applied.push(policy);
-            displays.push(key.display);
         }
         if checks.is_empty() {
             return Decision::NotApplied;
@@ -361,15 +358,17 @@ impl Limiter {
                 }
             },
         };
-        self.conclude(checks, &applied, &displays, outcomes, now, local)
+        self.conclude(checks, &applied, view, outcomes, now, local)
     }
 
     /// Turn the store's outcomes into a decision, and feed the deny cache.
+    /// `view` is the request the checks were keyed from (a lockout that
+    /// starts needs its display key).
     fn conclude(
         self: &Arc<Self>,
         checks: Vec<Check>,
         applied: &[&Arc<Policy>],
-        displays: &[String],
+        view: &RequestView<'_>,
         outcomes: Vec<Outcome>,
         now: Micros,
         local: bool,
@@ -412,7 +411,10 @@ impl Limiter {
                     }
                     if outcome.lock_started {
                         let key = checks[i].key;
-                        self.label(key, &policy.name, &displays[i], now, outcome.retry_after);
+                        // The same walk that gave `key`, so it always has a
+                        // display form.
+                        let display = policy.display_key(view).unwrap_or_default();
+                        self.label(key, &policy.name, &display, now, outcome.retry_after);
                     }
                     if worst.is_none_or(|(_, r)| outcome.retry_after > r) {
                         worst = Some((i, outcome.retry_after));

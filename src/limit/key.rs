@@ -6,6 +6,13 @@
 //! human-readable [`ClientKey::display`] for logs and the admin API, which
 //! [`store_key_of_display`] turns back into the same store key.
 //!
+//! On the request path a limit hashes its namespace once ([`KeyPrefix`],
+//! kept in its policy) and computes only the store key
+//! ([`KeyPrefix::store_key`]); the display form, needed only when a lockout
+//! starts, is built then from the same request ([`display_key`]). All of
+//! these are one walk over the sources (`walk`) feeding a hash, a display
+//! string, or both.
+//!
 //! Component values:
 //!
 //! - `client_ip`: the resolved client address, IPv6 masked to
@@ -67,16 +74,27 @@ pub struct RequestView<'a> {
     pub ipv6_prefix: u8,
 }
 
-/// What one limit makes of a request's key.
+/// What one limit makes of a request's key: `K` is a [`ClientKey`] (store
+/// key and display), or just the [`StoreKey`] on the hot path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyOutcome {
+pub enum KeyOutcome<K = ClientKey> {
     /// Count the request against this key.
-    Key(ClientKey),
+    Key(K),
     /// A component is missing and `on_missing_key: skip`: the limit does
     /// not apply.
     Skip,
     /// A component is missing and `on_missing_key: deny`: reject.
     Deny,
+}
+
+impl<K> KeyOutcome<K> {
+    fn map<U>(self, f: impl FnOnce(K) -> U) -> KeyOutcome<U> {
+        match self {
+            KeyOutcome::Key(k) => KeyOutcome::Key(f(k)),
+            KeyOutcome::Skip => KeyOutcome::Skip,
+            KeyOutcome::Deny => KeyOutcome::Deny,
+        }
+    }
 }
 
 /// A request's key under one limit.
@@ -104,6 +122,7 @@ const SUBSTITUTE: char = '@';
 
 /// Incremental form of [`store_key`], so a value made of several pieces
 /// (header lines) is hashed without being joined first.
+#[derive(Clone)]
 struct KeyHasher(Sha256);
 
 impl KeyHasher {
@@ -137,6 +156,52 @@ impl KeyHasher {
     }
 }
 
+/// A limit's namespace, hashed once: a SHA-256 state already fed with the
+/// namespace component, cloned for each request, so a request's key costs
+/// only its own components. Gives the same store keys as [`client_key`] and
+/// [`store_key`] with that namespace.
+#[derive(Clone)]
+pub struct KeyPrefix(KeyHasher);
+
+impl std::fmt::Debug for KeyPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyPrefix(..)")
+    }
+}
+
+impl KeyPrefix {
+    /// The prefix of `namespace` (see [`client_key`]).
+    pub fn new(namespace: &[u8]) -> Self {
+        KeyPrefix(KeyHasher::new(namespace))
+    }
+
+    /// The store key alone, for the request path: no display form is built
+    /// ([`display_key`] gives it later from the same view when needed).
+    pub fn store_key(
+        &self,
+        sources: &[KeySource],
+        on_missing: OnMissingKey,
+        view: &RequestView<'_>,
+    ) -> KeyOutcome<StoreKey> {
+        let mut hasher = self.0.clone();
+        walk(sources, on_missing, view, &mut hasher).map(|()| hasher.finish())
+    }
+
+    /// The store key and the display form, as [`client_key`].
+    pub fn client_key(
+        &self,
+        sources: &[KeySource],
+        on_missing: OnMissingKey,
+        view: &RequestView<'_>,
+    ) -> KeyOutcome {
+        let mut sink = (self.0.clone(), String::with_capacity(48));
+        walk(sources, on_missing, view, &mut sink).map(|()| ClientKey {
+            store: sink.0.finish(),
+            display: sink.1,
+        })
+    }
+}
+
 /// The store key of `components` under `namespace`: the first 16 bytes of
 /// SHA-256 over the namespace and each component, every one prefixed by its
 /// length as a big-endian `u64`. [`client_key`] passes each component as its
@@ -156,34 +221,130 @@ pub fn hex(key: &StoreKey) -> String {
 
 /// The key of one limit for this request. `namespace` identifies the limit's
 /// state space (the engine passes bytes derived from the limit's name,
-/// algorithm and key spec).
+/// algorithm and key spec). A limit used for many requests keeps a
+/// [`KeyPrefix`] instead, which hashes the namespace once.
 pub fn client_key(
     namespace: &[u8],
     sources: &[KeySource],
     on_missing: OnMissingKey,
     view: &RequestView<'_>,
 ) -> KeyOutcome {
-    let mut hasher = KeyHasher::new(namespace);
+    KeyPrefix::new(namespace).client_key(sources, on_missing, view)
+}
+
+/// The display form of the key [`client_key`] gives for this request
+/// (`None` when it gives no key: a missing component skipped or denied).
+/// Hashes nothing: for a key whose store key was computed without its
+/// display ([`KeyPrefix::store_key`]) and which turns out to need one.
+pub fn display_key(
+    sources: &[KeySource],
+    on_missing: OnMissingKey,
+    view: &RequestView<'_>,
+) -> Option<String> {
     let mut display = String::with_capacity(48);
+    match walk(sources, on_missing, view, &mut display) {
+        KeyOutcome::Key(()) => Some(display),
+        KeyOutcome::Skip | KeyOutcome::Deny => None,
+    }
+}
+
+/// Where [`walk`] sends a key's components: the hash ([`KeyHasher`]), the
+/// display form (`String`), or both (a pair).
+trait KeySink {
+    /// Before every component but the first.
+    fn separator(&mut self);
+    /// The (grouped) client address; `substitute`: it stands in for a
+    /// missing component.
+    fn ip(&mut self, ip: IpAddr, ipv6_prefix: u8, substitute: bool);
+    /// A text component (header, query, cookie, route) with its kind byte.
+    fn value(&mut self, tag: u8, value: &[u8]);
+    /// `global`.
+    fn global(&mut self);
+}
+
+impl KeySink for KeyHasher {
+    fn separator(&mut self) {}
+
+    fn ip(&mut self, ip: IpAddr, _ipv6_prefix: u8, _substitute: bool) {
+        KeyHasher::ip(self, ip);
+    }
+
+    fn value(&mut self, tag: u8, value: &[u8]) {
+        self.component(&[&[tag], value]);
+    }
+
+    fn global(&mut self) {
+        self.component(&[&[TAG_GLOBAL]]);
+    }
+}
+
+impl KeySink for String {
+    fn separator(&mut self) {
+        self.push('|');
+    }
+
+    fn ip(&mut self, ip: IpAddr, ipv6_prefix: u8, substitute: bool) {
+        if substitute {
+            self.push(SUBSTITUTE);
+        }
+        push_ip(self, ip, ipv6_prefix);
+    }
+
+    fn value(&mut self, _tag: u8, value: &[u8]) {
+        push_escaped(self, value);
+    }
+
+    fn global(&mut self) {
+        self.push_str(GLOBAL_DISPLAY);
+    }
+}
+
+impl<A: KeySink, B: KeySink> KeySink for (A, B) {
+    fn separator(&mut self) {
+        self.0.separator();
+        self.1.separator();
+    }
+
+    fn ip(&mut self, ip: IpAddr, ipv6_prefix: u8, substitute: bool) {
+        self.0.ip(ip, ipv6_prefix, substitute);
+        self.1.ip(ip, ipv6_prefix, substitute);
+    }
+
+    fn value(&mut self, tag: u8, value: &[u8]) {
+        self.0.value(tag, value);
+        self.1.value(tag, value);
+    }
+
+    fn global(&mut self) {
+        self.0.global();
+        self.1.global();
+    }
+}
+
+/// The one walk of a limit's key sources over a request: each component goes
+/// to `sink`, in order. `Key(())` when every component was found (or
+/// replaced by the client address).
+fn walk<S: KeySink>(
+    sources: &[KeySource],
+    on_missing: OnMissingKey,
+    view: &RequestView<'_>,
+    sink: &mut S,
+) -> KeyOutcome<()> {
     for (i, source) in sources.iter().enumerate() {
         if i > 0 {
-            display.push('|');
+            sink.separator();
         }
         let (tag, value) = match source {
             KeySource::ClientIp => {
-                let ip = client_group(view);
-                hasher.ip(ip);
-                push_ip(&mut display, ip, view.ipv6_prefix);
+                sink.ip(client_group(view), view.ipv6_prefix, false);
                 continue;
             }
             KeySource::Route => {
-                hasher.component(&[&[TAG_ROUTE], view.route.as_bytes()]);
-                push_escaped(&mut display, view.route.as_bytes());
+                sink.value(TAG_ROUTE, view.route.as_bytes());
                 continue;
             }
             KeySource::Global => {
-                hasher.component(&[&[TAG_GLOBAL]]);
-                display.push_str(GLOBAL_DISPLAY);
+                sink.global();
                 continue;
             }
             KeySource::Header(name) => (TAG_HEADER, header_value(view.headers, name)),
@@ -191,26 +352,15 @@ pub fn client_key(
             KeySource::Cookie(name) => (TAG_COOKIE, cookie_value(view.headers, name)),
         };
         match value.filter(|v| !v.is_empty()) {
-            Some(v) => {
-                hasher.component(&[&[tag], &v]);
-                push_escaped(&mut display, &v);
-            }
+            Some(v) => sink.value(tag, &v),
             None => match on_missing {
                 OnMissingKey::Skip => return KeyOutcome::Skip,
                 OnMissingKey::Deny => return KeyOutcome::Deny,
-                OnMissingKey::ClientIp => {
-                    let ip = client_group(view);
-                    hasher.ip(ip);
-                    display.push(SUBSTITUTE);
-                    push_ip(&mut display, ip, view.ipv6_prefix);
-                }
+                OnMissingKey::ClientIp => sink.ip(client_group(view), view.ipv6_prefix, true),
             },
         }
     }
-    KeyOutcome::Key(ClientKey {
-        display,
-        store: hasher.finish(),
-    })
+    KeyOutcome::Key(())
 }
 
 /// The store key of a display key typed by an operator (admin
@@ -525,6 +675,77 @@ mod tests {
             k.display
         );
         k
+    }
+
+    #[test]
+    fn precomputed_prefix_gives_the_same_keys() {
+        let h = headers(&[
+            ("x-user", b"bob"),
+            ("x-tenant", b"a|c%"),
+            ("cookie", b"sid=s1"),
+        ]);
+        let none = HeaderMap::new();
+        let views = [
+            view("203.0.113.7", &h, Some("k=v&user=al+ice")),
+            view("2001:db8:1:2::9", &h, None),
+            view("::ffff:10.0.0.1", &none, Some("k=")),
+        ];
+        let specs: [&[&str]; 7] = [
+            &["client_ip"],
+            &["header:x-user"],
+            &["query:user", "client_ip"],
+            &["header:x-tenant", "cookie:sid", "route"],
+            &["global"],
+            &["header:x-missing", "client_ip"],
+            &["client_ip", "query:k", "header:x-user", "route", "global"],
+        ];
+        // Namespaces around SHA-256's 64-byte block (with the 8-byte length
+        // prefix: 55, 56 and 120 bytes are the edges) and a real one.
+        let real = b"\0\0\0\0\0\0\0\x0atollgate/1\0\0\0\0\0\0\0\x08per_client";
+        let namespaces: Vec<Vec<u8>> = [0, 1, 47, 55, 56, 57, 63, 64, 119, 120, 200]
+            .iter()
+            .map(|&n| (0..n).map(|i| (i * 31 % 251) as u8).collect())
+            .chain([NS.to_vec(), real.to_vec()])
+            .collect();
+        for ns in &namespaces {
+            let prefix = KeyPrefix::new(ns);
+            for spec in specs {
+                let sources = srcs(spec);
+                for v in &views {
+                    for on_missing in [
+                        OnMissingKey::ClientIp,
+                        OnMissingKey::Skip,
+                        OnMissingKey::Deny,
+                    ] {
+                        let full = client_key(ns, &sources, on_missing, v);
+                        let fast = prefix.store_key(&sources, on_missing, v);
+                        assert_eq!(fast, full.clone().map(|k| k.store), "{spec:?} {v:?}");
+                        assert_eq!(prefix.client_key(&sources, on_missing, v), full);
+                        let display = display_key(&sources, on_missing, v);
+                        match full {
+                            KeyOutcome::Key(k) => {
+                                assert_eq!(display.as_deref(), Some(k.display.as_str()));
+                                // The documented layout, through `store_key`.
+                                assert_eq!(
+                                    store_key_of_display(ns, &sources, &k.display),
+                                    Some(k.store)
+                                );
+                            }
+                            KeyOutcome::Skip | KeyOutcome::Deny => assert_eq!(display, None),
+                        }
+                    }
+                }
+            }
+            // And the component layout itself.
+            assert_eq!(
+                prefix.store_key(
+                    &srcs(&["client_ip", "route"]),
+                    OnMissingKey::Deny,
+                    &views[0]
+                ),
+                KeyOutcome::Key(store_key(ns, &[&[TAG_IP, 203, 0, 113, 7], b"rapi"]))
+            );
+        }
     }
 
     #[test]

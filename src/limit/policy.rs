@@ -16,7 +16,8 @@ use crate::limit::algorithm::{
     self as algo, concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window,
     token_bucket, Micros,
 };
-use crate::limit::{AlgoParams, LockParams};
+use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
+use crate::limit::{AlgoParams, LockParams, StoreKey};
 
 /// One compiled limit.
 #[derive(Debug)]
@@ -25,6 +26,8 @@ pub struct Policy {
     pub name: Arc<str>,
     /// Bytes identifying the limit's state space (see the module doc).
     pub namespace: Vec<u8>,
+    /// `namespace` already hashed, for this limit's store keys.
+    pub key_prefix: KeyPrefix,
     /// The parameters for every client without an override.
     pub params: AlgoParams,
     /// The key sources (a composite key when more than one).
@@ -159,6 +162,7 @@ impl Policy {
         }
         Ok(Policy {
             name: cfg.name.as_str().into(),
+            key_prefix: KeyPrefix::new(&namespace),
             namespace,
             params,
             sources: cfg.key.clone(),
@@ -174,5 +178,24 @@ impl Policy {
     /// Whether this is a `concurrency` limit.
     pub fn is_concurrency(&self) -> bool {
         matches!(self.params, AlgoParams::Concurrency(_))
+    }
+
+    /// This limit's store key for the request, without its display form
+    /// (the request path; [`Policy::display_key`] gives that when needed).
+    pub fn store_key(&self, view: &RequestView<'_>) -> KeyOutcome<StoreKey> {
+        self.key_prefix
+            .store_key(&self.sources, self.on_missing, view)
+    }
+
+    /// This limit's key for the request: store key and display form.
+    pub fn client_key(&self, view: &RequestView<'_>) -> KeyOutcome {
+        self.key_prefix
+            .client_key(&self.sources, self.on_missing, view)
+    }
+
+    /// The display form of this limit's key for the request (`None` when the
+    /// request has no key under it).
+    pub fn display_key(&self, view: &RequestView<'_>) -> Option<String> {
+        key::display_key(&self.sources, self.on_missing, view)
     }
 }

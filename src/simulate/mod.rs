@@ -63,7 +63,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
 use crate::config::{Config, StoreBackend};
 use crate::identity;
-use crate::limit::key::{client_key, client_matches, KeyOutcome, RequestView};
+use crate::limit::key::{client_matches, KeyOutcome, RequestView};
 use crate::limit::store::memory::MemoryStore;
 use crate::limit::{Check, Micros, Status, StoreKey};
 use crate::route::normalise::normalise_path;
@@ -413,8 +413,7 @@ impl Simulator {
                 self.pending.push((li, Pending::Exempt));
                 continue;
             }
-            let key = match client_key(&policy.namespace, &policy.sources, policy.on_missing, &view)
-            {
+            let key = match policy.client_key(&view) {
                 KeyOutcome::Key(key) => key,
                 KeyOutcome::Skip => {
                     self.pending.push((li, Pending::Skipped));

@@ -16,8 +16,10 @@ use crate::limit::decide::{decide, Loaded};
 use crate::limit::state::AlgoState;
 use crate::limit::{Check, LockState, Micros, Outcome, StoreKey};
 
-/// How many shards the map is split into.
+/// How many shards the map is split into (at most 64: a request's shards
+/// are a `u64` bit set).
 pub const SHARDS: usize = 64;
+const _: () = assert!(SHARDS <= 64);
 
 /// One (limit, client): its limit state and lockout state, each with its
 /// own expiry (0: absent).
@@ -70,17 +72,22 @@ impl MemoryStore {
 
     /// Decide a request's `checks` at `now`, atomically over all their keys.
     pub fn decide(&self, checks: &[Check], now: Micros) -> Vec<Outcome> {
-        let mut order: Vec<usize> = checks.iter().map(|c| shard_of(&c.key)).collect();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
-            order.iter().map(|&s| (s, self.lock(s))).collect();
-        let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or(0);
+        // The shards to lock as a bit set, taken in increasing order: the
+        // guard of a shard is its rank among them.
+        let shards: u64 = checks.iter().fold(0, |m, c| m | 1 << shard_of(&c.key));
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            Vec::with_capacity(shards.count_ones() as usize);
+        let mut rest = shards;
+        while rest != 0 {
+            guards.push(self.lock(rest.trailing_zeros() as usize));
+            rest &= rest - 1;
+        }
+        let guard_of = |shard: usize| (shards & ((1u64 << shard) - 1)).count_ones() as usize;
 
         let loaded: Vec<Loaded> = checks
             .iter()
             .map(|c| {
-                let g = &guards[guard_of(shard_of(&c.key))].1;
+                let g = &guards[guard_of(shard_of(&c.key))];
                 match g.get(&c.key) {
                     Some(e) => Loaded {
                         algo: if e.algo_exp > now {
@@ -104,7 +111,7 @@ impl MemoryStore {
             if write.algo.is_none() && write.lock.is_none() {
                 continue;
             }
-            let g = &mut guards[guard_of(shard_of(&check.key))].1;
+            let g = &mut guards[guard_of(shard_of(&check.key))];
             let entry = g.entry(check.key).or_insert(Entry {
                 algo: None,
                 algo_exp: 0,
@@ -255,6 +262,31 @@ mod tests {
             );
         }
         assert_eq!(store.decide(&[a], 2 * SECOND)[0].status, Status::Rejected);
+    }
+
+    #[test]
+    fn checks_in_shared_and_distinct_shards() {
+        let store = MemoryStore::new();
+        // Shards 0, 1, 1 (65 % 64), 63, 0 (128 % 64): locked once each.
+        let keys = [key(0), key(1), key(65), key(63), key(128)];
+        let checks: Vec<Check> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| fixed(i as u64 + 1, k))
+            .collect();
+        let first = store.decide(&checks, 0);
+        let remaining: Vec<u64> = first.iter().map(|o| o.remaining).collect();
+        assert_eq!(remaining, [0, 1, 2, 3, 4]);
+        assert_eq!(store.len(), 5);
+        // The first check is now full: the whole request is rejected, and
+        // every other key is left as it was.
+        let second = store.decide(&checks, SECOND);
+        assert_eq!(second[0].status, Status::Rejected);
+        assert!(second[1..].iter().all(|o| o.status == Status::NotConsumed));
+        for (i, &k) in keys.iter().enumerate().skip(1) {
+            let alone = store.decide(&[fixed(i as u64 + 1, k)], SECOND)[0];
+            assert_eq!(alone.remaining, i as u64 - 1, "key {i}");
+        }
     }
 
     #[test]
