@@ -425,11 +425,10 @@ fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap) {
 
 /// A fresh request id: 128 random bits in hex.
 fn new_request_id() -> HeaderValue {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bits = fastrand::u128(..);
     let mut id = [0u8; 32];
-    for (i, digit) in id.iter_mut().enumerate() {
-        *digit = HEX[(bits >> (124 - 4 * i) & 0xf) as usize];
+    // 16 bytes always fit 32 hex digits; the fallback is never taken.
+    if hex::encode_to_slice(fastrand::u128(..).to_be_bytes(), &mut id).is_err() {
+        return HeaderValue::from_static("0");
     }
     HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
@@ -593,4 +592,22 @@ fn path_and_query(path: &str, query: Option<&str>) -> Result<PathAndQuery, Gatew
         reason: "invalid request target",
         close: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_32_lowercase_hex_digits_and_differ() {
+        let (a, b) = (new_request_id(), new_request_id());
+        for id in [&a, &b] {
+            let text = id.to_str().unwrap();
+            assert_eq!(text.len(), 32);
+            assert!(text
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+        }
+        assert_ne!(a, b);
+    }
 }
