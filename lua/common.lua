@@ -10,7 +10,15 @@ Numbers: Lua 5.1 numbers are doubles, exact for integers below 2^53. The Rust
 side refuses parameters for which any value could reach that
 (src/limit/algorithm/mod.rs), so every value in these scripts is an exact
 integer, and math.floor(a / b) and math.ceil(a / b) are exact integer
-divisions. Times are microseconds since the Unix epoch.
+divisions. Times are microseconds since the Unix epoch. Numbers go to
+redis.call as fmt() strings: "%d" (a C long, 64 bits wherever Redis runs) is
+exact for them and about twice as fast as Redis's own "%.17g" of a number
+argument, or Lua's "%.0f".
+
+Speed: these scripts run on every request, and Redis re-runs a script's whole
+chunk per call, so every `function` here is a closure made again each time
+(~0.1 µs each). The hot paths avoid closures and tables per call where a plain
+value does: measured with INFO commandstats (benches/RESULTS.md).
 
 Functions:
   fail(msg)             raise the error reply "ERR tollgate: <msg>"
@@ -25,16 +33,21 @@ Functions:
   ceil_div(a, b)        ceil(a / b), 0 when b is 0 (algorithm::ceil_div)
   set_ttl(key, ttl)     PEXPIRE key ceil(ttl / 1000) ms, or DEL key when ttl is 0
   key_type(key)         TYPE key: 'none', 'hash', 'zset', ...
+  read(cmd, key, ...)   redis.call(cmd, key, ...), except that a key of
+                        another type answers nil instead of raising WRONGTYPE
+                        (one call where TYPE and a read would be two)
   hash_load(key, fields) the numeric fields of a hash (0 when missing); the
                         field `foreign` says the key holds something else
                         (a fresh state, replacing it when stored)
+  need(args, i, n, what) fail unless args[i .. i + n - 1] exist
   take(args, i, n, what) args[i .. i + n - 1] as integers (fail if args ends
                         before)
   hash_store(key, st, fields, ttl, foreign)  HSET the fields, then set_ttl
   fluid(unit, drain, burst, slack)  the bucket maths shared by token_bucket
-                        and leaky_bucket (algorithm::Fluid): a table with
-                        cap, slack, drain_time(l), drained(l, el), adopt(l, u),
-                        units_free(l)
+                        and leaky_bucket (algorithm::Fluid): a table
+                        {unit, drain, cap, slack} for fl_drain_time(f, l),
+                        fl_drained(f, l, el), fl_adopt(f, l, u),
+                        fl_units_free(f, l)
   retry_hint(v), reset_hint(v)  Verdict::retry_hint / Verdict::reset_hint
   ALGO                  the table every algorithm file registers itself in
 ]]
@@ -51,18 +64,22 @@ local function int(s, what)
   return n
 end
 
-local function take(args, i, n, what)
+local function need(args, i, n, what)
   if #args < i + n - 1 then
     fail(what .. ': expected ' .. n .. ' params, the arguments end after '
       .. (#args - i + 1))
   end
+end
+
+local function take(args, i, n, what)
+  need(args, i, n, what)
   local out = {}
   for j = 1, n do out[j] = int(args[i + j - 1], what) end
   return out
 end
 
 local function fmt(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 local function now_arg(s)
@@ -103,18 +120,24 @@ local function key_type(key)
   return t
 end
 
-local function hash_load(key, fields)
-  local st = {}
-  local t = key_type(key)
-  -- Another algorithm's sorted set under this key: a fresh key, as in
-  -- AlgoParams::check ("a state of another algorithm counts as fresh").
-  local foreign = t ~= 'hash' and t ~= 'none'
-  local vals = {}
-  if t == 'hash' then vals = redis.call('HMGET', key, unpack(fields)) end
-  for i, f in ipairs(fields) do
-    st[f] = tonumber(vals[i]) or 0
+local function read(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err ~= nil then
+    if string.find(r.err, 'WRONGTYPE', 1, true) == 1 then return nil end
+    error(r, 0)
   end
-  st.foreign = foreign
+  return r
+end
+
+local function hash_load(key, fields)
+  -- Another algorithm's sorted set under this key (nil here): a fresh key,
+  -- as in AlgoParams::check ("a state of another algorithm counts as
+  -- fresh"). A missing key reads as all nil: zeros.
+  local vals = read('HMGET', key, unpack(fields))
+  local st = {foreign = vals == nil}
+  for i = 1, #fields do
+    st[fields[i]] = vals and tonumber(vals[i]) or 0
+  end
   return st
 end
 
@@ -125,40 +148,44 @@ local function hash_store(key, st, fields, ttl, foreign)
   end
   if foreign then redis.call('DEL', key) end
   local args = {}
-  for _, f in ipairs(fields) do
-    args[#args + 1] = f
-    args[#args + 1] = fmt(st[f])
+  for j = 1, #fields do
+    local f = fields[j]
+    args[2 * j - 1] = f
+    args[2 * j] = fmt(st[f])
   end
   redis.call('HSET', key, unpack(args))
   set_ttl(key, ttl)
 end
 
 local function fluid(unit, drain, burst, slack)
-  local f = {unit = unit, drain = drain, cap = burst * unit, slack = slack}
-  function f.drain_time(level)
-    return ceil_div(level, drain)
+  return {unit = unit, drain = drain, cap = burst * unit, slack = slack}
+end
+
+local function fl_drain_time(f, level)
+  return ceil_div(level, f.drain)
+end
+
+local function fl_drained(f, level, elapsed)
+  -- Compare first, so a long idle key never multiplies a huge elapsed.
+  if elapsed >= fl_drain_time(f, level) then return 0 end
+  return level - elapsed * f.drain
+end
+
+local function fl_adopt(f, level, old_unit)
+  local top = f.cap + f.slack
+  if old_unit == f.unit then
+    -- unchanged tick size
+  elseif old_unit == 0 then
+    level = 0
+  else
+    local units = math.min(ceil_div(level, old_unit), ceil_div(top, f.unit))
+    level = units * f.unit
   end
-  function f.drained(level, elapsed)
-    -- Compare first, so a long idle key never multiplies a huge elapsed.
-    if elapsed >= f.drain_time(level) then return 0 end
-    return level - elapsed * drain
-  end
-  function f.adopt(level, old_unit)
-    local top = f.cap + f.slack
-    if old_unit == unit then
-      -- unchanged tick size
-    elseif old_unit == 0 then
-      level = 0
-    else
-      local units = math.min(ceil_div(level, old_unit), ceil_div(top, unit))
-      level = units * unit
-    end
-    return math.min(level, top)
-  end
-  function f.units_free(level)
-    return floor_div(math.max(f.cap - level, 0), math.max(unit, 1))
-  end
-  return f
+  return math.min(level, top)
+end
+
+local function fl_units_free(f, level)
+  return floor_div(math.max(f.cap - level, 0), math.max(f.unit, 1))
 end
 
 local function retry_hint(v)

@@ -20,13 +20,11 @@ a string: it may exceed 2^53), score = its expiry.
 
 local function leases_load(key)
   local st = {leases = {}, foreign = false}
-  local t = key_type(key)
-  if t == 'none' then return st end
-  if t ~= 'zset' then
+  local raw = read('ZRANGE', key, 0, -1, 'WITHSCORES')
+  if raw == nil then
     st.foreign = true
     return st
   end
-  local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #raw, 2 do
     st.leases[#st.leases + 1] = {id = raw[i], exp = tonumber(raw[i + 1])}
   end

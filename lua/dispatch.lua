@@ -48,13 +48,16 @@ for c = 1, n do
   end
   local algo = ALGO[ARGV[i]]
   if algo == nil then fail('dispatch: unknown algorithm ' .. ARGV[i]) end
+  -- Every field named here, nil ones too: Lua sizes the table once for them
+  -- (adding fields later would grow it step by step).
   local ch = {
     algo = algo, cost = int(ARGV[i + 1], 'cost'), shadow = ARGV[i + 2] == '1',
     lease = ARGV[i + 3], skey = KEYS[2 * c - 1], lkey = KEYS[2 * c],
+    taken = 1, lock = nil, p = nil, st = nil, v = nil, lst = nil, status = nil, o = nil,
   }
   -- Units the request would have taken: one slot for concurrency, else its
   -- cost (at least 1, as the algorithms count it).
-  ch.taken = (algo == ALGO.concurrency) and 1 or math.max(ch.cost, 1)
+  if ARGV[i] ~= 'concurrency' then ch.taken = math.max(ch.cost, 1) end
   local has_lock = ARGV[i + 4]
   i = i + 5
   if has_lock == '1' then
@@ -132,11 +135,10 @@ for _, ch in ipairs(checks) do
 end
 
 local out = {}
-for _, ch in ipairs(checks) do
-  local v, o = ch.v, ch.o
-  for _, x in ipairs({ch.status, o.started, o.delay, v.limit, v.window,
-      o.remaining, o.reset, o.retry}) do
-    out[#out + 1] = x
-  end
+for c = 1, n do
+  local ch = checks[c]
+  local v, o, at = ch.v, ch.o, 8 * (c - 1)
+  out[at + 1], out[at + 2], out[at + 3], out[at + 4] = ch.status, o.started, o.delay, v.limit
+  out[at + 5], out[at + 6], out[at + 7], out[at + 8] = v.window, o.remaining, o.reset, o.retry
 end
 return out

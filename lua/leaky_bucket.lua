@@ -45,31 +45,31 @@ ALGO.leaky_bucket = {
     cost = math.max(cost, 1)
     local f = p.fluid
     local shaping = p.max_delay > 0
-    local lv = f.drained(f.adopt(s.lv, s.u), math.max(now - s.ts, 0))
+    local lv = fl_drained(f, fl_adopt(f, s.lv, s.u), math.max(now - s.ts, 0))
     local ts = math.max(s.ts, now)
     local allowed, delay, retry = false, 0, -1
     if cost <= p.burst then
       local k = cost * f.unit
-      local ahead = shaping and f.drain_time(lv) or 0
+      local ahead = shaping and fl_drain_time(f, lv) or 0
       if lv + k <= f.cap and ahead <= p.max_delay then
         allowed, delay, retry = true, ahead, 0
       else
         -- Room in the bucket, and (shaping) a short enough queue.
-        local room = f.drain_time(math.max(lv + k - f.cap, 0))
-        local queue = shaping and f.drain_time(math.max(lv - p.md, 0)) or 0
+        local room = fl_drain_time(f, math.max(lv + k - f.cap, 0))
+        local queue = shaping and fl_drain_time(f, math.max(lv - p.md, 0)) or 0
         retry = math.max(room, queue)
       end
     end
     local lv2 = allowed and lv + cost * f.unit or lv
-    local remaining = f.units_free(lv2)
+    local remaining = fl_units_free(f, lv2)
     if shaping then
       local queued = 0
       if lv2 <= p.md then queued = math.floor((p.md - lv2) / f.unit) + 1 end
       remaining = math.min(remaining, queued)
     end
-    local ttl = f.drain_time(lv2)
+    local ttl = fl_drain_time(f, lv2)
     return {
-      allowed = allowed, delay = delay, limit = p.burst, window = f.drain_time(f.cap),
+      allowed = allowed, delay = delay, limit = p.burst, window = fl_drain_time(f, f.cap),
       remaining = remaining, reset_after = ttl, retry_after = retry,
       state = {lv = lv2, ts = ts, u = f.unit}, ttl = ttl,
     }

@@ -31,13 +31,11 @@ ALGO.sliding_log = {
 
   load = function(key, p)
     local st = {entries = {}, foreign = false}
-    local t = key_type(key)
-    if t == 'none' then return st end
-    if t ~= 'zset' then
+    local raw = read('ZRANGE', key, 0, -1)
+    if raw == nil then
       st.foreign = true
       return st
     end
-    local raw = redis.call('ZRANGE', key, 0, -1)
     for i, m in ipairs(raw) do
       local t, n = string.match(m, '^(%d+):(%d+)$')
       if t == nil then fail('sliding_log: malformed entry ' .. m .. ' in ' .. key) end

@@ -40,23 +40,23 @@ ALGO.token_bucket = {
   check = function(p, s, now, cost)
     cost = math.max(cost, 1)
     local f = p.fluid
-    local d = f.drained(f.adopt(s.d, s.u), math.max(now - s.ts, 0))
+    local d = fl_drained(f, fl_adopt(f, s.d, s.u), math.max(now - s.ts, 0))
     local ts = math.max(s.ts, now)
     local allowed, delay, retry = false, 0, -1
     if cost <= p.burst then
       local need = d + cost * f.unit
-      local wait = f.drain_time(math.max(need - f.cap, 0))
+      local wait = fl_drain_time(f, math.max(need - f.cap, 0))
       if wait <= p.max_delay then
         allowed, delay, retry, d = true, wait, 0, need
       else
         retry = wait - p.max_delay
       end
     end
-    local ttl = f.drain_time(d)
-    local window = f.drain_time(f.cap)
+    local ttl = fl_drain_time(f, d)
+    local window = fl_drain_time(f, f.cap)
     return {
       allowed = allowed, delay = delay, limit = p.burst, window = window,
-      remaining = f.units_free(d), reset_after = math.min(ttl, window),
+      remaining = fl_units_free(f, d), reset_after = math.min(ttl, window),
       retry_after = retry, state = {d = d, ts = ts, u = f.unit}, ttl = ttl,
     }
   end,

@@ -665,6 +665,66 @@ fn gcra_gives_redis_cells_figures() {
     assert_eq!(throttle(62 * SECOND), [0, 16, 15, -1, 2]);
 }
 
+/// A key holding another algorithm's state (a sorted set where a hash is
+/// expected, or the other way round) reads as fresh, and the write replaces
+/// it; an error other than WRONGTYPE still fails the call.
+#[test]
+fn another_algorithms_state_counts_as_fresh() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let key = "t:{00000000000000000000000000000002}:s";
+    let run = |conn: &mut redis::Connection, params: AlgoParams| -> Figures {
+        let name = params.name();
+        let script = script_of(&[name], ALGO_ENTRY);
+        let mut inv = script.key(key);
+        inv.arg(name).arg(T0).arg(1).arg(7);
+        for v in wire::algo_params(&params) {
+            inv.arg(v);
+        }
+        figures(&ints(&inv.invoke::<Value>(conn).unwrap()))
+    };
+    let fw = AlgoParams::FixedWindow(fixed_window::Params::new(3, Window::Fixed(SECOND)).unwrap());
+    let log = AlgoParams::SlidingLog(sliding_log::Params::new(3, SECOND).unwrap());
+    let lease = AlgoParams::Concurrency(concurrency::Params::new(3, SECOND).unwrap());
+
+    // A sorted set under a fixed window's key: fresh, then a hash.
+    let _: () = redis::cmd("ZADD")
+        .arg(key)
+        .arg(1)
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let f = run(&mut conn, fw.clone());
+    assert!(f.allowed);
+    assert_eq!(f.remaining, 2, "a fresh window: 1 of 3 taken");
+    let kind: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
+    assert_eq!(kind, "hash");
+    // That hash under a sliding log's (or a concurrency limit's) key:
+    // fresh, then a sorted set.
+    for params in [log, lease] {
+        let _: () = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(key)
+            .arg("n")
+            .arg(9)
+            .query(&mut conn)
+            .unwrap();
+        let f = run(&mut conn, params);
+        assert!(f.allowed);
+        assert_eq!(f.remaining, 2, "fresh: 1 of 3 taken");
+        let kind: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
+        assert_eq!(kind, "zset");
+    }
+    // A string is foreign to every algorithm as well.
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(run(&mut conn, fw).remaining, 2);
+}
+
 /// A check with the key `[limit, client, 0, ...]`.
 fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
     let mut key = [0u8; 16];
