@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Client, ErrorKind, RedisError, RedisWrite, ServerErrorKind, ToRedisArgs, Value};
 use tokio::sync::mpsc;
 
 use self::breaker::{Admission, Breaker};
@@ -61,11 +61,56 @@ pub enum StoreError {
 /// Redis Cluster hash tag, so both land on one slot and one script can touch
 /// them. The only place keys are built.
 pub fn keys(prefix: &str, key: &StoreKey) -> (String, String) {
-    let hex = hex::encode(key);
-    (
-        format!("{prefix}:{{{hex}}}:s"),
-        format!("{prefix}:{{{hex}}}:l"),
-    )
+    (tagged(prefix, key, "s"), tagged(prefix, key, "l"))
+}
+
+/// `<prefix>:{<32 hex>}:<suffix>`.
+fn tagged(prefix: &str, key: &StoreKey, suffix: &str) -> String {
+    let mut s = Vec::with_capacity(prefix.len() + suffix.len() + 36);
+    write_tagged(&mut s, prefix, key, suffix);
+    String::from_utf8(s).expect("a prefix, hex and an ASCII suffix")
+}
+
+/// Writes `<prefix>:{<32 hex>}:<suffix>` to `w`, without `format!` (it
+/// runs for every check of every request; `format!` cost ~2,000
+/// instructions a key).
+fn write_tagged(w: &mut impl std::io::Write, prefix: &str, key: &StoreKey, suffix: &str) {
+    let mut hex = [0u8; 32];
+    hex::encode_to_slice(key, &mut hex).expect("32 bytes hold the hex of 16");
+    // Writes to a Vec (or to the command being built) cannot fail.
+    let _ = w
+        .write_all(prefix.as_bytes())
+        .and_then(|()| w.write_all(b":{"))
+        .and_then(|()| w.write_all(&hex))
+        .and_then(|()| w.write_all(b"}:"))
+        .and_then(|()| w.write_all(suffix.as_bytes()));
+}
+
+/// `dispatch.lua`'s `KEYS`: each check's state and lockout key, then the
+/// lockout index, written straight into the command.
+struct DispatchKeys<'a> {
+    prefix: &'a str,
+    checks: &'a [Check],
+}
+
+impl DispatchKeys<'_> {
+    /// How many keys there are.
+    fn len(&self) -> usize {
+        2 * self.checks.len() + 1
+    }
+}
+
+impl ToRedisArgs for DispatchKeys<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        for c in self.checks {
+            write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "s");
+            write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "l");
+        }
+        out.write_arg(index_key(self.prefix).as_bytes());
+    }
 }
 
 /// The label key of one (limit, client): `<prefix>:{<32 hex>}:n`, holding
@@ -73,7 +118,7 @@ pub fn keys(prefix: &str, key: &StoreKey) -> (String, String) {
 /// `GET /lockouts` can name the client. The display key is a value, never
 /// part of a key name.
 pub fn label_key(prefix: &str, key: &StoreKey) -> String {
-    format!("{prefix}:{{{}}}:n", hex::encode(key))
+    tagged(prefix, key, "n")
 }
 
 /// The lockout index, a sorted set (member: the 32 hex of a (limit,
@@ -292,19 +337,15 @@ impl RedisStore {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
-        let prefix = &self.inner.prefix;
-        let mut keys_ = Vec::with_capacity(2 * checks.len() + 1);
-        let mut args = Vec::with_capacity(2 + 16 * checks.len());
-        args.push(self.clock(now));
-        args.push(checks.len().to_string());
-        for c in checks {
-            let (s, l) = keys(prefix, &c.key);
-            keys_.push(s);
-            keys_.push(l);
-            wire::push_check(&mut args, c);
-        }
-        keys_.push(index_key(prefix));
-        let reply = self.call(|s| &s.dispatch, keys_, args).await?;
+        let keys_ = DispatchKeys {
+            prefix: &self.inner.prefix,
+            checks,
+        };
+        let args = wire::DispatchArgs {
+            now: self.inner.local_clock.then_some(now),
+            checks,
+        };
+        let reply = self.call(|s| &s.dispatch, keys_.len(), keys_, args).await?;
         wire::outcomes(&reply, checks.len()).map_err(StoreError::Script)
     }
 
@@ -320,8 +361,9 @@ impl RedisStore {
         let reply = self
             .call(
                 |s| &s.release,
-                vec![state],
-                vec![lease.to_string(), self.clock(now)],
+                1,
+                state,
+                &[lease.to_string(), self.clock(now)][..],
             )
             .await?;
         Ok(matches!(reply, Value::Int(1)))
@@ -339,11 +381,7 @@ impl RedisStore {
     ) -> Result<(Option<AlgoState>, LockState), StoreError> {
         let (s, l) = keys(&self.inner.prefix, &check.key);
         let reply = self
-            .call(
-                |sc| &sc.inspect,
-                vec![s, l],
-                vec![check.params.name().to_owned()],
-            )
+            .call(|sc| &sc.inspect, 2, &[s, l][..], check.params.name())
             .await?;
         wire::inspected(&reply, &check.params).map_err(StoreError::Script)
     }
@@ -446,7 +484,7 @@ impl RedisStore {
     pub async fn lockouts(&self, now: Micros) -> Result<Vec<(StoreKey, Micros)>, StoreError> {
         let index = index_key(&self.inner.prefix);
         let reply = self
-            .call(|s| &s.lockouts, vec![index], vec![self.clock(now)])
+            .call(|s| &s.lockouts, 1, index, self.clock(now))
             .await?;
         wire::lockouts(&reply).map_err(StoreError::Script)
     }
@@ -461,19 +499,18 @@ impl RedisStore {
         }
     }
 
-    /// Run a script by `EVALSHA`, through the breaker and within the
-    /// deadline.
+    /// Run a script by `EVALSHA` with `nkeys` keys (written by `keys_`) and
+    /// `args`, through the breaker and within the deadline.
     async fn call(
         &self,
         script: fn(&Scripts) -> &Lua,
-        keys_: Vec<String>,
-        args: Vec<String>,
+        nkeys: usize,
+        keys_: impl ToRedisArgs,
+        args: impl ToRedisArgs,
     ) -> Result<Value, StoreError> {
-        let inner = Arc::clone(&self.inner);
-        self.bounded(move |conn| async move {
-            evalsha(conn, script(&inner.scripts), &keys_, &args).await
-        })
-        .await
+        let script = script(&self.inner.scripts);
+        self.bounded(|conn| evalsha(conn, script, nkeys, &keys_, &args))
+            .await
     }
 
     /// Run `op` on the shared connection through the breaker, within the
@@ -562,14 +599,15 @@ impl Drop for Permit<'_> {
 async fn evalsha(
     mut conn: ConnectionManager,
     script: &Lua,
-    keys_: &[String],
-    args: &[String],
+    nkeys: usize,
+    keys_: &impl ToRedisArgs,
+    args: &impl ToRedisArgs,
 ) -> Result<Value, RedisError> {
     let mut retried = false;
     loop {
         let result = redis::cmd("EVALSHA")
             .arg(&script.sha)
-            .arg(keys_.len())
+            .arg(nkeys)
             .arg(keys_)
             .arg(args)
             .query_async::<Value>(&mut conn)
@@ -578,7 +616,7 @@ async fn evalsha(
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 return redis::cmd("EVAL")
                     .arg(&script.src)
-                    .arg(keys_.len())
+                    .arg(nkeys)
                     .arg(keys_)
                     .arg(args)
                     .query_async::<Value>(&mut conn)
@@ -683,6 +721,10 @@ mod tests {
         let hex = "ab".repeat(16);
         assert_eq!(s, format!("tg:{{{hex}}}:s"));
         assert_eq!(l, format!("tg:{{{hex}}}:l"));
+        let key: StoreKey = std::array::from_fn(|i| i as u8 * 17);
+        let hex = "00112233445566778899aabbccddeeff";
+        assert_eq!(keys("t", &key).0, format!("t:{{{hex}}}:s"));
+        assert_eq!(label_key("tollgate", &key), format!("tollgate:{{{hex}}}:n"));
         assert_eq!(index_key("tg"), "tg:lockouts");
         assert_eq!(reset_channel("tg"), "tg:reset");
     }

@@ -11,7 +11,7 @@
 //!
 //! with the algorithm's params from [`algo_params`].
 
-use redis::Value;
+use redis::{RedisWrite, ToRedisArgs, Value};
 
 use crate::limit::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
@@ -51,16 +51,18 @@ pub fn algo_params(p: &AlgoParams) -> Vec<u64> {
     }
 }
 
-/// Appends one check's part of `dispatch.lua`'s `ARGV` to `args`.
-pub fn push_check(args: &mut Vec<String>, c: &Check) {
-    args.push(c.params.name().to_owned());
-    args.push(c.cost.to_string());
-    args.push(if c.shadow { "1" } else { "0" }.to_owned());
-    args.push(c.lease.to_string());
+/// Writes one check's part of `dispatch.lua`'s `ARGV`, one argument at a
+/// time, to `arg`.
+pub fn check_args(c: &Check, mut arg: impl FnMut(&[u8])) {
+    let mut n = itoa::Buffer::new();
+    arg(c.params.name().as_bytes());
+    arg(n.format(c.cost).as_bytes());
+    arg(if c.shadow { b"1" } else { b"0" });
+    arg(n.format(c.lease).as_bytes());
     match &c.lockout {
-        None => args.push("0".to_owned()),
+        None => arg(b"0"),
         Some(l) => {
-            args.push("1".to_owned());
+            arg(b"1");
             for v in [
                 l.after,
                 l.within,
@@ -69,19 +71,65 @@ pub fn push_check(args: &mut Vec<String>, c: &Check) {
                 l.max_duration,
                 l.forget_after,
             ] {
-                args.push(v.to_string());
+                arg(n.format(v).as_bytes());
             }
         }
     }
-    args.extend(algo_params(&c.params).iter().map(u64::to_string));
+    for v in algo_params(&c.params) {
+        arg(n.format(v).as_bytes());
+    }
+}
+
+/// Appends one check's part of `dispatch.lua`'s `ARGV` to `args`.
+pub fn push_check(args: &mut Vec<String>, c: &Check) {
+    check_args(c, |a| args.push(String::from_utf8_lossy(a).into_owned()));
+}
+
+/// `dispatch.lua`'s whole `ARGV`, written straight into the command (no
+/// string per argument: this runs for every request).
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchArgs<'a> {
+    /// The gateway's clock, or `None` for Redis `TIME` (an empty `now`).
+    pub now: Option<Micros>,
+    /// The request's checks.
+    pub checks: &'a [Check],
+}
+
+impl ToRedisArgs for DispatchArgs<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut n = itoa::Buffer::new();
+        match self.now {
+            Some(now) => out.write_arg(n.format(now).as_bytes()),
+            None => out.write_arg(b""),
+        }
+        out.write_arg(n.format(self.checks.len()).as_bytes());
+        for c in self.checks {
+            check_args(c, |a| out.write_arg(a));
+        }
+    }
 }
 
 /// The figures per check in `dispatch.lua`'s reply.
 const OUTCOME_WIDTH: usize = 8;
 
-/// `dispatch.lua`'s reply: one [`Outcome`] per check.
+/// `dispatch.lua`'s reply, one string of [`OUTCOME_WIDTH`] decimal
+/// integers per check, space-separated: one [`Outcome`] per check.
 pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, String> {
-    let items = array(reply)?;
+    let Value::BulkString(text) = reply else {
+        return Err(format!("dispatch: expected a string, got {reply:?}"));
+    };
+    let mut items = Vec::with_capacity(checks * OUTCOME_WIDTH);
+    for word in text.split(|&b| b == b' ') {
+        items.push(decimal(word).ok_or_else(|| {
+            format!(
+                "dispatch: not an integer: {:?}",
+                String::from_utf8_lossy(word)
+            )
+        })?);
+    }
     if items.len() != checks * OUTCOME_WIDTH {
         return Err(format!(
             "dispatch: {} values for {checks} checks, expected {}",
@@ -92,9 +140,8 @@ pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, String> {
     items
         .chunks(OUTCOME_WIDTH)
         .map(|o| {
-            let n = |i: usize| int(&o[i]);
             Ok(Outcome {
-                status: match n(0)? {
+                status: match o[0] {
                     0 => Status::Allowed,
                     1 => Status::Rejected,
                     2 => Status::LockedOut,
@@ -102,13 +149,13 @@ pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, String> {
                     4 => Status::NotConsumed,
                     s => return Err(format!("dispatch: unknown status {s}")),
                 },
-                lock_started: n(1)? == 1,
-                delay: n(2)?,
-                limit: n(3)?,
-                window: n(4)?,
-                remaining: n(5)?,
-                reset: n(6)?,
-                retry_after: n(7)?,
+                lock_started: o[1] == 1,
+                delay: o[2],
+                limit: o[3],
+                window: o[4],
+                remaining: o[5],
+                reset: o[6],
+                retry_after: o[7],
             })
         })
         .collect()
@@ -268,6 +315,17 @@ fn int(v: &Value) -> Result<u64, String> {
     }
 }
 
+/// A non-negative decimal integer of at most 19 digits (below 2^63, so it
+/// cannot overflow), no sign, no spaces.
+fn decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
 fn text(v: &Value) -> Result<String, String> {
     match v {
         Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
@@ -323,13 +381,70 @@ mod tests {
                 "0"
             ]
         );
+        // The whole ARGV: now, n, then each check as above.
+        let two = [c.clone(), c.clone()];
+        let mut want = vec![b"7".to_vec(), b"2".to_vec()];
+        want.extend(args.iter().chain(&args).map(|a| a.as_bytes().to_vec()));
+        let got = DispatchArgs {
+            now: Some(7),
+            checks: &two,
+        }
+        .to_redis_args();
+        assert_eq!(got, want);
+        let store_clock = DispatchArgs {
+            now: None,
+            checks: &two[..1],
+        }
+        .to_redis_args();
+        assert_eq!(
+            (&store_clock[0][..], &store_clock[1][..]),
+            (&b""[..], &b"1"[..])
+        );
+        assert_eq!(store_clock.len(), 2 + args.len());
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn outcomes_read_eight_integers_per_check() {
+        let got = outcomes(
+            &bulk("0 0 5 10 60000000 9 60000000 0 2 1 0 3 1000 0 7000 7000"),
+            2,
+        )
+        .unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].status, Status::Allowed);
+        assert_eq!(
+            (got[0].delay, got[0].limit, got[0].window),
+            (5, 10, 60_000_000)
+        );
+        assert_eq!(
+            (got[0].remaining, got[0].reset, got[0].retry_after),
+            (9, 60_000_000, 0)
+        );
+        assert_eq!(got[1].status, Status::LockedOut);
+        assert!(got[1].lock_started && !got[0].lock_started);
+        assert_eq!((got[1].reset, got[1].retry_after), (7000, 7000));
+        let big = outcomes(&bulk("0 0 0 9007199254740991 1 1 1 1"), 1).unwrap();
+        assert_eq!(big[0].limit, (1 << 53) - 1);
     }
 
     #[test]
     fn replies_that_do_not_fit_are_errors_not_panics() {
         assert!(outcomes(&Value::Int(1), 1).is_err());
-        assert!(outcomes(&Value::Array(vec![Value::Int(9); 8]), 1).is_err());
-        assert!(outcomes(&Value::Array(vec![Value::Int(-1); 8]), 1).is_err());
+        assert!(outcomes(&Value::Array(vec![Value::Int(0); 8]), 1).is_err());
+        assert!(outcomes(&bulk("0 0 0 0 0 0 0"), 1).is_err(), "7 of 8");
+        assert!(outcomes(&bulk("0 0 0 0 0 0 0 0 0"), 1).is_err(), "9 of 8");
+        assert!(outcomes(&bulk("9 0 0 0 0 0 0 0"), 1).is_err(), "status 9");
+        assert!(outcomes(&bulk("0 0 0 -1 0 0 0 0"), 1).is_err(), "negative");
+        assert!(outcomes(&bulk("0 0 0 1e+15 0 0 0 0"), 1).is_err(), "not %d");
+        assert!(
+            outcomes(&bulk("0 0  0 0 0 0 0 0"), 1).is_err(),
+            "two spaces"
+        );
+        assert!(outcomes(&bulk("0 0 0 99999999999999999999 0 0 0 0"), 1).is_err());
         assert!(lockouts(&Value::Array(vec![Value::Int(1)])).is_err());
         assert_eq!(parse_key("zz"), None);
         assert_eq!(parse_key(&"ab".repeat(16)), Some([0xab; 16]));
