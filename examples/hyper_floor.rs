@@ -9,8 +9,8 @@
 //! hyper_floor LISTEN --answer    answer "hello world\n" itself (the server alone)
 //! ```
 //!
-//! Like tollgate: a multi-thread runtime (TOKIO_WORKER_THREADS workers), the
-//! accept loop on a worker, glibc's allocator, TCP_NODELAY on both sides. Unlike it:
+//! Like tollgate: Tokio's current-thread scheduler when TOKIO_WORKER_THREADS=1,
+//! else the multi-thread one, the accept loop as a task, glibc's allocator, TCP_NODELAY on both sides. Unlike it:
 //! hyper's `server::conn::http1::Builder` (keep-alive, no timer) instead of the
 //! auto (h1 + h2c) builder, and one default `hyper_util::client::legacy::Client`
 //! to UPSTREAM, whose response body is streamed back as it comes. Built as an
@@ -46,10 +46,17 @@ fn main() -> anyhow::Result<()> {
         "--answer" => None,
         addr => Some(addr.parse::<Authority>().context("UPSTREAM")?),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    // The accept loop runs on a worker, as tollgate's does, not on the main thread.
+    // The scheduler tollgate picks (src/main.rs): current-thread for one
+    // worker, else multi-thread.
+    let one = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|n| n.trim() == "1");
+    let runtime = if one {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()?;
+    // The accept loop is a task, as tollgate's is.
     runtime.block_on(runtime.spawn(serve(listen.clone(), upstream)))?
 }
 

@@ -43,14 +43,23 @@ Functions:
   take(args, i, n, what) args[i .. i + n - 1] as integers (fail if args ends
                         before)
   hash_store(key, st, fields, ttl, foreign)  HSET the fields, then set_ttl
+  hash_state(fields, algo) algo (an algorithm's table) with the load, store and
+                        encode of a state kept as one hash of `fields`
+                        (in the Rust state's order), returned
   fluid(unit, drain, burst, slack)  the bucket maths shared by token_bucket
                         and leaky_bucket (algorithm::Fluid): a table
                         {unit, drain, cap, slack} for fl_drain_time(f, l),
                         fl_drained(f, l, el), fl_adopt(f, l, u),
                         fl_units_free(f, l)
   retry_hint(v), reset_hint(v)  Verdict::retry_hint / Verdict::reset_hint
-  ALGO                  the table every algorithm file registers itself in
+  DEFINE, ALGO          every algorithm file registers DEFINE.<name>, a function
+                        returning its table; ALGO.<name> is that table, built
+                        on first use
 ]]
+
+-- Hot library functions as locals: `math.floor` is a global and a field
+-- lookup on every use.
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 
 local function fail(msg)
   error({err = 'ERR tollgate: ' .. msg}, 0)
@@ -58,7 +67,7 @@ end
 
 local function int(s, what)
   local n = tonumber(s)
-  if n == nil or n < 0 or n ~= math.floor(n) then
+  if n == nil or n < 0 or n % 1 ~= 0 then
     fail(what .. ': expected a non-negative integer, got ' .. tostring(s))
   end
   return n
@@ -92,12 +101,12 @@ end
 
 local function floor_div(a, b)
   if b == 0 then return 0 end
-  return math.floor(a / b)
+  return floor(a / b)
 end
 
 local function ceil_div(a, b)
   if b == 0 then return 0 end
-  return math.ceil(a / b)
+  return ceil(a / b)
 end
 
 -- Redis expiries are in milliseconds. Rounding up keeps a state until it is
@@ -109,7 +118,7 @@ local function set_ttl(key, ttl)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('PEXPIRE', key, fmt(math.ceil(ttl / 1000)))
+    redis.call('PEXPIRE', key, fmt(ceil(ttl / 1000)))
   end
 end
 
@@ -147,14 +156,37 @@ local function hash_store(key, st, fields, ttl, foreign)
     return
   end
   if foreign then redis.call('DEL', key) end
-  local args = {}
-  for j = 1, #fields do
-    local f = fields[j]
-    args[2 * j - 1] = f
-    args[2 * j] = fmt(st[f])
+  -- Spelled out for the states' sizes (1 to 4 fields): an argument table
+  -- and unpack() cost a microsecond per call.
+  local a, b, c, d = fields[1], fields[2], fields[3], fields[4]
+  local n = #fields
+  if n == 1 then
+    redis.call('HSET', key, a, fmt(st[a]))
+  elseif n == 2 then
+    redis.call('HSET', key, a, fmt(st[a]), b, fmt(st[b]))
+  elseif n == 3 then
+    redis.call('HSET', key, a, fmt(st[a]), b, fmt(st[b]), c, fmt(st[c]))
+  elseif n == 4 then
+    redis.call('HSET', key, a, fmt(st[a]), b, fmt(st[b]), c, fmt(st[c]), d, fmt(st[d]))
+  else
+    fail('hash_store: ' .. n .. ' fields')
   end
-  redis.call('HSET', key, unpack(args))
   set_ttl(key, ttl)
+end
+
+local function hash_state(fields, algo)
+  function algo.load(key)
+    return hash_load(key, fields)
+  end
+  function algo.store(key, p, s, v)
+    hash_store(key, v.state, fields, v.ttl, s.foreign)
+  end
+  function algo.encode(s)
+    local out = {}
+    for i = 1, #fields do out[i] = s[fields[i]] end
+    return out
+  end
+  return algo
 end
 
 local function fluid(unit, drain, burst, slack)
@@ -178,14 +210,14 @@ local function fl_adopt(f, level, old_unit)
   elseif old_unit == 0 then
     level = 0
   else
-    local units = math.min(ceil_div(level, old_unit), ceil_div(top, f.unit))
+    local units = min(ceil_div(level, old_unit), ceil_div(top, f.unit))
     level = units * f.unit
   end
-  return math.min(level, top)
+  return min(level, top)
 end
 
 local function fl_units_free(f, level)
-  return floor_div(math.max(f.cap - level, 0), math.max(f.unit, 1))
+  return floor_div(max(f.cap - level, 0), max(f.unit, 1))
 end
 
 local function retry_hint(v)
@@ -195,8 +227,20 @@ end
 
 local function reset_hint(v)
   if v.allowed then return v.reset_after end
-  return math.min(v.reset_after, retry_hint(v))
+  return min(v.reset_after, retry_hint(v))
 end
 
--- name -> {nparams, params, load, check, store, encode}: see any algorithm file.
-local ALGO = {}
+-- name -> the function that builds the algorithm's table; each algorithm
+-- file registers one.
+local DEFINE = {}
+
+-- name -> {nparams, params, load, check, store, encode}: see any algorithm
+-- file. Built on first use: Redis runs the whole chunk on every call, so an
+-- algorithm no check of the call names costs one closure, not six.
+local ALGO = setmetatable({}, {__index = function(algos, name)
+  local define = DEFINE[name]
+  if define == nil then return nil end
+  local a = define()
+  algos[name] = a
+  return a
+end})

@@ -2,9 +2,10 @@
 each holding a lease that expires after `lease` unless released or renewed.
 Mirrors src/limit/algorithm/concurrency.rs line for line.
 
-A function library over common.lua; registers ALGO.concurrency with the
-functions every algorithm file has (see fixed_window.lua; check's `lease` is
-the request's lease id), and release(key, id, now) for release.lua.
+A function library over common.lua; registers DEFINE.concurrency (building
+ALGO.concurrency) with the functions every algorithm file has (see
+fixed_window.lua; check's `lease` is the request's lease id), and release(key,
+id, now) for release.lua.
 
 Params (nparams = 2): limit, lease (µs).
 State: a sorted set of leases: member = the lease id (a decimal u64, kept as
@@ -18,108 +19,110 @@ a string: it may exceed 2^53), score = its expiry.
   release(id) -> found: drop it and the expired ones; 1 if it was held, else 0
 ]]
 
-local function leases_load(key)
-  local st = {leases = {}, foreign = false}
-  local raw = read('ZRANGE', key, 0, -1, 'WITHSCORES')
-  if raw == nil then
-    st.foreign = true
+DEFINE.concurrency = function()
+  local function leases_load(key)
+    local st = {leases = {}, foreign = false}
+    local raw = read('ZRANGE', key, 0, -1, 'WITHSCORES')
+    if raw == nil then
+      st.foreign = true
+      return st
+    end
+    for i = 1, #raw, 2 do
+      st.leases[#st.leases + 1] = {id = raw[i], exp = tonumber(raw[i + 1])}
+    end
     return st
   end
-  for i = 1, #raw, 2 do
-    st.leases[#st.leases + 1] = {id = raw[i], exp = tonumber(raw[i + 1])}
+
+  local function leases_ttl(leases, now)
+    local ttl = 0
+    for _, l in ipairs(leases) do ttl = max(ttl, l.exp - now) end
+    return ttl
   end
-  return st
-end
 
-local function leases_ttl(leases, now)
-  local ttl = 0
-  for _, l in ipairs(leases) do ttl = math.max(ttl, l.exp - now) end
-  return ttl
-end
+  return {
+    nparams = 2,
 
-ALGO.concurrency = {
-  nparams = 2,
+    params = function(args, i)
+      local a = take(args, i, 2, 'concurrency (limit, lease)')
+      return {limit = a[1], lease = a[2]}
+    end,
 
-  params = function(args, i)
-    local a = take(args, i, 2, 'concurrency (limit, lease)')
-    return {limit = a[1], lease = a[2]}
-  end,
+    load = function(key)
+      return leases_load(key)
+    end,
 
-  load = function(key)
-    return leases_load(key)
-  end,
-
-  check = function(p, s, now, cost, id)
-    local top = now + p.lease
-    local live = {}
-    for _, l in ipairs(s.leases) do
-      if l.exp > now then live[#live + 1] = {id = l.id, exp = math.min(l.exp, top)} end
-    end
-    local n = #live
-    local allowed, retry = false, -1
-    local held = nil
-    for _, l in ipairs(live) do
-      if l.id == id then held = l end
-    end
-    if held ~= nil then
-      held.exp = top
-      allowed, retry = true, 0
-    elseif n < p.limit then
-      live[#live + 1] = {id = id, exp = top}
-      allowed, retry = true, 0
-    else
-      local first = now
-      if n > 0 then
-        first = live[1].exp
-        for _, l in ipairs(live) do first = math.min(first, l.exp) end
+    check = function(p, s, now, cost, id)
+      local top = now + p.lease
+      local live = {}
+      for _, l in ipairs(s.leases) do
+        if l.exp > now then live[#live + 1] = {id = l.id, exp = min(l.exp, top)} end
       end
-      -- Never 0 for a rejection: a full set has a live lease.
-      retry = math.max(first - now, 1)
-    end
-    local ttl = leases_ttl(live, now)
-    return {
-      allowed = allowed, delay = 0, limit = p.limit, window = p.lease,
-      remaining = math.max(p.limit - #live, 0), reset_after = ttl, retry_after = retry,
-      state = {leases = live, id = id}, ttl = ttl,
-    }
-  end,
-
-  store = function(key, p, s, v, now)
-    if s.foreign then redis.call('DEL', key) end
-    local top = now + p.lease
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
-    -- Leases granted under a longer lease (the limit changed) end by top.
-    local long = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(top), '+inf')
-    for _, m in ipairs(long) do redis.call('ZADD', key, fmt(top), m) end
-    redis.call('ZADD', key, fmt(top), v.state.id)
-    set_ttl(key, v.ttl)
-  end,
-
-  release = function(key, id, now)
-    local s = leases_load(key)
-    if s.foreign then return 0 end
-    local found, left = 0, {}
-    for _, l in ipairs(s.leases) do
-      if l.id == id then
-        if l.exp > now then found = 1 end
-      elseif l.exp > now then
-        left[#left + 1] = l
+      local n = #live
+      local allowed, retry = false, -1
+      local held = nil
+      for _, l in ipairs(live) do
+        if l.id == id then held = l end
       end
-    end
-    if #s.leases > 0 then
-      redis.call('ZREM', key, id)
+      if held ~= nil then
+        held.exp = top
+        allowed, retry = true, 0
+      elseif n < p.limit then
+        live[#live + 1] = {id = id, exp = top}
+        allowed, retry = true, 0
+      else
+        local first = now
+        if n > 0 then
+          first = live[1].exp
+          for _, l in ipairs(live) do first = min(first, l.exp) end
+        end
+        -- Never 0 for a rejection: a full set has a live lease.
+        retry = max(first - now, 1)
+      end
+      local ttl = leases_ttl(live, now)
+      return {
+        allowed = allowed, delay = 0, limit = p.limit, window = p.lease,
+        remaining = max(p.limit - #live, 0), reset_after = ttl, retry_after = retry,
+        state = {leases = live, id = id}, ttl = ttl,
+      }
+    end,
+
+    store = function(key, p, s, v, now)
+      if s.foreign then redis.call('DEL', key) end
+      local top = now + p.lease
       redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
-      set_ttl(key, leases_ttl(left, now))
-    end
-    return found
-  end,
+      -- Leases granted under a longer lease (the limit changed) end by top.
+      local long = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(top), '+inf')
+      for _, m in ipairs(long) do redis.call('ZADD', key, fmt(top), m) end
+      redis.call('ZADD', key, fmt(top), v.state.id)
+      set_ttl(key, v.ttl)
+    end,
 
-  encode = function(s)
-    local out = {}
-    for _, l in ipairs(s.leases) do
-      out[#out + 1] = l.id
-      out[#out + 1] = l.exp
-    end
-    return out
-  end,
-}
+    release = function(key, id, now)
+      local s = leases_load(key)
+      if s.foreign then return 0 end
+      local found, left = 0, {}
+      for _, l in ipairs(s.leases) do
+        if l.id == id then
+          if l.exp > now then found = 1 end
+        elseif l.exp > now then
+          left[#left + 1] = l
+        end
+      end
+      if #s.leases > 0 then
+        redis.call('ZREM', key, id)
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+        set_ttl(key, leases_ttl(left, now))
+      end
+      return found
+    end,
+
+    encode = function(s)
+      local out = {}
+      for _, l in ipairs(s.leases) do
+        out[#out + 1] = l.id
+        out[#out + 1] = l.exp
+      end
+      return out
+    end,
+  }
+end

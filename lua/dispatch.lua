@@ -59,7 +59,7 @@ for c = 1, n do
   }
   -- Units the request would have taken: one slot for concurrency, else its
   -- cost (at least 1, as the algorithms count it).
-  if ARGV[i] ~= 'concurrency' then ch.taken = math.max(ch.cost, 1) end
+  if ARGV[i] ~= 'concurrency' then ch.taken = max(ch.cost, 1) end
   local has_lock = ARGV[i + 4]
   i = i + 5
   if has_lock == '1' then
@@ -78,7 +78,8 @@ end
 
 -- Check every limit; nothing is stored yet.
 local blocked = false
-for _, ch in ipairs(checks) do
+for c = 1, n do
+  local ch = checks[c]
   ch.st = ch.algo.load(ch.skey, ch.p)
   local v = ch.algo.check(ch.p, ch.st, now, ch.cost, ch.lease)
   ch.v = v
@@ -98,7 +99,7 @@ for _, ch in ipairs(checks) do
   if locked then
     local left = ch.lst.lu - now
     ch.o = {started = 0, delay = 0, remaining = 0,
-      reset = math.min(left, v.window), retry = left}
+      reset = min(left, v.window), retry = left}
   else
     ch.o = {started = 0, delay = v.delay, remaining = v.remaining,
       reset = reset_hint(v), retry = v.allowed and 0 or retry_hint(v)}
@@ -107,7 +108,8 @@ end
 
 -- Commit: everything, or only the strikes.
 local index = KEYS[#KEYS]
-for _, ch in ipairs(checks) do
+for c = 1, n do
+  local ch = checks[c]
   local v, o = ch.v, ch.o
   if not blocked then
     if v.allowed then ch.algo.store(ch.skey, ch.p, ch.st, v, now) end
@@ -115,14 +117,14 @@ for _, ch in ipairs(checks) do
     -- Another limit rejected the request: nothing was taken here.
     ch.status = NOT_CONSUMED
     o.delay = 0
-    o.remaining = math.min(v.remaining + ch.taken, v.limit)
+    o.remaining = min(v.remaining + ch.taken, v.limit)
   elseif ch.status == REJECTED and ch.lock ~= nil then
     local lst, length = lock_strike(ch.lock, ch.lst, now)
     lock_store(ch.lkey, lst, lock_ttl(ch.lock, lst, now))
     if length ~= nil then
       ch.status = LOCKED_OUT
       o.started, o.remaining, o.retry = 1, 0, length
-      o.reset = math.min(length, v.window)
+      o.reset = min(length, v.window)
       -- The index behind GET /lockouts. It has no hash tag of its own, so
       -- it may live on another slot: Redis Cluster support must move it.
       local hex = string.match(ch.lkey, '{(%x+)}:l$') or ch.lkey

@@ -2,8 +2,8 @@
 semantics and figures (burst = max_burst + 1), plus max_delay.
 Mirrors src/limit/algorithm/gcra.rs line for line.
 
-A function library over common.lua; registers ALGO.gcra with the functions
-every algorithm file has (see fixed_window.lua).
+A function library over common.lua; registers DEFINE.gcra (building ALGO.gcra)
+with the functions every algorithm file has (see fixed_window.lua).
 
 Params (nparams = 3): interval T = floor(period / count) (µs, >= 1), burst,
 max_delay.
@@ -18,49 +18,39 @@ State: a hash {tat = the theoretical arrival time (0: fresh)}.
   remaining = floor(max(tau - ttl, 0) / T);  retry_after = wait - max_delay
 ]]
 
-local FIELDS = {'tat'}
+DEFINE.gcra = function()
+  local FIELDS = {'tat'}
 
-ALGO.gcra = {
-  nparams = 3,
+  return hash_state(FIELDS, {
+    nparams = 3,
 
-  params = function(args, i)
-    local a = take(args, i, 3, 'gcra (interval, burst, max_delay)')
-    if a[1] < 1 then fail('gcra: interval must be at least 1') end
-    return {interval = a[1], burst = a[2], max_delay = a[3]}
-  end,
+    params = function(args, i)
+      local a = take(args, i, 3, 'gcra (interval, burst, max_delay)')
+      if a[1] < 1 then fail('gcra: interval must be at least 1') end
+      return {interval = a[1], burst = a[2], max_delay = a[3]}
+    end,
 
-  load = function(key, p)
-    return hash_load(key, FIELDS)
-  end,
-
-  check = function(p, s, now, cost)
-    cost = math.max(cost, 1)
-    local tau = p.interval * p.burst
-    local tat = math.min(math.max(s.tat, now), now + tau + p.max_delay)
-    local allowed, delay, retry, tat2 = false, 0, -1, tat
-    if cost <= p.burst then
-      local new = tat + p.interval * cost
-      local wait = math.max(new - (now + tau), 0)
-      if wait <= p.max_delay then
-        allowed, delay, retry, tat2 = true, wait, 0, new
-      else
-        retry = wait - p.max_delay
+    check = function(p, s, now, cost)
+      cost = max(cost, 1)
+      local tau = p.interval * p.burst
+      local tat = min(max(s.tat, now), now + tau + p.max_delay)
+      local allowed, delay, retry, tat2 = false, 0, -1, tat
+      if cost <= p.burst then
+        local new = tat + p.interval * cost
+        local wait = max(new - (now + tau), 0)
+        if wait <= p.max_delay then
+          allowed, delay, retry, tat2 = true, wait, 0, new
+        else
+          retry = wait - p.max_delay
+        end
       end
-    end
-    local ttl = tat2 - now
-    return {
-      allowed = allowed, delay = delay, limit = p.burst, window = tau,
-      remaining = math.floor(math.max(tau - ttl, 0) / p.interval),
-      reset_after = math.min(ttl, tau), retry_after = retry,
-      state = {tat = tat2}, ttl = ttl,
-    }
-  end,
-
-  store = function(key, p, s, v)
-    hash_store(key, v.state, FIELDS, v.ttl, s.foreign)
-  end,
-
-  encode = function(s)
-    return {s.tat}
-  end,
-}
+      local ttl = tat2 - now
+      return {
+        allowed = allowed, delay = delay, limit = p.burst, window = tau,
+        remaining = floor(max(tau - ttl, 0) / p.interval),
+        reset_after = min(ttl, tau), retry_after = retry,
+        state = {tat = tat2}, ttl = ttl,
+      }
+    end,
+  })
+end

@@ -5,8 +5,9 @@ request is held until what is ahead of it has drained; one that would wait
 longer than max_delay is rejected).
 Mirrors src/limit/algorithm/leaky_bucket.rs line for line.
 
-A function library over common.lua; registers ALGO.leaky_bucket with the
-functions every algorithm file has (see fixed_window.lua).
+A function library over common.lua; registers DEFINE.leaky_bucket (building
+ALGO.leaky_bucket) with the functions every algorithm file has (see
+fixed_window.lua).
 
 Params (nparams = 4): unit, drain, burst, max_delay (as token_bucket.lua).
 State: a hash {lv = the level in ticks, ts = when lv was computed, u = the
@@ -23,63 +24,53 @@ tick size lv is counted in (0: fresh)}.
   retry_after = max(ceil(max(lv + k - cap, 0) / drain), shaping: ceil(max(lv - md, 0) / drain))
 ]]
 
-local FIELDS = {'lv', 'ts', 'u'}
+DEFINE.leaky_bucket = function()
+  local FIELDS = {'lv', 'ts', 'u'}
 
-ALGO.leaky_bucket = {
-  nparams = 4,
+  return hash_state(FIELDS, {
+    nparams = 4,
 
-  params = function(args, i)
-    local a = take(args, i, 4, 'leaky_bucket (unit, drain, burst, max_delay)')
-    local p = {unit = a[1], drain = a[2], burst = a[3], max_delay = a[4]}
-    -- The level never exceeds the bucket: no slack.
-    p.fluid = fluid(p.unit, p.drain, p.burst, 0)
-    p.md = p.max_delay * p.drain
-    return p
-  end,
+    params = function(args, i)
+      local a = take(args, i, 4, 'leaky_bucket (unit, drain, burst, max_delay)')
+      local p = {unit = a[1], drain = a[2], burst = a[3], max_delay = a[4]}
+      -- The level never exceeds the bucket: no slack.
+      p.fluid = fluid(p.unit, p.drain, p.burst, 0)
+      p.md = p.max_delay * p.drain
+      return p
+    end,
 
-  load = function(key, p)
-    return hash_load(key, FIELDS)
-  end,
-
-  check = function(p, s, now, cost)
-    cost = math.max(cost, 1)
-    local f = p.fluid
-    local shaping = p.max_delay > 0
-    local lv = fl_drained(f, fl_adopt(f, s.lv, s.u), math.max(now - s.ts, 0))
-    local ts = math.max(s.ts, now)
-    local allowed, delay, retry = false, 0, -1
-    if cost <= p.burst then
-      local k = cost * f.unit
-      local ahead = shaping and fl_drain_time(f, lv) or 0
-      if lv + k <= f.cap and ahead <= p.max_delay then
-        allowed, delay, retry = true, ahead, 0
-      else
-        -- Room in the bucket, and (shaping) a short enough queue.
-        local room = fl_drain_time(f, math.max(lv + k - f.cap, 0))
-        local queue = shaping and fl_drain_time(f, math.max(lv - p.md, 0)) or 0
-        retry = math.max(room, queue)
+    check = function(p, s, now, cost)
+      cost = max(cost, 1)
+      local f = p.fluid
+      local shaping = p.max_delay > 0
+      local lv = fl_drained(f, fl_adopt(f, s.lv, s.u), max(now - s.ts, 0))
+      local ts = max(s.ts, now)
+      local allowed, delay, retry = false, 0, -1
+      if cost <= p.burst then
+        local k = cost * f.unit
+        local ahead = shaping and fl_drain_time(f, lv) or 0
+        if lv + k <= f.cap and ahead <= p.max_delay then
+          allowed, delay, retry = true, ahead, 0
+        else
+          -- Room in the bucket, and (shaping) a short enough queue.
+          local room = fl_drain_time(f, max(lv + k - f.cap, 0))
+          local queue = shaping and fl_drain_time(f, max(lv - p.md, 0)) or 0
+          retry = max(room, queue)
+        end
       end
-    end
-    local lv2 = allowed and lv + cost * f.unit or lv
-    local remaining = fl_units_free(f, lv2)
-    if shaping then
-      local queued = 0
-      if lv2 <= p.md then queued = math.floor((p.md - lv2) / f.unit) + 1 end
-      remaining = math.min(remaining, queued)
-    end
-    local ttl = fl_drain_time(f, lv2)
-    return {
-      allowed = allowed, delay = delay, limit = p.burst, window = fl_drain_time(f, f.cap),
-      remaining = remaining, reset_after = ttl, retry_after = retry,
-      state = {lv = lv2, ts = ts, u = f.unit}, ttl = ttl,
-    }
-  end,
-
-  store = function(key, p, s, v)
-    hash_store(key, v.state, FIELDS, v.ttl, s.foreign)
-  end,
-
-  encode = function(s)
-    return {s.lv, s.ts, s.u}
-  end,
-}
+      local lv2 = allowed and lv + cost * f.unit or lv
+      local remaining = fl_units_free(f, lv2)
+      if shaping then
+        local queued = 0
+        if lv2 <= p.md then queued = floor((p.md - lv2) / f.unit) + 1 end
+        remaining = min(remaining, queued)
+      end
+      local ttl = fl_drain_time(f, lv2)
+      return {
+        allowed = allowed, delay = delay, limit = p.burst, window = fl_drain_time(f, f.cap),
+        remaining = remaining, reset_after = ttl, retry_after = retry,
+        state = {lv = lv2, ts = ts, u = f.unit}, ttl = ttl,
+      }
+    end,
+  })
+end

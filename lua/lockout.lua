@@ -39,7 +39,7 @@ end
 
 -- The length of lockout number level + 1 (lockout::lock_length).
 local function lock_length(p, level)
-  local d = math.min(p.duration, p.max_duration)
+  local d = min(p.duration, p.max_duration)
   if p.escalate > 1 then
     for _ = 1, level do
       d = d * p.escalate
@@ -66,9 +66,9 @@ end
 
 local function lock_ttl(p, st, now)
   local forget, window = 0, 0
-  if st.lv > 0 then forget = math.max(st.lu + p.forget_after - now, 0) end
-  if st.n > 0 then window = math.max(st.s + p.within - now, 0) end
-  return math.max(forget, window)
+  if st.lv > 0 then forget = max(st.lu + p.forget_after - now, 0) end
+  if st.n > 0 then window = max(st.s + p.within - now, 0) end
+  return max(forget, window)
 end
 
 local function lock_store(key, st, ttl)

@@ -1,8 +1,9 @@
 --[[ sliding_log.lua: exact: at most `limit` units in any trailing window.
 Mirrors src/limit/algorithm/sliding_log.rs line for line.
 
-A function library over common.lua; registers ALGO.sliding_log with the
-functions every algorithm file has (see fixed_window.lua).
+A function library over common.lua; registers DEFINE.sliding_log (building
+ALGO.sliding_log) with the functions every algorithm file has (see
+fixed_window.lua).
 
 Params (nparams = 2): limit, window (µs).
 State: a sorted set, one member per entry: member "<t>:<n>" (n units taken at
@@ -17,102 +18,104 @@ into one (as the Rust log does), and t is part of the member. O(limit) state.
   retry_after = t_k + w - now for the oldest entry k whose leaving makes room
 ]]
 
-local function member(t, n)
-  return fmt(t) .. ':' .. fmt(n)
-end
+DEFINE.sliding_log = function()
+  local function member(t, n)
+    return fmt(t) .. ':' .. fmt(n)
+  end
 
-ALGO.sliding_log = {
-  nparams = 2,
+  return {
+    nparams = 2,
 
-  params = function(args, i)
-    local a = take(args, i, 2, 'sliding_log (limit, window)')
-    return {limit = a[1], window = a[2]}
-  end,
+    params = function(args, i)
+      local a = take(args, i, 2, 'sliding_log (limit, window)')
+      return {limit = a[1], window = a[2]}
+    end,
 
-  load = function(key, p)
-    local st = {entries = {}, foreign = false}
-    local raw = read('ZRANGE', key, 0, -1)
-    if raw == nil then
-      st.foreign = true
-      return st
-    end
-    for i, m in ipairs(raw) do
-      local t, n = string.match(m, '^(%d+):(%d+)$')
-      if t == nil then fail('sliding_log: malformed entry ' .. m .. ' in ' .. key) end
-      st.entries[i] = {t = tonumber(t), n = tonumber(n)}
-    end
-    return st
-  end,
-
-  check = function(p, s, now, cost)
-    cost = math.max(cost, 1)
-    local w, limit = p.window, p.limit
-    local live, used = {}, 0
-    for _, e in ipairs(s.entries) do
-      if e.t + w > now then
-        live[#live + 1] = {t = e.t, n = e.n}
-        used = used + e.n
+    load = function(key, p)
+      local st = {entries = {}, foreign = false}
+      local raw = read('ZRANGE', key, 0, -1)
+      if raw == nil then
+        st.foreign = true
+        return st
       end
-    end
-    local fits = cost <= limit
-    local allowed = fits and used + cost <= limit
-    local retry = -1
-    if allowed then
-      retry = 0
-    elseif fits then
-      -- Free the oldest entries until the request fits.
-      local excess, freed = used + cost - limit, 0
-      for _, e in ipairs(live) do
-        freed = freed + e.n
-        if freed >= excess then
-          retry = math.max(e.t + w - now, 0)
-          break
+      for i, m in ipairs(raw) do
+        local t, n = string.match(m, '^(%d+):(%d+)$')
+        if t == nil then fail('sliding_log: malformed entry ' .. m .. ' in ' .. key) end
+        st.entries[i] = {t = tonumber(t), n = tonumber(n)}
+      end
+      return st
+    end,
+
+    check = function(p, s, now, cost)
+      cost = max(cost, 1)
+      local w, limit = p.window, p.limit
+      local live, used = {}, 0
+      for _, e in ipairs(s.entries) do
+        if e.t + w > now then
+          live[#live + 1] = {t = e.t, n = e.n}
+          used = used + e.n
         end
       end
-    end
-    local merged, added = nil, nil
-    if allowed then
-      -- Entries are sorted; only a clock that stepped back puts now before
-      -- the newest one.
-      local at = 0
-      while at < #live and live[at + 1].t <= now do at = at + 1 end
-      if at > 0 and live[at].t == now then
-        merged = member(live[at].t, live[at].n)
-        live[at].n = live[at].n + cost
-        added = live[at]
-      else
-        added = {t = now, n = cost}
-        table.insert(live, at + 1, added)
+      local fits = cost <= limit
+      local allowed = fits and used + cost <= limit
+      local retry = -1
+      if allowed then
+        retry = 0
+      elseif fits then
+        -- Free the oldest entries until the request fits.
+        local excess, freed = used + cost - limit, 0
+        for _, e in ipairs(live) do
+          freed = freed + e.n
+          if freed >= excess then
+            retry = max(e.t + w - now, 0)
+            break
+          end
+        end
       end
-      used = used + cost
-    end
-    local ttl = 0
-    if #live > 0 then ttl = math.max(live[#live].t + w - now, 0) end
-    return {
-      allowed = allowed, delay = 0, limit = limit, window = w,
-      remaining = math.max(limit - used, 0), reset_after = math.min(ttl, w),
-      retry_after = retry,
-      state = {entries = live, merged = merged, added = added}, ttl = ttl,
-    }
-  end,
+      local merged, added = nil, nil
+      if allowed then
+        -- Entries are sorted; only a clock that stepped back puts now before
+        -- the newest one.
+        local at = 0
+        while at < #live and live[at + 1].t <= now do at = at + 1 end
+        if at > 0 and live[at].t == now then
+          merged = member(live[at].t, live[at].n)
+          live[at].n = live[at].n + cost
+          added = live[at]
+        else
+          added = {t = now, n = cost}
+          table.insert(live, at + 1, added)
+        end
+        used = used + cost
+      end
+      local ttl = 0
+      if #live > 0 then ttl = max(live[#live].t + w - now, 0) end
+      return {
+        allowed = allowed, delay = 0, limit = limit, window = w,
+        remaining = max(limit - used, 0), reset_after = min(ttl, w),
+        retry_after = retry,
+        state = {entries = live, merged = merged, added = added}, ttl = ttl,
+      }
+    end,
 
-  store = function(key, p, s, v, now)
-    if s.foreign then redis.call('DEL', key) end
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p.window))
-    local a = v.state.added
-    if a ~= nil then
-      if v.state.merged ~= nil then redis.call('ZREM', key, v.state.merged) end
-      redis.call('ZADD', key, fmt(a.t), member(a.t, a.n))
-    end
-    set_ttl(key, v.ttl)
-  end,
+    store = function(key, p, s, v, now)
+      if s.foreign then redis.call('DEL', key) end
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p.window))
+      local a = v.state.added
+      if a ~= nil then
+        if v.state.merged ~= nil then redis.call('ZREM', key, v.state.merged) end
+        redis.call('ZADD', key, fmt(a.t), member(a.t, a.n))
+      end
+      set_ttl(key, v.ttl)
+    end,
 
-  encode = function(s)
-    local out = {}
-    for _, e in ipairs(s.entries) do
-      out[#out + 1] = e.t
-      out[#out + 1] = e.n
-    end
-    return out
-  end,
-}
+    encode = function(s)
+      local out = {}
+      for _, e in ipairs(s.entries) do
+        out[#out + 1] = e.t
+        out[#out + 1] = e.n
+      end
+      return out
+    end,
+  }
+end

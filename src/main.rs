@@ -51,10 +51,7 @@ fn main() -> ExitCode {
 
 fn run(config: &std::path::Path) -> ExitCode {
     let _log = tollgate::log::init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_builder().enable_all().build() {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
@@ -67,6 +64,22 @@ fn run(config: &std::path::Path) -> ExitCode {
             eprintln!("error: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Tokio's multi-thread scheduler, one worker per CPU (or
+/// `TOKIO_WORKER_THREADS`); with a single worker, the current-thread
+/// scheduler, which does the same work without the hand-offs between a
+/// worker and the I/O driver (measured in benches/RESULTS.md).
+fn runtime_builder() -> tokio::runtime::Builder {
+    let workers = match std::env::var("TOKIO_WORKER_THREADS") {
+        Ok(n) => n.trim().parse().unwrap_or(0),
+        Err(_) => std::thread::available_parallelism().map_or(0, usize::from),
+    };
+    if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
     }
 }
 

@@ -102,6 +102,7 @@ impl Gateway {
         )
         .expect("write config");
         let mut cmd = Command::new(BIN);
+        pick_scheduler(&mut cmd);
         cmd.env("TOLLGATE_LOG", "info")
             .env_remove("TOLLGATE_CONFIG")
             .env_remove("RUST_LOG")
@@ -425,6 +426,19 @@ impl Drop for Gateway {
             );
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every other gateway the suites start runs with one Tokio worker, that is
+/// on the current-thread scheduler tollgate picks for it (src/main.rs); the
+/// others on the multi-thread scheduler, one worker per CPU: the suites
+/// cover both. A `TOKIO_WORKER_THREADS` in the test's environment wins.
+fn pick_scheduler(cmd: &mut Command) {
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none()
+        && STARTED.fetch_add(1, Ordering::Relaxed).is_multiple_of(2)
+    {
+        cmd.env("TOKIO_WORKER_THREADS", "1");
     }
 }
 
