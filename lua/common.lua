@@ -39,7 +39,6 @@ Functions:
   hash_load(key, fields) the numeric fields of a hash (0 when missing); the
                         field `foreign` says the key holds something else
                         (a fresh state, replacing it when stored)
-  need(args, i, n, what) fail unless args[i .. i + n - 1] exist
   take(args, i, n, what) args[i .. i + n - 1] as integers (fail if args ends
                         before)
   hash_store(key, st, fields, ttl, foreign)  HSET the fields, then set_ttl
@@ -73,15 +72,11 @@ local function int(s, what)
   return n
 end
 
-local function need(args, i, n, what)
+local function take(args, i, n, what)
   if #args < i + n - 1 then
     fail(what .. ': expected ' .. n .. ' params, the arguments end after '
       .. (#args - i + 1))
   end
-end
-
-local function take(args, i, n, what)
-  need(args, i, n, what)
   local out = {}
   for j = 1, n do out[j] = int(args[i + j - 1], what) end
   return out

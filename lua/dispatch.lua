@@ -18,7 +18,7 @@ Return: one string of 8 decimal integers per check, space-separated, in
         order: status (0 allowed, 1 rejected, 2 locked_out, 3 shadow_rejected,
         4 not_consumed), lock_started (0|1), delay, limit, window, remaining,
         reset, retry_after (µs). (One string, not an array of 8n integers:
-        the gateway parses it in a tenth of the instructions.)
+        the gateway parses it in a sixth of the instructions.)
 
   for each check: v = check(params, state, now, cost)     -- nothing stored yet
   locked   = enforced checks with a lockout whose lock runs (lu > now)

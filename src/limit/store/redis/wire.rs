@@ -315,8 +315,8 @@ fn int(v: &Value) -> Result<u64, String> {
     }
 }
 
-/// A non-negative decimal integer of at most 19 digits (below 2^63, so it
-/// cannot overflow), no sign, no spaces.
+/// A non-negative decimal integer of at most 19 digits (below 10^19, so it
+/// cannot overflow a u64), no sign, no spaces.
 fn decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() || s.len() > 19 {
         return None;
