@@ -109,7 +109,7 @@ impl ToRedisArgs for DispatchKeys<'_> {
             write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "s");
             write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "l");
         }
-        out.write_arg(index_key(self.prefix).as_bytes());
+        write_index_key(&mut out.writer_for_next_arg(), self.prefix);
     }
 }
 
@@ -126,7 +126,17 @@ pub fn label_key(prefix: &str, key: &StoreKey) -> String {
 /// hash tag: on Redis Cluster it would live on its own slot, which the
 /// cluster store will have to handle.
 pub fn index_key(prefix: &str) -> String {
-    format!("{prefix}:lockouts")
+    let mut s = Vec::with_capacity(prefix.len() + 9);
+    write_index_key(&mut s, prefix);
+    String::from_utf8(s).expect("a prefix and ASCII")
+}
+
+/// Writes `<prefix>:lockouts` to `w`.
+fn write_index_key(w: &mut impl std::io::Write, prefix: &str) {
+    // Writes to a Vec (or to the command being built) cannot fail.
+    let _ = w
+        .write_all(prefix.as_bytes())
+        .and_then(|()| w.write_all(b":lockouts"));
 }
 
 /// The pub/sub channel of admin resets. A message is the 32 hex of a store

@@ -27,28 +27,32 @@ use crate::limit::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Sta
 /// | `token_bucket`, `leaky_bucket` | unit, drain ([`Rate::ticks`](crate::limit::algorithm::Rate::ticks)), burst, max_delay |
 /// | `gcra` | interval, burst, max_delay |
 /// | `concurrency` | limit, lease |
-pub fn algo_params(p: &AlgoParams) -> Vec<u64> {
-    match p {
-        AlgoParams::FixedWindow(p) => vec![
-            p.limit(),
-            match p.window() {
+///
+/// In that order, without an allocation (it runs for every check of every
+/// request).
+pub fn algo_params(p: &AlgoParams) -> impl Iterator<Item = u64> {
+    let (values, n) = match p {
+        AlgoParams::FixedWindow(p) => {
+            let window = match p.window() {
                 fixed_window::Window::Fixed(w) => w,
                 fixed_window::Window::Month => 0,
-            },
-        ],
-        AlgoParams::SlidingWindow(p) => vec![p.limit(), p.window()],
-        AlgoParams::SlidingLog(p) => vec![p.limit(), p.window()],
+            };
+            ([p.limit(), window, 0, 0], 2)
+        }
+        AlgoParams::SlidingWindow(p) => ([p.limit(), p.window(), 0, 0], 2),
+        AlgoParams::SlidingLog(p) => ([p.limit(), p.window(), 0, 0], 2),
         AlgoParams::TokenBucket(p) => {
             let (unit, drain) = p.rate().ticks();
-            vec![unit, drain, p.burst(), p.max_delay()]
+            ([unit, drain, p.burst(), p.max_delay()], 4)
         }
-        AlgoParams::Gcra(p) => vec![p.interval(), p.burst(), p.max_delay()],
+        AlgoParams::Gcra(p) => ([p.interval(), p.burst(), p.max_delay(), 0], 3),
         AlgoParams::LeakyBucket(p) => {
             let (unit, drain) = p.rate().ticks();
-            vec![unit, drain, p.burst(), p.max_delay()]
+            ([unit, drain, p.burst(), p.max_delay()], 4)
         }
-        AlgoParams::Concurrency(p) => vec![p.limit(), p.lease()],
-    }
+        AlgoParams::Concurrency(p) => ([p.limit(), p.lease(), 0, 0], 2),
+    };
+    values.into_iter().take(n)
 }
 
 /// Writes one check's part of `dispatch.lua`'s `ARGV`, one argument at a
