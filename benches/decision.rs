@@ -2,7 +2,7 @@
 //! under 1 µs single-threaded). Run: `cargo bench --bench decision`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tollgate::limit::algorithm::{
+use tollgate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Rate,
     SECOND,
 };

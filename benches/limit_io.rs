@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderName, HeaderValue};
+use tollgate::algorithm::SECOND;
 use tollgate::config::{HeaderStyle, KeySource, OnMissingKey};
-use tollgate::limit::algorithm::SECOND;
 use tollgate::limit::headers::{add_headers, LimitFigures};
 use tollgate::limit::key::{client_key, store_key, RequestView};
 use tollgate::limit::{Outcome, Status};

@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod algorithm;
 pub mod body;
 pub mod config;
 pub mod error;

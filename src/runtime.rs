@@ -15,7 +15,7 @@ use http::{HeaderMap, StatusCode};
 
 use crate::config::{Config, HeaderStyle, PathMatch, RouteAction};
 use crate::limit::engine::{Limiter, LimiterError};
-use crate::limit::policy::{Policy, PolicyError};
+use crate::limit::policy::Policy;
 use crate::metrics::RouteMetrics;
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};
@@ -95,9 +95,6 @@ pub enum BuildError {
     /// A route names a limit that does not exist (validation prevents it).
     #[error("unknown limit {0:?}")]
     UnknownLimit(String),
-    /// A limit's parameters are unusable.
-    #[error(transparent)]
-    Policy(#[from] PolicyError),
     /// The limit store could not be set up.
     #[error(transparent)]
     Limiter(#[from] LimiterError),
@@ -127,7 +124,7 @@ impl Runtime {
 
         let mut policies = HashMap::with_capacity(config.limits.len());
         for limit in &config.limits {
-            policies.insert(limit.name.clone(), Arc::new(Policy::compile(limit)?));
+            policies.insert(limit.name.clone(), Arc::new(Policy::compile(limit)));
         }
         let limiter = Limiter::build(&config.store, previous.map(|p| &p.limiter))?;
 

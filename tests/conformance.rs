@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::redis::RedisServer;
 use proptest::prelude::*;
-use tollgate::limit::algorithm::{
+use tollgate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
     Micros, Rate,
 };

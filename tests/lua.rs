@@ -30,8 +30,8 @@ use common::redis::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::Value;
-use tollgate::limit::algorithm::fixed_window::{days_from_civil, Window};
-use tollgate::limit::algorithm::{
+use tollgate::algorithm::fixed_window::{days_from_civil, Window};
+use tollgate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
     Micros, Rate, DAY, SECOND,
 };
@@ -569,7 +569,7 @@ fn lockout_matches_rust() {
                         .invoke::<Value>(conn)
                         .unwrap(),
                 );
-                let (next, started) = tollgate::limit::lockout::strike(&p, &model, now);
+                let (next, started) = tollgate::algorithm::lockout::strike(&p, &model, now);
                 let ttl = next.ttl(&p, now);
                 prop_assert_eq!(
                     (u64::try_from(r[0]).ok(), r[1]),

@@ -249,7 +249,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
 /// The cost of the admin API's read-only look at a limit: more than any
 /// capacity (`algorithm::MAX_COUNT`), so it is always rejected and stores
 /// nothing.
-const PEEK_COST: u64 = crate::limit::algorithm::MAX_COUNT + 1;
+const PEEK_COST: u64 = crate::algorithm::MAX_COUNT + 1;
 
 /// `GET /lockouts`: the clients locked out now, per limit, the longest
 /// remaining first. `?limit=NAME` keeps one limit's, `?max=N` the first N

@@ -17,6 +17,7 @@ use serde::de::{Deserialize, Deserializer};
 use super::units::{deserialize_from_str, Cidr};
 pub use super::units::{Rate, Window};
 use super::{HeaderMatch, PathMatch};
+pub use crate::algorithm::{AlgoParams, LockParams};
 
 /// A whole, valid configuration.
 #[derive(Debug, Clone)]
@@ -252,8 +253,8 @@ pub struct ActiveHealth {
 pub struct LimitConfig {
     /// Its name: the policy's key, an inline limit's `name`, or `<route>.<index>`.
     pub name: String,
-    /// The algorithm and its parameters.
-    pub algorithm: Algorithm,
+    /// The algorithm and its validated parameters (SPEC §5.1).
+    pub params: AlgoParams,
     /// The client key's components (at least one).
     pub key: Vec<KeySource>,
     /// What happens when a header, query parameter or cookie is absent.
@@ -262,87 +263,12 @@ pub struct LimitConfig {
     pub cost: u64,
     /// Enforce or only observe.
     pub mode: Mode,
-    /// Lockout penalty after rejections.
-    pub lockout: Option<LockoutConfig>,
+    /// Lockout penalty after rejections (SPEC §5.3), defaults applied.
+    pub lockout: Option<LockParams>,
     /// Clients this limit never counts.
     pub exempt: Vec<ClientMatch>,
     /// Other parameters for some clients; the first match wins.
     pub overrides: Vec<Override>,
-}
-
-/// A limit's algorithm with its parameters (SPEC §5.1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Algorithm {
-    /// At most `limit` units per aligned window.
-    FixedWindow {
-        /// Units per window (at least 1).
-        limit: u64,
-        /// The window (a duration or calendar months).
-        window: Window,
-    },
-    /// Cloudflare's two-counter approximation of a sliding window.
-    SlidingWindow {
-        /// Units per window (at least 1).
-        limit: u64,
-        /// The window (greater than zero).
-        window: Duration,
-    },
-    /// Exact sliding window over a log of requests.
-    SlidingLog {
-        /// Units per window (at least 1).
-        limit: u64,
-        /// The window (greater than zero).
-        window: Duration,
-    },
-    /// A bucket of `burst` tokens refilled at `rate`.
-    TokenBucket {
-        /// Refill rate.
-        rate: Rate,
-        /// Bucket size (at least 1; default: the rate's count).
-        burst: u64,
-        /// Longest a request may be held instead of rejected (default 0).
-        max_delay: Duration,
-    },
-    /// The generic cell rate algorithm (redis-cell semantics).
-    Gcra {
-        /// Emission rate.
-        rate: Rate,
-        /// Requests allowed at once on a fresh key (at least 1).
-        burst: u64,
-        /// Longest a request may be held instead of rejected (default 0).
-        max_delay: Duration,
-    },
-    /// A bucket of size `burst` draining at `rate`.
-    LeakyBucket {
-        /// Drain rate.
-        rate: Rate,
-        /// Bucket size (at least 1).
-        burst: u64,
-        /// 0: policing; greater: shaping with this longest wait.
-        max_delay: Duration,
-    },
-    /// At most `limit` requests in flight.
-    Concurrency {
-        /// Requests in flight at once (at least 1).
-        limit: u64,
-        /// Lease after which a slot is released anyway (default 5m).
-        lease: Duration,
-    },
-}
-
-impl Algorithm {
-    /// The name used in the config file (`token_bucket`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow { .. } => "fixed_window",
-            Algorithm::SlidingWindow { .. } => "sliding_window",
-            Algorithm::SlidingLog { .. } => "sliding_log",
-            Algorithm::TokenBucket { .. } => "token_bucket",
-            Algorithm::Gcra { .. } => "gcra",
-            Algorithm::LeakyBucket { .. } => "leaky_bucket",
-            Algorithm::Concurrency { .. } => "concurrency",
-        }
-    }
 }
 
 /// Where one component of a client key comes from.
@@ -432,24 +358,6 @@ pub enum Mode {
     Shadow,
 }
 
-/// `lockout:` (SPEC §5.3).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockoutConfig {
-    /// Rejections within `within` that start a lockout (at least 1).
-    pub after: u32,
-    /// The strike-counting window (default: the limit's window or rate period;
-    /// 31 days for monthly windows).
-    pub within: Duration,
-    /// The first lockout's length (greater than zero).
-    pub duration: Duration,
-    /// Each repeat lasts `escalate` times the previous (at least 1).
-    pub escalate: u32,
-    /// Cap on a lockout's length (at least `duration`; default max(duration, 24h)).
-    pub max_duration: Duration,
-    /// A client with no lockout for this long starts again at `duration`.
-    pub forget_after: Duration,
-}
-
 /// Which clients an `exempt` entry or override applies to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ClientMatch {
@@ -511,20 +419,14 @@ impl<'de> Deserialize<'de> for ClientMatch {
     }
 }
 
-/// Other parameters for the clients that `matcher` selects. Only parameters
-/// of the limit's algorithm are set, at least one; `None` keeps the limit's.
+/// Other parameters for the clients that `matcher` selects: the limit's
+/// own, with the fields the override sets replaced, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Override {
     /// Which clients.
     pub matcher: ClientMatch,
-    /// Replaces `limit` (window algorithms, concurrency).
-    pub limit: Option<u64>,
-    /// Replaces `rate` (bucket algorithms, gcra).
-    pub rate: Option<Rate>,
-    /// Replaces `burst` (bucket algorithms, gcra).
-    pub burst: Option<u64>,
-    /// Replaces `window` (window algorithms).
-    pub window: Option<Window>,
+    /// Their parameters.
+    pub params: AlgoParams,
 }
 
 /// One route.

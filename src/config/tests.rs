@@ -7,6 +7,19 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode};
 
 use super::*;
+use crate::algorithm::{
+    concurrency, fixed_window, gcra, leaky_bucket, sliding_log, token_bucket, Micros,
+};
+
+/// A duration in microseconds, as the validated parameters hold them.
+fn us(d: Duration) -> Micros {
+    d.as_micros() as Micros
+}
+
+/// A validated rate.
+fn rate(count: u64, period: Duration) -> crate::algorithm::Rate {
+    crate::algorithm::Rate::new(count, us(period)).unwrap()
+}
 
 const SPEC_EXAMPLE: &str = include_str!("../../tests/fixtures/config/spec_example.yaml");
 
@@ -142,24 +155,18 @@ fn spec_example_parses() {
     assert_eq!(names, ["per_client", "login", "hello.0"]);
     let per_client = &c.limits[0];
     assert_eq!(
-        per_client.algorithm,
-        Algorithm::TokenBucket {
-            rate: Rate {
-                count: 10,
-                period: secs(1)
-            },
-            burst: 20,
-            max_delay: Duration::ZERO,
-        }
+        per_client.params,
+        AlgoParams::TokenBucket(
+            token_bucket::Params::new(rate(10, secs(1)), 20, us(Duration::ZERO)).unwrap()
+        )
     );
     assert_eq!(per_client.key, vec![KeySource::ClientIp]);
     let login = &c.limits[1];
     assert_eq!(
-        login.algorithm,
-        Algorithm::FixedWindow {
-            limit: 5,
-            window: Window::Fixed(secs(60))
-        }
+        login.params,
+        AlgoParams::FixedWindow(
+            fixed_window::Params::new(5, fixed_window::Window::Fixed(us(secs(60)))).unwrap()
+        )
     );
     assert_eq!(
         login.key,
@@ -173,13 +180,13 @@ fn spec_example_parses() {
     assert_eq!(login.mode, Mode::Enforce);
     assert_eq!(
         login.lockout,
-        Some(LockoutConfig {
+        Some(LockParams {
             after: 1,
-            within: secs(60),
-            duration: secs(15 * 60),
+            within: us(secs(60)),
+            duration: us(secs(15 * 60)),
             escalate: 2,
-            max_duration: secs(86_400),
-            forget_after: secs(86_400),
+            max_duration: us(secs(86_400)),
+            forget_after: us(secs(86_400)),
         })
     );
     assert_eq!(login.exempt, vec!["10.0.0.0/8".parse().expect("match")]);
@@ -187,28 +194,24 @@ fn spec_example_parses() {
         login.overrides,
         vec![Override {
             matcher: "header:x-user=batch".parse().expect("match"),
-            limit: Some(50),
-            rate: None,
-            burst: None,
-            window: None,
+            params: AlgoParams::FixedWindow(
+                fixed_window::Params::new(50, fixed_window::Window::Fixed(us(secs(60)))).unwrap()
+            ),
         }]
     );
     let hello_limit = &c.limits[2];
     assert_eq!(
-        hello_limit.algorithm,
-        Algorithm::Gcra {
-            rate: Rate {
-                count: 5,
-                period: secs(10)
-            },
-            burst: 5,
-            max_delay: Duration::ZERO,
-        }
+        hello_limit.params,
+        AlgoParams::Gcra(gcra::Params::new(rate(5, secs(10)), 5, us(Duration::ZERO)).unwrap())
     );
     let lockout = hello_limit.lockout.as_ref().expect("lockout");
-    assert_eq!(lockout.duration, secs(30));
-    assert_eq!(lockout.within, secs(10), "defaults to the rate's period");
-    assert_eq!(lockout.max_duration, secs(86_400));
+    assert_eq!(lockout.duration, us(secs(30)));
+    assert_eq!(
+        lockout.within,
+        us(secs(10)),
+        "defaults to the rate's period"
+    );
+    assert_eq!(lockout.max_duration, us(secs(86_400)));
 
     assert_eq!(c.routes.len(), 2);
     let r = &c.routes[0];
@@ -335,15 +338,11 @@ routes:
 
     let tb = &c.limits[0];
     assert_eq!(
-        tb.algorithm,
-        Algorithm::TokenBucket {
-            rate: Rate {
-                count: 3,
-                period: Duration::from_millis(250)
-            },
-            burst: 3,
-            max_delay: Duration::ZERO
-        },
+        tb.params,
+        AlgoParams::TokenBucket(
+            token_bucket::Params::new(rate(3, Duration::from_millis(250)), 3, us(Duration::ZERO))
+                .unwrap()
+        ),
         "burst defaults to the rate's count"
     );
     assert_eq!(tb.key, vec![KeySource::ClientIp]);
@@ -351,18 +350,12 @@ routes:
     assert_eq!((tb.cost, tb.mode), (1, Mode::Enforce));
     assert!(tb.lockout.is_none() && tb.exempt.is_empty() && tb.overrides.is_empty());
     assert_eq!(
-        c.limits[1].algorithm,
-        Algorithm::Concurrency {
-            limit: 2,
-            lease: secs(300)
-        }
+        c.limits[1].params,
+        AlgoParams::Concurrency(concurrency::Params::new(2, us(secs(300))).unwrap())
     );
     assert_eq!(
-        c.limits[2].algorithm,
-        Algorithm::SlidingLog {
-            limit: 9,
-            window: secs(3600)
-        }
+        c.limits[2].params,
+        AlgoParams::SlidingLog(sliding_log::Params::new(9, us(secs(3600))).unwrap())
     );
     let u = &c.upstreams[0];
     assert_eq!(u.health, HealthConfig::default());
@@ -572,38 +565,32 @@ limits:
 ")
     .config;
     assert_eq!(
-        c.limits[0].algorithm,
-        Algorithm::FixedWindow {
-            limit: 10_000,
-            window: Window::Month
-        }
+        c.limits[0].params,
+        AlgoParams::FixedWindow(
+            fixed_window::Params::new(10_000, fixed_window::Window::Month).unwrap()
+        )
     );
     let l = c.limits[0].lockout.as_ref().expect("lockout");
-    assert_eq!(l.within, secs(31 * 86_400));
+    assert_eq!(l.within, us(secs(31 * 86_400)));
     assert_eq!((l.after, l.escalate), (1, 1));
-    assert_eq!(l.max_duration, secs(86_400));
-    assert_eq!(l.forget_after, secs(86_400));
+    assert_eq!(l.max_duration, us(secs(86_400)));
+    assert_eq!(l.forget_after, us(secs(86_400)));
     assert_eq!(
         c.limits[1].lockout,
-        Some(LockoutConfig {
+        Some(LockParams {
             after: 3,
-            within: secs(300),
-            duration: secs(3600),
+            within: us(secs(300)),
+            duration: us(secs(3600)),
             escalate: 2,
-            max_duration: secs(7200),
-            forget_after: secs(7 * 86_400),
+            max_duration: us(secs(7200)),
+            forget_after: us(secs(7 * 86_400)),
         })
     );
     assert_eq!(
-        c.limits[1].algorithm,
-        Algorithm::LeakyBucket {
-            rate: Rate {
-                count: 100,
-                period: secs(60)
-            },
-            burst: 10,
-            max_delay: secs(2)
-        }
+        c.limits[1].params,
+        AlgoParams::LeakyBucket(
+            leaky_bucket::Params::new(rate(100, secs(60)), 10, us(secs(2))).unwrap()
+        )
     );
     let e = err_at(
         "limits:\n  s:\n    algorithm: sliding_window\n    limit: 1\n    window: month\n",
@@ -646,13 +633,14 @@ limits:
     let l = &c.limits[0];
     assert_eq!(l.exempt.len(), 2);
     assert_eq!(
-        l.overrides[0].rate,
-        Some(Rate {
-            count: 100,
-            period: secs(1)
-        })
+        l.overrides[0].params,
+        AlgoParams::TokenBucket(token_bucket::Params::new(rate(100, secs(1)), 200, 0).unwrap())
     );
-    assert_eq!(l.overrides[0].burst, Some(200));
+    assert_eq!(
+        l.overrides[1].params,
+        AlgoParams::TokenBucket(token_bucket::Params::new(rate(10, secs(1)), 1, 0).unwrap()),
+        "an override keeps the parameters it does not set"
+    );
     assert_eq!(l.overrides[1].matcher.to_string(), "203.0.113.0/24");
 
     let e = err_at(
@@ -669,16 +657,35 @@ limits:
 }
 
 #[test]
-fn cost_above_capacity_warns() {
-    let loaded = ok("\
-limits:
-  l: { algorithm: fixed_window, limit: 2, window: 1s, cost: 3 }
-routes: [{ name: r, respond: {}, limits: [l] }]
-");
-    assert_eq!(
-        loaded.warnings,
-        ["limit \"l\": cost 3 is more than its capacity 2, so every request is rejected"]
+fn a_cost_that_can_never_pass_is_an_error() {
+    let e = err_at(
+        "limits:\n  l: { algorithm: fixed_window, limit: 2, window: 1s, cost: 3 }\n",
+        "limits.l.cost",
+        2,
     );
+    assert_eq!(
+        e.message,
+        "cost 3 is more than the limit's capacity 2: every request would be rejected; raise `limit` or lower `cost`"
+    );
+    // An override that lowers the capacity under the cost, named by its path.
+    let e = err_at(
+        "limits:\n  l:\n    algorithm: token_bucket\n    rate: 10/s\n    cost: 4\n    overrides:\n      - { match: \"10.0.0.0/8\", burst: 3 }\n",
+        "limits.l.overrides[0]",
+        7,
+    );
+    assert!(
+        e.message
+            .contains("capacity 3 for the clients of limits.l.overrides[0]"),
+        "{e}"
+    );
+    // An inline limit is named by where it is written.
+    err_at(
+        "routes:\n  - name: r\n    respond: {}\n    limits:\n      - { algorithm: gcra, rate: 1/s, burst: 2, cost: 3 }\n",
+        "routes[0].limits[0].cost",
+        5,
+    );
+    // `concurrency` counts requests, whatever their cost.
+    ok("limits:\n  c: { algorithm: concurrency, limit: 1, cost: 5 }\n");
 }
 
 #[test]
@@ -755,18 +762,16 @@ admin: { token: ${ADMIN_TOKEN} }
 ")
     .config;
     assert_eq!(
-        c.limits[0].algorithm,
-        Algorithm::FixedWindow {
-            limit: 7,
-            window: Window::Fixed(secs(30))
-        }
+        c.limits[0].params,
+        AlgoParams::FixedWindow(
+            fixed_window::Params::new(7, fixed_window::Window::Fixed(us(secs(30)))).unwrap()
+        )
     );
     assert_eq!(
-        c.limits[1].algorithm,
-        Algorithm::FixedWindow {
-            limit: 3,
-            window: Window::Fixed(secs(1))
-        }
+        c.limits[1].params,
+        AlgoParams::FixedWindow(
+            fixed_window::Params::new(3, fixed_window::Window::Fixed(us(secs(1)))).unwrap()
+        )
     );
     assert_eq!(c.admin.token.as_deref(), Some("s3cret"));
 }
@@ -890,6 +895,63 @@ fn burst_zero() {
     assert_eq!(
         e.to_string(),
         "gateway.yaml:5:12: limits.l.burst: burst must be at least 1"
+    );
+}
+
+#[test]
+fn algorithm_parameters_are_checked_with_their_position() {
+    // Each used to pass `tollgate check` and fail only when the runtime was
+    // built, without a line; an inline limit was named `r.0`.
+    let inline = |limit: &str| {
+        format!("routes:\n  - name: r\n    respond: {{}}\n    limits:\n      - {limit}\n")
+    };
+    let cases = [
+        (
+            "{ algorithm: gcra, rate: 2000000/s }",
+            "routes[0].limits[0].rate",
+            "rate is too fast for gcra: at most one request per microsecond",
+        ),
+        (
+            "{ algorithm: fixed_window, limit: 2000000000000, window: 1s }",
+            "routes[0].limits[0].limit",
+            "limit is too large (at most 1000000000000)",
+        ),
+        (
+            "{ algorithm: sliding_log, limit: 5, window: 1001d }",
+            "routes[0].limits[0].window",
+            "window is too large (at most 1000d)",
+        ),
+        (
+            "{ algorithm: sliding_window, limit: 5, window: 0s }",
+            "routes[0].limits[0].window",
+            "window must be greater than 0",
+        ),
+        (
+            "{ algorithm: token_bucket, rate: 10/s, burst: 0 }",
+            "routes[0].limits[0].burst",
+            "burst must be at least 1",
+        ),
+        (
+            "{ algorithm: concurrency, limit: 0 }",
+            "routes[0].limits[0].limit",
+            "limit must be at least 1",
+        ),
+        (
+            "{ algorithm: leaky_bucket, rate: 7/1000d, burst: 1000000000000 }",
+            "routes[0].limits[0].burst",
+            "burst, rate and max_delay together are too large to stay exact",
+        ),
+    ];
+    for (limit, field, message) in cases {
+        let e = err_at(&inline(limit), field, 5);
+        assert!(e.message.starts_with(message), "{limit}: {e}");
+        assert!(e.column.is_some(), "{e}");
+    }
+    // An override's bad value is named at the override.
+    err_at(
+        "limits:\n  l:\n    algorithm: gcra\n    rate: 1/s\n    overrides:\n      - { match: \"10.0.0.0/8\", rate: 5000000/s }\n",
+        "limits.l.overrides[0].rate",
+        6,
     );
 }
 

@@ -13,8 +13,12 @@ use super::error::ConfigError;
 use super::model::*;
 use super::positions::Positions;
 use super::raw::*;
-use super::units::{format_duration, Window};
+use super::units::{format_duration, Rate, Window};
 use super::{HeaderMatch, PathMatch};
+use crate::algorithm::{
+    self as algo, concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window,
+    token_bucket, ParamError,
+};
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -469,16 +473,16 @@ impl Ctx<'_> {
 
     fn limit(&mut self, path: &str, name: String, raw: RawLimit) -> Result<LimitConfig> {
         let kind = raw.algorithm;
-        let given = [
-            ("limit", raw.limit.is_some()),
-            ("window", raw.window.is_some()),
-            ("rate", raw.rate.is_some()),
-            ("burst", raw.burst.is_some()),
-            ("max_delay", raw.max_delay.is_some()),
-            ("lease", raw.lease.is_some()),
-        ];
-        for (param, present) in given {
-            if present && !kind.params().contains(&param) {
+        let written = Written {
+            limit: raw.limit,
+            window: raw.window,
+            rate: raw.rate,
+            burst: raw.burst,
+            max_delay: raw.max_delay.map(|d| d.0),
+            lease: raw.lease.map(|d| d.0),
+        };
+        for param in written.given() {
+            if !kind.params().contains(&param) {
                 return Err(self.err(
                     &format!("{path}.{param}"),
                     format!(
@@ -489,67 +493,7 @@ impl Ctx<'_> {
                 ));
             }
         }
-        let missing = |param: &str| {
-            self.err(
-                path,
-                format!("missing field `{param}`, which {} requires", kind.name()),
-            )
-        };
-        let limit_field = format!("{path}.limit");
-        let window_field = format!("{path}.window");
-        let algorithm = match kind {
-            AlgorithmKind::FixedWindow => {
-                let limit = raw.limit.ok_or_else(|| missing("limit"))?;
-                let limit = self.at_least_one(&limit_field, Some(limit), 1)?;
-                let window = raw.window.ok_or_else(|| missing("window"))?;
-                self.window(&window_field, window, kind)?;
-                Algorithm::FixedWindow { limit, window }
-            }
-            AlgorithmKind::SlidingWindow | AlgorithmKind::SlidingLog => {
-                let limit = raw.limit.ok_or_else(|| missing("limit"))?;
-                let limit = self.at_least_one(&limit_field, Some(limit), 1)?;
-                let window = raw.window.ok_or_else(|| missing("window"))?;
-                let window = self.window(&window_field, window, kind)?;
-                if kind == AlgorithmKind::SlidingWindow {
-                    Algorithm::SlidingWindow { limit, window }
-                } else {
-                    Algorithm::SlidingLog { limit, window }
-                }
-            }
-            AlgorithmKind::TokenBucket | AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => {
-                let rate = raw.rate.ok_or_else(|| missing("rate"))?;
-                let burst = self.at_least_one(&format!("{path}.burst"), raw.burst, rate.count)?;
-                let max_delay = raw.max_delay.map_or(Duration::ZERO, |d| d.0);
-                match kind {
-                    AlgorithmKind::TokenBucket => Algorithm::TokenBucket {
-                        rate,
-                        burst,
-                        max_delay,
-                    },
-                    AlgorithmKind::Gcra => Algorithm::Gcra {
-                        rate,
-                        burst,
-                        max_delay,
-                    },
-                    _ => Algorithm::LeakyBucket {
-                        rate,
-                        burst,
-                        max_delay,
-                    },
-                }
-            }
-            AlgorithmKind::Concurrency => {
-                let limit = raw.limit.ok_or_else(|| missing("limit"))?;
-                let limit = self.at_least_one(&limit_field, Some(limit), 1)?;
-                let lease = self.positive(
-                    &format!("{path}.lease"),
-                    raw.lease.map(|d| d.0),
-                    5 * 60 * SECOND,
-                )?;
-                Algorithm::Concurrency { limit, lease }
-            }
-        };
-
+        let params = self.params(path, kind, &written, None)?;
         let key = raw.key.map_or_else(|| vec![KeySource::ClientIp], |k| k.0);
         if key.is_empty() {
             return Err(self.err(
@@ -558,6 +502,7 @@ impl Ctx<'_> {
             ));
         }
         let cost = self.at_least_one(&format!("{path}.cost"), raw.cost, 1)?;
+        self.cost_fits(&format!("{path}.cost"), cost, &params, None)?;
         let lockout = match raw.lockout {
             None => None,
             Some(_) if kind == AlgorithmKind::Concurrency => {
@@ -566,22 +511,21 @@ impl Ctx<'_> {
                     "a lockout is not supported on a concurrency limit",
                 ));
             }
-            Some(l) => Some(self.lockout(&format!("{path}.lockout"), l, &algorithm)?),
+            Some(l) => Some(self.lockout(&format!("{path}.lockout"), l, &written)?),
         };
         let mut overrides = Vec::new();
         for (i, o) in raw.overrides.unwrap_or_default().into_iter().enumerate() {
-            overrides.push(self.override_(&format!("{path}.overrides[{i}]"), o, kind)?);
-        }
-        if let Some(capacity) = capacity(&algorithm) {
-            if cost > capacity {
-                self.warnings.push(format!(
-                    "limit \"{name}\": cost {cost} is more than its capacity {capacity}, so every request is rejected"
-                ));
-            }
+            let opath = format!("{path}.overrides[{i}]");
+            let params = self.override_(path, &opath, o.limit_params(), kind, &written)?;
+            self.cost_fits(&format!("{path}.cost"), cost, &params, Some(&opath))?;
+            overrides.push(Override {
+                matcher: o.matcher,
+                params,
+            });
         }
         Ok(LimitConfig {
             name,
-            algorithm,
+            params,
             key,
             on_missing_key: raw.on_missing_key.unwrap_or(OnMissingKey::ClientIp),
             cost,
@@ -592,15 +536,147 @@ impl Ctx<'_> {
         })
     }
 
-    /// Checks a window: not zero, `month` only on fixed_window. Returns its
-    /// length (31 days for `month`).
-    fn window(&self, field: &str, window: Window, kind: AlgorithmKind) -> Result<Duration> {
-        match window {
-            Window::Fixed(d) if d.is_zero() => {
-                Err(self.err(field, "window must be greater than 0"))
+    /// The validated parameters of a `kind` limit at `path` written as
+    /// `written`, with an override's fields (at `over`'s path) replacing
+    /// the ones it sets. Errors name the field that holds the bad value.
+    fn params(
+        &self,
+        path: &str,
+        kind: AlgorithmKind,
+        written: &Written,
+        over: Option<(&str, &Written)>,
+    ) -> Result<AlgoParams> {
+        // Where a parameter's value comes from: the override if it sets it.
+        let field = |param: &str| match over {
+            Some((opath, o)) if o.given().contains(&param) => format!("{opath}.{param}"),
+            _ => format!("{path}.{param}"),
+        };
+        let pick = |o: fn(&Written) -> bool| over.filter(|(_, w)| o(w)).map(|(_, w)| w);
+        let limit = pick(|w| w.limit.is_some()).unwrap_or(written).limit;
+        let window = pick(|w| w.window.is_some()).unwrap_or(written).window;
+        let rate = pick(|w| w.rate.is_some()).unwrap_or(written).rate;
+        // `burst` defaults to the count of the limit's own rate.
+        let burst = pick(|w| w.burst.is_some())
+            .unwrap_or(written)
+            .burst
+            .or(written.rate.map(|r| r.count));
+        let missing = |param: &str| {
+            self.err(
+                path,
+                format!("missing field `{param}`, which {} requires", kind.name()),
+            )
+        };
+        let fail = |e: ParamError| self.param_error(&field(param_of(&e)), kind, &e);
+        let params = match kind {
+            AlgorithmKind::FixedWindow
+            | AlgorithmKind::SlidingWindow
+            | AlgorithmKind::SlidingLog => {
+                let limit = limit.ok_or_else(|| missing("limit"))?;
+                let window = window.ok_or_else(|| missing("window"))?;
+                let window = self.window(&field("window"), window, kind)?;
+                match (kind, window) {
+                    (AlgorithmKind::FixedWindow, w) => {
+                        AlgoParams::FixedWindow(fixed_window::Params::new(limit, w).map_err(fail)?)
+                    }
+                    (AlgorithmKind::SlidingWindow, fixed_window::Window::Fixed(w)) => {
+                        AlgoParams::SlidingWindow(
+                            sliding_window::Params::new(limit, w).map_err(fail)?,
+                        )
+                    }
+                    (_, fixed_window::Window::Fixed(w)) => {
+                        AlgoParams::SlidingLog(sliding_log::Params::new(limit, w).map_err(fail)?)
+                    }
+                    // `window()` allows months on fixed_window only.
+                    (_, fixed_window::Window::Month) => return Err(missing("window")),
+                }
             }
-            Window::Fixed(d) => Ok(d),
-            Window::Month if kind == AlgorithmKind::FixedWindow => Ok(31 * DAY),
+            AlgorithmKind::TokenBucket | AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => {
+                let r = rate.ok_or_else(|| missing("rate"))?;
+                let r = algo::Rate::new(r.count, micros(r.period)).map_err(fail)?;
+                let burst = burst.unwrap_or(r.count());
+                let max_delay = micros(written.max_delay.unwrap_or(Duration::ZERO));
+                match kind {
+                    AlgorithmKind::TokenBucket => AlgoParams::TokenBucket(
+                        token_bucket::Params::new(r, burst, max_delay).map_err(fail)?,
+                    ),
+                    AlgorithmKind::Gcra => {
+                        AlgoParams::Gcra(gcra::Params::new(r, burst, max_delay).map_err(fail)?)
+                    }
+                    _ => AlgoParams::LeakyBucket(
+                        leaky_bucket::Params::new(r, burst, max_delay).map_err(fail)?,
+                    ),
+                }
+            }
+            AlgorithmKind::Concurrency => {
+                let limit = limit.ok_or_else(|| missing("limit"))?;
+                let lease = micros(written.lease.unwrap_or(5 * 60 * SECOND));
+                AlgoParams::Concurrency(concurrency::Params::new(limit, lease).map_err(fail)?)
+            }
+        };
+        Ok(params)
+    }
+
+    /// A parameter the algorithm refused, in the operator's words: durations
+    /// as durations, the rate's parts as `rate`.
+    fn param_error(&self, field: &str, kind: AlgorithmKind, e: &ParamError) -> ConfigError {
+        let name = leaf(field);
+        let message = match e {
+            ParamError::Zero(_) if matches!(name, "window" | "lease" | "max_delay") => {
+                format!("{name} must be greater than 0")
+            }
+            ParamError::Zero("rate period") => "a rate's period must be greater than 0".into(),
+            ParamError::Zero("rate count") => "a rate's count must be at least 1".into(),
+            ParamError::Zero(_) => format!("{name} must be at least 1"),
+            ParamError::TooLarge { field: p, max } if is_duration(p) => format!(
+                "{} is too large (at most {})",
+                p.trim_start_matches("rate "),
+                format_duration(Duration::from_micros(*max))
+            ),
+            ParamError::TooLarge { field: p, max } => format!("{p} is too large (at most {max})"),
+            ParamError::TooFast => format!(
+                "rate is too fast for {}: at most one request per microsecond",
+                kind.name()
+            ),
+            ParamError::Precision => e.to_string(),
+        };
+        self.err(field, message)
+    }
+
+    /// A request costing more than the limit can ever hold would be
+    /// rejected every time: an error, at `field` (or at the override that
+    /// lowers the capacity).
+    fn cost_fits(
+        &self,
+        field: &str,
+        cost: u64,
+        params: &AlgoParams,
+        over: Option<&str>,
+    ) -> Result<()> {
+        match params.capacity() {
+            Some(capacity) if cost > capacity => {
+                let whose = over.map_or(String::new(), |o| format!(" for the clients of {o}"));
+                Err(self.err(
+                    over.unwrap_or(field),
+                    format!(
+                        "cost {cost} is more than the limit's capacity {capacity}{whose}: every request would be rejected; raise `{}` or lower `cost`",
+                        capacity_param(params)
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks a window: `month` only on fixed_window.
+    fn window(
+        &self,
+        field: &str,
+        window: Window,
+        kind: AlgorithmKind,
+    ) -> Result<fixed_window::Window> {
+        match window {
+            Window::Fixed(d) => Ok(fixed_window::Window::Fixed(micros(d))),
+            Window::Month if kind == AlgorithmKind::FixedWindow => Ok(fixed_window::Window::Month),
             Window::Month => Err(self.err(
                 field,
                 format!(
@@ -611,7 +687,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn lockout(&self, path: &str, raw: RawLockout, algorithm: &Algorithm) -> Result<LockoutConfig> {
+    fn lockout(&self, path: &str, raw: RawLockout, written: &Written) -> Result<LockParams> {
         let duration = raw
             .duration
             .ok_or_else(|| self.err(path, "missing field `duration`"))?
@@ -622,22 +698,12 @@ impl Ctx<'_> {
                 "duration must be greater than 0",
             ));
         }
-        let default_within = match algorithm {
-            Algorithm::FixedWindow {
-                window: Window::Fixed(d),
-                ..
-            } => *d,
-            Algorithm::FixedWindow {
-                window: Window::Month,
-                ..
-            } => 31 * DAY,
-            Algorithm::SlidingWindow { window, .. } | Algorithm::SlidingLog { window, .. } => {
-                *window
-            }
-            Algorithm::TokenBucket { rate, .. }
-            | Algorithm::Gcra { rate, .. }
-            | Algorithm::LeakyBucket { rate, .. } => rate.period,
-            Algorithm::Concurrency { lease, .. } => *lease,
+        // Strikes are counted over the limit's own window (or rate period).
+        let default_within = match (written.window, written.rate, written.lease) {
+            (Some(Window::Fixed(d)), _, _) => d,
+            (Some(Window::Month), _, _) => 31 * DAY,
+            (None, Some(rate), _) => rate.period,
+            (None, None, lease) => lease.unwrap_or(5 * 60 * SECOND),
         };
         let max_duration = raw.max_duration.map_or(duration.max(DAY), |d| d.0);
         if max_duration < duration {
@@ -650,66 +716,55 @@ impl Ctx<'_> {
                 ),
             ));
         }
-        Ok(LockoutConfig {
-            after: self.at_least_one(&format!("{path}.after"), raw.after, 1)?,
-            within: self.positive(
-                &format!("{path}.within"),
-                raw.within.map(|d| d.0),
-                default_within,
-            )?,
-            duration,
-            escalate: self.at_least_one(&format!("{path}.escalate"), raw.escalate, 1)?,
-            max_duration,
-            forget_after: self.positive(
-                &format!("{path}.forget_after"),
-                raw.forget_after.map(|d| d.0),
-                DAY,
-            )?,
+        let within = self.positive(
+            &format!("{path}.within"),
+            raw.within.map(|d| d.0),
+            default_within,
+        )?;
+        let forget_after = self.positive(
+            &format!("{path}.forget_after"),
+            raw.forget_after.map(|d| d.0),
+            DAY,
+        )?;
+        Ok(LockParams {
+            after: u64::from(self.at_least_one(&format!("{path}.after"), raw.after, 1)?),
+            within: micros(within),
+            duration: micros(duration),
+            escalate: u64::from(self.at_least_one(&format!("{path}.escalate"), raw.escalate, 1)?),
+            max_duration: micros(max_duration),
+            forget_after: micros(forget_after),
         })
     }
 
-    fn override_(&self, path: &str, raw: RawOverride, kind: AlgorithmKind) -> Result<Override> {
+    /// An override of the limit at `path`: only parameters an override may
+    /// set, at least one, validated on top of the limit's own.
+    fn override_(
+        &self,
+        path: &str,
+        opath: &str,
+        over: Written,
+        kind: AlgorithmKind,
+        written: &Written,
+    ) -> Result<AlgoParams> {
         let allowed = kind.override_params();
-        let given = [
-            ("limit", raw.limit.is_some()),
-            ("rate", raw.rate.is_some()),
-            ("burst", raw.burst.is_some()),
-            ("window", raw.window.is_some()),
-        ];
-        for (param, present) in given {
-            if present && !allowed.contains(&param) {
-                return Err(self.err(
-                    &format!("{path}.{param}"),
-                    format!(
-                        "`{param}` is not a parameter of {} (an override may set {})",
-                        kind.name(),
-                        allowed.join(", ")
-                    ),
-                ));
-            }
-        }
-        if !given.iter().any(|(_, present)| *present) {
+        let given = over.given();
+        if let Some(param) = given.iter().find(|p| !allowed.contains(p)) {
             return Err(self.err(
-                path,
+                &format!("{opath}.{param}"),
+                format!(
+                    "`{param}` is not a parameter of {} (an override may set {})",
+                    kind.name(),
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        if given.is_empty() {
+            return Err(self.err(
+                opath,
                 format!("an override needs at least one of {}", allowed.join(", ")),
             ));
         }
-        if raw.limit.is_some() {
-            self.at_least_one(&format!("{path}.limit"), raw.limit, 1)?;
-        }
-        if raw.burst.is_some() {
-            self.at_least_one(&format!("{path}.burst"), raw.burst, 1)?;
-        }
-        if let Some(window) = raw.window {
-            self.window(&format!("{path}.window"), window, kind)?;
-        }
-        Ok(Override {
-            matcher: raw.matcher,
-            limit: raw.limit,
-            rate: raw.rate,
-            burst: raw.burst,
-            window: raw.window,
-        })
+        self.params(path, kind, written, Some((opath, &over)))
     }
 
     // ----- routes -----
@@ -1040,17 +1095,75 @@ impl AlgorithmKind {
     }
 }
 
-/// The most units a key can take at once, for the cost warning.
-fn capacity(algorithm: &Algorithm) -> Option<u64> {
-    match algorithm {
-        Algorithm::FixedWindow { limit, .. }
-        | Algorithm::SlidingWindow { limit, .. }
-        | Algorithm::SlidingLog { limit, .. }
-        | Algorithm::Concurrency { limit, .. } => Some(*limit),
-        Algorithm::TokenBucket { burst, .. }
-        | Algorithm::Gcra { burst, .. }
-        | Algorithm::LeakyBucket { burst, .. } => Some(*burst),
+/// A limit's parameters as written (or an override's), before validation.
+#[derive(Debug, Default, Clone, Copy)]
+struct Written {
+    limit: Option<u64>,
+    window: Option<Window>,
+    rate: Option<Rate>,
+    burst: Option<u64>,
+    max_delay: Option<Duration>,
+    lease: Option<Duration>,
+}
+
+impl Written {
+    /// The parameters given, by name.
+    fn given(&self) -> Vec<&'static str> {
+        [
+            ("limit", self.limit.is_some()),
+            ("window", self.window.is_some()),
+            ("rate", self.rate.is_some()),
+            ("burst", self.burst.is_some()),
+            ("max_delay", self.max_delay.is_some()),
+            ("lease", self.lease.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
     }
+}
+
+impl RawOverride {
+    /// The parameters this override sets.
+    fn limit_params(&self) -> Written {
+        Written {
+            limit: self.limit,
+            window: self.window,
+            rate: self.rate,
+            burst: self.burst,
+            ..Written::default()
+        }
+    }
+}
+
+/// The config parameter an algorithm's complaint is about.
+fn param_of(e: &ParamError) -> &'static str {
+    match e {
+        ParamError::Zero(p) | ParamError::TooLarge { field: p, .. } => {
+            p.strip_prefix("rate ").map_or(p, |_| "rate")
+        }
+        ParamError::TooFast => "rate",
+        ParamError::Precision => "burst",
+    }
+}
+
+/// Whether an algorithm's parameter is a duration (its bounds are shown as one).
+fn is_duration(param: &str) -> bool {
+    matches!(param, "window" | "lease" | "max_delay" | "rate period")
+}
+
+/// The parameter that sets a limit's capacity.
+fn capacity_param(params: &AlgoParams) -> &'static str {
+    match params {
+        AlgoParams::TokenBucket(_) | AlgoParams::Gcra(_) | AlgoParams::LeakyBucket(_) => "burst",
+        _ => "limit",
+    }
+}
+
+/// A duration in microseconds, saturating (the algorithms bound every
+/// duration far below `u64::MAX` µs).
+fn micros(d: Duration) -> algo::Micros {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The last component of a field path (`server.timeouts.idle` -> `idle`).

@@ -19,10 +19,10 @@
 //! Locked limits answer `locked_out` with the lock's remaining time and are
 //! not struck again. Shadow limits never lock and never block.
 
-use super::algorithm::Micros;
-use super::lockout::{strike, LockState};
-use super::state::{AlgoParams, AlgoState};
 use super::{Check, Outcome, Status};
+use crate::algorithm::any::{AlgoParams, AlgoState};
+use crate::algorithm::lockout::{strike, LockState};
+use crate::algorithm::Micros;
 
 /// What the store holds for one check when the decision starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

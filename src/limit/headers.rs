@@ -21,8 +21,8 @@ use bytes::Bytes;
 use http::header::{HeaderName, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use super::algorithm::SECOND;
 use super::{Micros, Outcome};
+use crate::algorithm::SECOND;
 use crate::body::{self, Body};
 use crate::config::HeaderStyle;
 

@@ -1,8 +1,9 @@
 //! Throttling (SPEC §5): algorithms, keys, lockouts, stores, headers.
 //!
-//! - [`algorithm`]: each algorithm as pure maths on (params, state, now, cost).
-//! - [`state`]: [`AlgoParams`] / [`AlgoState`], one type over them all.
-//! - [`lockout`]: lockout penalties as pure maths.
+//! The maths (each algorithm, lockout penalties, [`AlgoParams`] /
+//! [`AlgoState`]) is in [`crate::algorithm`], below both this module and the
+//! config, which builds validated parameters with it.
+//!
 //! - [`decide`]: the all-or-nothing decision over a request's limits.
 //! - [`key`]: client keys (sources, composites, hashing), exempt/override matching.
 //! - [`policy`]: a limit compiled from its config (namespace, overrides).
@@ -16,20 +17,15 @@
 //! A store receives a request's [`Check`]s (one per limit of its route) and
 //! answers one [`Outcome`] per check, in one atomic step.
 
-pub mod algorithm;
 pub mod decide;
 pub mod deny_cache;
 pub mod engine;
 pub mod headers;
 pub mod key;
-pub mod lockout;
 pub mod policy;
-pub mod state;
 pub mod store;
 
-pub use algorithm::Micros;
-pub use lockout::{LockParams, LockState};
-pub use state::{AlgoParams, AlgoState};
+pub use crate::algorithm::{AlgoParams, AlgoState, LockParams, LockState, Micros};
 
 /// A store key: 128 bits of a SHA-256 over the limit's identity and the
 /// client's key components, never the raw values (SPEC §5.2).

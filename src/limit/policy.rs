@@ -1,5 +1,6 @@
-//! A limit compiled from its config: validated algorithm parameters, its
-//! overrides, its lockout, and the namespace its state lives under.
+//! A limit compiled from its config (whose parameters, overrides and lockout
+//! were validated with it): its hashed key prefix, and the namespace its
+//! state lives under.
 //!
 //! The namespace is what SPEC §7 hangs state survival on: it is derived from
 //! the limit's name, its algorithm and its key sources, so a reload that
@@ -9,13 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::config::{
-    self, Algorithm, ClientMatch, KeySource, LimitConfig, LockoutConfig, Mode, OnMissingKey,
-};
-use crate::limit::algorithm::{
-    self as algo, concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window,
-    token_bucket, Micros,
-};
+use crate::config::{ClientMatch, KeySource, LimitConfig, Mode, OnMissingKey};
 use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
 use crate::limit::{AlgoParams, LockParams, StoreKey};
 
@@ -46,106 +41,15 @@ pub struct Policy {
     pub overrides: Vec<(ClientMatch, AlgoParams)>,
 }
 
-fn micros(d: std::time::Duration) -> Micros {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-fn rate(r: &config::Rate) -> Result<algo::Rate, algo::ParamError> {
-    algo::Rate::new(r.count, micros(r.period))
-}
-
-fn window(w: &config::Window) -> fixed_window::Window {
-    match w {
-        config::Window::Fixed(d) => fixed_window::Window::Fixed(micros(*d)),
-        config::Window::Month => fixed_window::Window::Month,
-    }
-}
-
-/// Parameters of `algorithm`, with an override's fields replacing its own.
-fn params(
-    algorithm: &Algorithm,
-    o: Option<&config::Override>,
-) -> Result<AlgoParams, algo::ParamError> {
-    let limit_of = |l: u64| o.and_then(|o| o.limit).unwrap_or(l);
-    let burst_of = |b: u64| o.and_then(|o| o.burst).unwrap_or(b);
-    let rate_of = |r: &config::Rate| rate(o.and_then(|o| o.rate.as_ref()).unwrap_or(r));
-    Ok(match algorithm {
-        Algorithm::FixedWindow { limit, window: w } => {
-            let w = o.and_then(|o| o.window.as_ref()).unwrap_or(w);
-            AlgoParams::FixedWindow(fixed_window::Params::new(limit_of(*limit), window(w))?)
-        }
-        Algorithm::SlidingWindow { limit, window: w } => {
-            AlgoParams::SlidingWindow(sliding_window::Params::new(limit_of(*limit), micros(*w))?)
-        }
-        Algorithm::SlidingLog { limit, window: w } => {
-            AlgoParams::SlidingLog(sliding_log::Params::new(limit_of(*limit), micros(*w))?)
-        }
-        Algorithm::TokenBucket {
-            rate: r,
-            burst,
-            max_delay,
-        } => AlgoParams::TokenBucket(token_bucket::Params::new(
-            rate_of(r)?,
-            burst_of(*burst),
-            micros(*max_delay),
-        )?),
-        Algorithm::Gcra {
-            rate: r,
-            burst,
-            max_delay,
-        } => AlgoParams::Gcra(gcra::Params::new(
-            rate_of(r)?,
-            burst_of(*burst),
-            micros(*max_delay),
-        )?),
-        Algorithm::LeakyBucket {
-            rate: r,
-            burst,
-            max_delay,
-        } => AlgoParams::LeakyBucket(leaky_bucket::Params::new(
-            rate_of(r)?,
-            burst_of(*burst),
-            micros(*max_delay),
-        )?),
-        Algorithm::Concurrency { limit, lease } => {
-            AlgoParams::Concurrency(concurrency::Params::new(limit_of(*limit), micros(*lease))?)
-        }
-    })
-}
-
-fn lockout(l: &LockoutConfig) -> LockParams {
-    LockParams {
-        after: u64::from(l.after.max(1)),
-        within: micros(l.within),
-        duration: micros(l.duration),
-        escalate: u64::from(l.escalate.max(1)),
-        max_duration: micros(l.max_duration),
-        forget_after: micros(l.forget_after),
-    }
-}
-
-/// Why a limit could not be compiled; names the limit and the parameter.
-#[derive(Debug, thiserror::Error)]
-#[error("limits.{limit}: {error}")]
-pub struct PolicyError {
-    limit: String,
-    error: algo::ParamError,
-}
-
 impl Policy {
-    /// Compile `cfg`.
-    pub fn compile(cfg: &LimitConfig) -> Result<Policy, PolicyError> {
-        let err = |error| PolicyError {
-            limit: cfg.name.clone(),
-            error,
-        };
-        let params = params(&cfg.algorithm, None).map_err(err)?;
+    /// Compile `cfg` (its parameters were validated with the config).
+    pub fn compile(cfg: &LimitConfig) -> Policy {
+        let params = cfg.params.clone();
         let overrides = cfg
             .overrides
             .iter()
-            .map(|o| Ok((o.matcher.clone(), self::params(&cfg.algorithm, Some(o))?)))
-            .collect::<Result<Vec<_>, algo::ParamError>>()
-            .map_err(err)?;
+            .map(|o| (o.matcher.clone(), o.params.clone()))
+            .collect();
         let mut namespace = Vec::with_capacity(64);
         for part in [
             "tollgate/1",
@@ -160,7 +64,7 @@ impl Policy {
             namespace.extend_from_slice(&(part.len() as u64).to_be_bytes());
             namespace.extend_from_slice(part.as_bytes());
         }
-        Ok(Policy {
+        Policy {
             name: cfg.name.as_str().into(),
             key_prefix: KeyPrefix::new(&namespace),
             namespace,
@@ -169,10 +73,10 @@ impl Policy {
             on_missing: cfg.on_missing_key,
             cost: cfg.cost.max(1),
             shadow: cfg.mode == Mode::Shadow,
-            lockout: cfg.lockout.as_ref().map(lockout),
+            lockout: cfg.lockout,
             exempt: cfg.exempt.clone(),
             overrides,
-        })
+        }
     }
 
     /// Whether this is a `concurrency` limit.

@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use crate::algorithm::any::AlgoState;
 use crate::limit::decide::{decide, Loaded};
-use crate::limit::state::AlgoState;
 use crate::limit::{Check, LockState, Micros, Outcome, StoreKey};
 
 /// How many shards the map is split into (at most 64: a request's shards
@@ -138,7 +138,7 @@ impl MemoryStore {
             return;
         };
         if let Some(AlgoState::Concurrency(leases)) = &entry.algo {
-            let released = crate::limit::algorithm::concurrency::release(leases, now, check.lease);
+            let released = crate::algorithm::concurrency::release(leases, now, check.lease);
             if released.ttl > 0 {
                 entry.algo = Some(AlgoState::Concurrency(released.state));
                 entry.algo_exp = now.saturating_add(released.ttl);
@@ -219,7 +219,7 @@ impl MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::algorithm::{concurrency, fixed_window, token_bucket, Rate, SECOND};
+    use crate::algorithm::{concurrency, fixed_window, token_bucket, Rate, SECOND};
     use crate::limit::{AlgoParams, LockParams, Status};
 
     fn key(n: u8) -> StoreKey {

@@ -13,7 +13,7 @@
 
 use redis::{RedisWrite, ToRedisArgs, Value};
 
-use crate::limit::algorithm::{
+use crate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
 };
 use crate::limit::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Status, StoreKey};
@@ -24,7 +24,7 @@ use crate::limit::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Sta
 /// |---|---|
 /// | `fixed_window` | limit, window (0 = calendar months) |
 /// | `sliding_window`, `sliding_log` | limit, window |
-/// | `token_bucket`, `leaky_bucket` | unit, drain ([`Rate::ticks`](crate::limit::algorithm::Rate::ticks)), burst, max_delay |
+/// | `token_bucket`, `leaky_bucket` | unit, drain ([`Rate::ticks`](crate::algorithm::Rate::ticks)), burst, max_delay |
 /// | `gcra` | interval, burst, max_delay |
 /// | `concurrency` | limit, lease |
 ///
@@ -341,7 +341,7 @@ fn text(v: &Value) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::algorithm::{Rate, SECOND};
+    use crate::algorithm::{Rate, SECOND};
     use crate::limit::LockParams;
 
     #[test]

@@ -20,7 +20,7 @@
 //! ttl(now) = max(lu + forget_after - now if lv > 0, s + within - now if n > 0, 0)
 //! ```
 
-use super::algorithm::Micros;
+use super::Micros;
 
 /// The validated lockout policy of a limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,13 +52,18 @@
 //! no later than the retry time on a rejection), `Retry-After` =
 //! [`Verdict::retry_hint`]; seconds rounded up.
 
+pub mod any;
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod lockout;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
+
+pub use any::{AlgoParams, AlgoState, AnyVerdict};
+pub use lockout::{LockParams, LockState};
 
 /// Microseconds: instants since the Unix epoch (UTC), and durations.
 pub type Micros = u64;

@@ -1,9 +1,9 @@
 //! One type over every algorithm: [`AlgoParams`] and [`AlgoState`], so a
 //! store can keep and check any limit without knowing which one it is.
 
-use super::algorithm::{
-    self as algo, concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window,
-    token_bucket, Micros, Verdict,
+use super::{
+    concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+    Micros, Verdict,
 };
 
 /// The parameters of one limit (after any per-client override).
@@ -75,6 +75,21 @@ impl AlgoParams {
         }
     }
 
+    /// The most units one key can take at once (`limit`, or `burst` for the
+    /// buckets and GCRA): a request costing more can never pass. `None` for
+    /// `concurrency`, which counts requests, not their cost.
+    pub fn capacity(&self) -> Option<u64> {
+        match self {
+            AlgoParams::FixedWindow(p) => Some(p.limit()),
+            AlgoParams::SlidingWindow(p) => Some(p.limit()),
+            AlgoParams::SlidingLog(p) => Some(p.limit()),
+            AlgoParams::TokenBucket(p) => Some(p.burst()),
+            AlgoParams::Gcra(p) => Some(p.burst()),
+            AlgoParams::LeakyBucket(p) => Some(p.burst()),
+            AlgoParams::Concurrency(_) => None,
+        }
+    }
+
     /// A fresh key's state for this algorithm.
     pub fn fresh(&self) -> AlgoState {
         match self {
@@ -134,6 +149,3 @@ impl AlgoParams {
         (v.limit, v.window)
     }
 }
-
-/// Why a limit's config could not be turned into parameters.
-pub type ParamError = algo::ParamError;
