@@ -34,6 +34,7 @@
 
 pub mod admin;
 pub mod algorithm;
+pub mod app;
 pub mod body;
 pub mod config;
 pub mod error;
@@ -49,39 +50,3 @@ pub mod runtime;
 pub mod server;
 pub mod shared;
 pub mod simulate;
-
-/// `tollgate check`: validate the config at `path` (building the runtime too,
-/// so everything a start-up would reject is reported) and describe it: a
-/// summary line, then one `warning: ...` line per warning.
-pub fn check(path: &std::path::Path) -> Result<String, String> {
-    let loaded = config::load(path).map_err(|e| e.to_string())?;
-    let c = &loaded.config;
-    let summary = format!(
-        "{}: ok: {} listener(s), {} route(s), {} upstream(s), {} limit(s), store {}\n",
-        path.display(),
-        c.server.listen.len() + c.server.tls.as_ref().map_or(0, |t| t.listen.len()),
-        c.routes.len(),
-        c.upstreams.len(),
-        c.limits.len(),
-        match &c.store.backend {
-            config::StoreBackend::Memory => "memory",
-            config::StoreBackend::Redis { .. } => "redis",
-            config::StoreBackend::RedisCluster { .. } => "redis_cluster",
-        }
-    );
-    let warnings: String = loaded
-        .warnings
-        .iter()
-        .map(|w| format!("warning: {w}\n"))
-        .collect();
-    // Building the runtime sets up (but, never driven, does not connect)
-    // the store client, which wants a Tokio runtime around it.
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let _entered = tokio.enter();
-    runtime::Runtime::build(loaded.config, loaded.sha256, 0, None)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(summary + &warnings)
-}

@@ -58,7 +58,7 @@ fn run(config: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(tollgate::reload::run(config)) {
+    match runtime.block_on(tollgate::app::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");
@@ -84,7 +84,7 @@ fn runtime_builder() -> tokio::runtime::Builder {
 }
 
 fn check(config: &std::path::Path) -> ExitCode {
-    match tollgate::check(config) {
+    match tollgate::app::check(config) {
         Ok(report) => {
             print!("{report}");
             ExitCode::SUCCESS

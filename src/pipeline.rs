@@ -10,7 +10,7 @@
 //! [`GatewayError`], which [`GatewayError::response`] turns into the answer.
 //! Nothing here blocks on anything but the upstream and the client.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,22 +38,27 @@ use crate::proxy::{self, balance::splitmix64, Outbound};
 use crate::route::matcher::strip_prefix;
 use crate::route::normalise::normalise_path;
 use crate::runtime::{Action, RouteRuntime, Runtime};
-use crate::server::sniff::Framing;
-use crate::shared::{Activity, Shared};
+use crate::server::{ConnInfo, Handler, Responding};
+use crate::shared::Shared;
 
-/// What the pipeline knows of the connection a request came on.
-#[derive(Debug)]
-pub struct ConnInfo {
-    /// The TCP peer.
-    pub peer: SocketAddr,
-    /// `http` or `https`, for `X-Forwarded-Proto`.
-    pub proto: &'static str,
-    /// Requests in flight on the connection, for its idle timeout.
-    pub activity: Activity,
-    /// When the connection was accepted.
-    pub started: Instant,
-    /// What the framing watcher saw of this connection's request heads.
-    pub framing: Arc<Framing>,
+/// The gateway's request handler: every request of every traffic
+/// connection goes through [`handle`].
+pub struct Pipeline {
+    shared: Arc<Shared>,
+}
+
+impl Pipeline {
+    /// The pipeline over `shared` (the runtime in force, the metrics).
+    pub fn new(shared: Arc<Shared>) -> Arc<Pipeline> {
+        Arc::new(Pipeline { shared })
+    }
+}
+
+impl Handler for Pipeline {
+    fn handle(&self, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding {
+        let shared = self.shared.clone();
+        Box::pin(async move { handle(req, &shared, &conn).await })
+    }
 }
 
 /// Handle one request: never fails, every error becomes a response.

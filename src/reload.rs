@@ -2,8 +2,13 @@
 //! new [`Runtime`] off the request path, bind the listen addresses that are
 //! new, then swap the runtime in atomically and retire the addresses that
 //! went away. Anything failing before the swap changes nothing.
+//!
+//! [`prepare`] is the shared first half (start-up calls it for generation 1,
+//! from `app.rs`); [`Gateway::reload`] is the second half for every
+//! later generation.
 
 use std::collections::HashSet;
+use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,65 +16,107 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-use crate::admin;
-use crate::config;
-use crate::runtime::Runtime;
+use crate::config::{self, ConfigError, Location, Source};
+use crate::runtime::{BuildError, Runtime};
 use crate::server::{self, Server};
 use crate::shared::Shared;
 
-/// Why the gateway could not start.
+/// Why a configuration could not be put in force (at start-up or reload).
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The config (or the runtime built from it) is invalid.
-    #[error("{0}")]
-    Config(String),
+pub enum ReloadError {
+    /// The file is unreadable or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The runtime could not be built from a valid file.
+    #[error("{file}: {source}")]
+    Build {
+        /// The config file.
+        file: String,
+        /// What failed.
+        #[source]
+        source: BuildError,
+    },
     /// A listen address could not be bound.
-    #[error("{0}")]
-    Bind(String),
+    #[error(transparent)]
+    Bind(#[from] BindError),
 }
 
-/// A running gateway: its shared state, its listeners, and how to reload it.
-pub struct Gateway {
-    /// State shared with every connection.
-    pub shared: Arc<Shared>,
-    /// The traffic listeners.
-    pub server: Arc<Server>,
-    /// The admin listener's bound address, if enabled.
-    pub admin_addr: Option<SocketAddr>,
-    path: PathBuf,
-    /// One reload at a time.
-    reload_lock: tokio::sync::Mutex<()>,
-    /// Pending SIGHUPs: a burst collapses into one more reload.
-    pending: Notify,
+/// A listen address that could not be bound, with where the config sets it.
+#[derive(Debug, thiserror::Error)]
+#[error("{at}: cannot bind {addr}: {source}{}", hint(&at.variables))]
+pub struct BindError {
+    /// The field that names the address (`server.listen[0]`, `admin.listen`).
+    pub at: Location,
+    /// The address.
+    pub addr: SocketAddr,
+    /// Why (in use, not an address of this host, ...).
+    #[source]
+    pub source: io::Error,
+}
+
+/// " (set VAR to another address)" when the config reads the address from
+/// environment variables, as the default config does.
+fn hint(variables: &[String]) -> String {
+    match variables {
+        [] => String::new(),
+        [one] => format!(" (the address comes from ${{{one}}}: set {one} to another address)"),
+        many => format!(
+            " (the address comes from {}: set one of them to another address)",
+            many.iter()
+                .map(|v| format!("${{{v}}}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Bind `addr`, set by the config field `field`.
+pub fn bind(source: &Source, field: &str, addr: SocketAddr) -> Result<TcpListener, BindError> {
+    server::bind(addr).map_err(|e| BindError {
+        at: source.locate(field),
+        addr,
+        source: e,
+    })
 }
 
 /// A new generation, built and bound, not yet in force.
-struct Prepared {
-    runtime: Runtime,
-    bound: Vec<(SocketAddr, TcpListener)>,
-    removed: Vec<SocketAddr>,
-    warnings: Vec<String>,
+pub struct Prepared {
+    /// The runtime.
+    pub runtime: Runtime,
+    /// Listeners bound for addresses not served yet, by configured address.
+    pub bound: Vec<(SocketAddr, TcpListener)>,
+    /// Served addresses the new config no longer has.
+    pub removed: Vec<SocketAddr>,
+    /// The config's warnings.
+    pub warnings: Vec<String>,
+    /// The config text, to point at its fields in later errors.
+    pub source: Source,
 }
 
-/// Parse `path`, build generation `generation` and bind every address of it
-/// that is not in `serving`.
-fn prepare(
+/// Parse `path`, build generation `generation` (reusing what `current`
+/// allows) and bind every address of it that is not in `serving`.
+pub fn prepare(
     path: &Path,
     generation: u64,
     current: Option<&Runtime>,
     serving: &[SocketAddr],
-) -> Result<Prepared, StartError> {
-    let loaded = config::load(path).map_err(|e| StartError::Config(e.to_string()))?;
-    let runtime = Runtime::build(loaded.config, loaded.sha256, generation, current)
-        .map_err(|e| StartError::Config(format!("{}: {e}", path.display())))?;
+) -> Result<Prepared, ReloadError> {
+    let loaded = config::load(path)?;
+    let source = loaded.source;
+    let runtime =
+        Runtime::build(loaded.config, loaded.sha256, generation, current).map_err(|source| {
+            ReloadError::Build {
+                file: path.display().to_string(),
+                source,
+            }
+        })?;
     let wanted: HashSet<SocketAddr> = runtime.config.server.listen.iter().copied().collect();
     let mut bound = Vec::new();
-    for &addr in &runtime.config.server.listen {
+    for (i, &addr) in runtime.config.server.listen.iter().enumerate() {
         if serving.contains(&addr) || bound.iter().any(|(a, _)| *a == addr) {
             continue;
         }
-        let listener = server::bind(addr)
-            .map_err(|e| StartError::Bind(format!("server.listen: cannot bind {addr}: {e}")))?;
+        let listener = bind(&source, &format!("server.listen[{i}]"), addr)?;
         bound.push((addr, listener));
     }
     let removed = serving
@@ -82,43 +129,36 @@ fn prepare(
         bound,
         removed,
         warnings: loaded.warnings,
+        source,
     })
 }
 
+/// A running gateway's reloader: its shared state, its traffic listeners,
+/// and the file it reloads.
+pub struct Gateway {
+    /// State shared with every connection.
+    pub shared: Arc<Shared>,
+    /// The traffic listeners.
+    pub server: Arc<Server>,
+    path: PathBuf,
+    /// One reload at a time.
+    reload_lock: tokio::sync::Mutex<()>,
+    /// Pending SIGHUPs: a burst collapses into one more reload.
+    pending: Notify,
+}
+
 impl Gateway {
-    /// Load the config at `path`, bind its listeners and the admin listener,
-    /// and start serving.
-    pub async fn start(path: &Path) -> Result<Arc<Gateway>, StartError> {
-        let prepared = prepare(path, 1, None, &[])?;
-        for warning in &prepared.warnings {
-            tracing::warn!(%warning, "config warning");
-        }
-        let max_connections = prepared.runtime.config.server.max_connections;
-        let admin_config = prepared.runtime.config.admin.clone();
-        let admin_listener =
-            match admin_config.listen {
-                Some(addr) => Some(server::bind(addr).map_err(|e| {
-                    StartError::Bind(format!("admin.listen: cannot bind {addr}: {e}"))
-                })?),
-                None => None,
-            };
-        let shared = Shared::new(prepared.runtime);
-        let server = Server::new(shared.clone(), max_connections);
-        for (addr, listener) in prepared.bound {
-            server.serve(addr, listener);
-        }
-        let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+    /// The reloader of a gateway started from the config at `path`,
+    /// serving through `server`; requests for a reload (SIGHUP) are run one
+    /// after the other by a task of its own.
+    pub fn new(shared: Arc<Shared>, server: Arc<Server>, path: &Path) -> Arc<Gateway> {
         let gateway = Arc::new(Gateway {
             shared,
             server,
-            admin_addr,
             path: path.to_path_buf(),
             reload_lock: tokio::sync::Mutex::new(()),
             pending: Notify::new(),
         });
-        if let Some(listener) = admin_listener {
-            admin::serve(listener, gateway.clone());
-        }
         let worker = gateway.clone();
         tokio::spawn(async move {
             loop {
@@ -126,8 +166,7 @@ impl Gateway {
                 let _ = worker.reload().await;
             }
         });
-        tracing::info!(generation = 1, config = %path.display(), "tollgate started");
-        Ok(gateway)
+        gateway
     }
 
     /// Ask for a reload without waiting for it (SIGHUP). Requests made while
@@ -137,46 +176,44 @@ impl Gateway {
     }
 
     /// Reload now: the new generation on success, the error otherwise (the
-    /// old config keeps serving).
-    pub async fn reload(&self) -> Result<u64, String> {
+    /// old config keeps serving; the error is kept for `GET /config`).
+    pub async fn reload(&self) -> Result<u64, ReloadError> {
         let _guard = self.reload_lock.lock().await;
         let current = self.shared.runtime.load_full();
         let generation = current.generation + 1;
         let serving = self.server.addresses();
-        match prepare(&self.path, generation, Some(&current), &serving) {
-            Ok(prepared) => {
-                for warning in &prepared.warnings {
-                    tracing::warn!(%warning, "config warning");
-                }
-                let max_connections = prepared.runtime.config.server.max_connections;
-                if prepared.runtime.config.admin.listen != current.config.admin.listen {
-                    tracing::warn!("admin.listen changed: it takes effect at the next restart");
-                }
-                // Cached rejections came from the old limits: a raised
-                // quota must take effect at once.
-                prepared.runtime.limiter.clear_deny_cache();
-                self.shared.runtime.store(Arc::new(prepared.runtime));
-                for (addr, listener) in prepared.bound {
-                    self.server.serve(addr, listener);
-                }
-                for addr in prepared.removed {
-                    self.server.stop(addr);
-                }
-                self.server.set_max_connections(max_connections);
-                self.shared.set_last_error(None);
-                self.shared.metrics.reload(true);
-                self.shared.metrics.generation.set(generation as i64);
-                tracing::info!(generation, "config reloaded");
-                Ok(generation)
-            }
+        let prepared = match prepare(&self.path, generation, Some(&current), &serving) {
+            Ok(prepared) => prepared,
             Err(error) => {
-                let message = error.to_string();
-                self.shared.set_last_error(Some(message.clone()));
+                self.shared.set_last_error(Some(error.to_string()));
                 self.shared.metrics.reload(false);
-                tracing::error!(error = %message, "config reload failed; the previous config stays in force");
-                Err(message)
+                tracing::error!(%error, "config reload failed; the previous config stays in force");
+                return Err(error);
             }
+        };
+        for warning in &prepared.warnings {
+            tracing::warn!(%warning, "config warning");
         }
+        let max_connections = prepared.runtime.config.server.max_connections;
+        if prepared.runtime.config.admin.listen != current.config.admin.listen {
+            tracing::warn!("admin.listen changed: it takes effect at the next restart");
+        }
+        // Cached rejections came from the old limits: a raised quota must
+        // take effect at once.
+        prepared.runtime.limiter.clear_deny_cache();
+        self.shared.runtime.store(Arc::new(prepared.runtime));
+        for (addr, listener) in prepared.bound {
+            self.server.serve(addr, listener);
+        }
+        for addr in prepared.removed {
+            self.server.stop(addr);
+        }
+        self.server.set_max_connections(max_connections);
+        self.shared.set_last_error(None);
+        self.shared.metrics.reload(true);
+        self.shared.metrics.generation.set(generation as i64);
+        tracing::info!(generation, "config reloaded");
+        Ok(generation)
     }
 
     /// Drain: `/readyz` answers 503, listeners close, connections finish
@@ -195,21 +232,37 @@ impl Gateway {
     }
 }
 
-/// Run the gateway until SIGTERM or SIGINT: start, reload on SIGHUP, drain.
-pub async fn run(path: &Path) -> Result<(), StartError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let signals = |kind| signal(kind).map_err(|e| StartError::Bind(format!("signal handler: {e}")));
-    let mut hup = signals(SignalKind::hangup())?;
-    let mut term = signals(SignalKind::terminate())?;
-    let mut int = signals(SignalKind::interrupt())?;
-    let gateway = Gateway::start(path).await?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => gateway.request_reload(),
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_in_use_names_the_field_its_line_and_the_variable() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let text = format!(
+            "server:\n  listen: [\"${{TOLLGATE_LISTEN:-{addr}}}\"]\nadmin:\n  listen: \"\"\n"
+        );
+        let loaded = config::parse(&text, "gateway.yaml").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = rt.enter();
+        let error = bind(&loaded.source, "server.listen[0]", addr).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "gateway.yaml:2:12: server.listen[0]: cannot bind {addr}: "
+            )),
+            "{message}"
+        );
+        assert!(
+            message.ends_with(
+                " (the address comes from ${TOLLGATE_LISTEN}: set TOLLGATE_LISTEN to another address)"
+            ),
+            "{message}"
+        );
+        assert_eq!(error.source.kind(), io::ErrorKind::AddrInUse);
     }
-    gateway.shutdown().await;
-    Ok(())
 }

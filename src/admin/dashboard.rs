@@ -28,13 +28,13 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::stats::{epoch_ms, History, Sample, DECISIONS, HISTORY_LEN};
 use super::{Admin, Query};
 use crate::body::{self, Body};
 use crate::config::StoreBackend;
 use crate::limit::engine::{Limiter, LockedClient};
 use crate::limit::headers::secs_ceil;
 use crate::limit::{key, Micros};
+use crate::metrics::stats::{epoch_ms, History, Sample, DECISIONS, HISTORY_LEN};
 use crate::reload::Gateway;
 
 /// Lockouts listed by `/api/stats` unless `?lockouts=` says otherwise.
@@ -286,7 +286,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         .iter()
         .map(|(name, limits)| {
             let t = totals.routes.get(name).copied().unwrap_or_default();
-            let sum = |f: fn(&super::stats::RouteCounts) -> u64| -> u64 {
+            let sum = |f: fn(&crate::metrics::stats::RouteCounts) -> u64| -> u64 {
                 recent
                     .iter()
                     .filter_map(|s| s.routes.get(name))

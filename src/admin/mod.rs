@@ -14,10 +14,9 @@
 //! |---|---|
 //! | `/healthz`, `/readyz`, `/config`, `/reload`, `/metrics`, `/limits/...`, `/lockouts` | here |
 //! | `/` (the page), `/api/stats` (what it polls) | [`dashboard`] |
-//! | the counters behind `/api/stats` | [`stats`] |
+//! | the counters behind `/api/stats` | [`crate::metrics::stats`] |
 
 pub mod dashboard;
-pub mod stats;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -112,7 +111,7 @@ pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
             ),
             Err(error) => json(
                 StatusCode::BAD_REQUEST,
-                serde_json::json!({"result": "failure", "error": error}),
+                serde_json::json!({"result": "failure", "error": error.to_string()}),
             ),
         },
         (&Method::GET, "/metrics") => {

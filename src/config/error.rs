@@ -10,7 +10,7 @@ use std::fmt;
 /// `:line:column` is left out when unknown and `field: ` when the error is not
 /// about one field (a YAML syntax error, an unreadable file).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}{}: {}{message}", Location(*.line, *.column), FieldPrefix(.field))]
+#[error("{file}{}: {}{message}", Position(*.line, *.column), FieldPrefix(.field))]
 pub struct ConfigError {
     /// The file as it was named to `parse` or `load`.
     pub file: String,
@@ -24,10 +24,39 @@ pub struct ConfigError {
     pub message: String,
 }
 
-/// `:line:column`, or nothing when the position is unknown.
-struct Location(Option<usize>, Option<usize>);
+/// Where a field sits in the config file, for errors found after parsing
+/// (an address that cannot be bound): displayed `file:line:column: field`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The file as it was named to `parse` or `load`.
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+    /// The field path, e.g. `server.listen[0]`.
+    pub field: String,
+    /// The environment variables the field's line reads (`${VAR}`), so an
+    /// error can say which one to change.
+    pub variables: Vec<String>,
+}
 
 impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}{}: {}",
+            self.file,
+            Position(self.line, self.column),
+            self.field
+        )
+    }
+}
+
+/// `:line:column`, or nothing when the position is unknown.
+struct Position(Option<usize>, Option<usize>);
+
+impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.0, self.1) {
             (Some(line), Some(column)) => write!(f, ":{line}:{column}"),

@@ -47,6 +47,26 @@ enum Quote {
     Double,
 }
 
+/// The names of the variables `line` reads (`${NAME}`, `${NAME:-default}`),
+/// in order; `$${NAME}` is not a reference. For error hints: "set NAME".
+pub(crate) fn variables(line: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("${") {
+        let escaped = rest[..at].ends_with('$');
+        let after = &rest[at + 2..];
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !escaped && !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+        rest = after;
+    }
+    names
+}
+
 /// Expands `text` with `env` as the environment.
 pub(crate) fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Expanded {
     if !text.contains("${") {
@@ -255,6 +275,17 @@ mod tests {
 
     fn run(text: &str) -> Expanded {
         expand(text, &env)
+    }
+
+    #[test]
+    fn variables_of_a_line() {
+        assert_eq!(
+            variables(
+                r#"  listen: ["${TOLLGATE_LISTEN:-127.0.0.1:8080}", "${B}", "$${C}", "${B}"]"#
+            ),
+            ["TOLLGATE_LISTEN", "B"]
+        );
+        assert!(variables("plain: $x").is_empty());
     }
 
     #[test]

@@ -36,7 +36,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-pub use error::ConfigError;
+pub use error::{ConfigError, Location};
 pub use model::*;
 pub use shadow::warnings_for_shadowed_routes;
 
@@ -52,6 +52,33 @@ pub struct Loaded {
     pub warnings: Vec<String>,
     /// Lowercase hex SHA-256 of the file's bytes before `${VAR}` expansion.
     pub sha256: String,
+    /// The text it was read from, to point at a field later.
+    pub source: Source,
+}
+
+/// A config's text and where each field sits in it, kept after parsing so
+/// that errors found later (an address that cannot be bound) name the
+/// file, line and column too.
+#[derive(Debug, Clone)]
+pub struct Source {
+    file: String,
+    text: String,
+    positions: Positions,
+}
+
+impl Source {
+    /// Where `field` sits (or its nearest ancestor that has a position).
+    pub fn locate(&self, field: &str) -> Location {
+        let pos = self.positions.lookup(field);
+        let line = pos.and_then(|(line, _)| self.text.lines().nth(line - 1));
+        Location {
+            file: self.file.clone(),
+            line: pos.map(|p| p.0),
+            column: pos.map(|p| p.1),
+            field: field.to_owned(),
+            variables: line.map(expand::variables).unwrap_or_default(),
+        }
+    }
 }
 
 /// Parses and validates config text. `file` names the file in error messages
@@ -110,6 +137,11 @@ pub(crate) fn parse_with_env(
         config,
         warnings,
         sha256,
+        source: Source {
+            file: file.to_owned(),
+            text: text.to_owned(),
+            positions,
+        },
     })
 }
 
@@ -125,6 +157,14 @@ pub enum PathMatch {
     Exact(String),
     /// A regex matched against the whole normalised path.
     Regex(regex::Regex),
+}
+
+impl PathMatch {
+    /// A route's `regex:`, compiled so that it must match the whole path
+    /// (`\A(?:pattern)\z`), as SPEC §3 says.
+    pub fn regex(pattern: &str) -> Result<PathMatch, regex::Error> {
+        regex::Regex::new(&format!(r"\A(?:{pattern})\z")).map(PathMatch::Regex)
+    }
 }
 
 /// How a route matches one request header.

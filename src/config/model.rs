@@ -136,6 +136,17 @@ pub enum StoreBackend {
     },
 }
 
+impl StoreBackend {
+    /// The backend's name in the config (`store.backend`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            StoreBackend::Memory => "memory",
+            StoreBackend::Redis { .. } => "redis",
+            StoreBackend::RedisCluster { .. } => "redis_cluster",
+        }
+    }
+}
+
 /// `store.on_error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -966,9 +966,8 @@ impl Ctx<'_> {
             PathMatch::Exact(exact)
         } else if let Some(regex) = raw.regex {
             // Anchored: a route regex must match the whole normalised path.
-            let compiled = crate::route::matcher::anchored_regex(&regex)
-                .map_err(|e| self.err(&format!("{path}.regex"), regex_error(&e)))?;
-            PathMatch::Regex(compiled)
+            PathMatch::regex(&regex)
+                .map_err(|e| self.err(&format!("{path}.regex"), regex_error(&e)))?
         } else {
             PathMatch::Any
         };

@@ -102,7 +102,7 @@ fn bare_host(host: &str) -> &str {
 ///   and `/` matches every path.
 /// - `Exact` is the whole path; a trailing slash is significant.
 /// - `Regex` must match the whole path. The caller compiles it anchored
-///   (see [`anchored_regex`]); this function only calls `is_match`, because
+///   (see [`PathMatch::regex`]); this function only calls `is_match`, because
 ///   checking the span of `find` would be wrong for alternations (`a|ab`).
 pub fn path_matches(m: &PathMatch, path: &str) -> bool {
     match m {
@@ -111,12 +111,6 @@ pub fn path_matches(m: &PathMatch, path: &str) -> bool {
         PathMatch::Exact(exact) => path == exact,
         PathMatch::Regex(re) => re.is_match(path),
     }
-}
-
-/// Compile a route's `regex:` so that it must match the whole path
-/// (`\A(?:pattern)\z`), as [`path_matches`] expects.
-pub fn anchored_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
-    regex::Regex::new(&format!(r"\A(?:{pattern})\z"))
 }
 
 /// What is left of `path` after a segment-boundary `prefix`, if it matches.
@@ -284,7 +278,7 @@ mod tests {
         assert!(path_matches(&m, "/login"));
         assert!(!path_matches(&m, "/login/"));
         assert!(!path_matches(&m, "/login/x"));
-        let re = PathMatch::Regex(anchored_regex("/v[0-9]+/items|/v[0-9]+/items/x").unwrap());
+        let re = PathMatch::regex("/v[0-9]+/items|/v[0-9]+/items/x").unwrap();
         assert!(path_matches(&re, "/v2/items"));
         assert!(path_matches(&re, "/v2/items/x"));
         assert!(!path_matches(&re, "/x/v2/items"));

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::sniff::{Framing, SniffIo};
-use crate::pipeline::{self, ConnInfo};
+use super::{ConnInfo, Handler};
 use crate::shared::{Activity, Shared};
 
 /// hyper refuses read buffers smaller than this.
@@ -26,6 +26,7 @@ pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,
+    handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
@@ -45,16 +46,11 @@ pub async fn serve(
     let io = SniffIo::new(stream, max_header_bytes.max(MIN_BUF), info.framing.clone());
 
     let svc = {
-        let shared = shared.clone();
         let info = info.clone();
         service_fn(move |req| {
-            let shared = shared.clone();
-            let info = info.clone();
-            // Boxed: hyper keeps the space of a connection's service future
-            // for the connection's whole life, idle or not, and the
-            // pipeline's future is ~3.4 KB; boxed, it lives as long as its
-            // request, and an idle connection holds only a pointer.
-            let handling = Box::pin(async move { pipeline::handle(req, &shared, &info).await });
+            // Boxed by the handler (see `Handler`): the pipeline's future is
+            // ~3.4 KB, and lives only as long as its request.
+            let handling = handler.handle(req, info.clone());
             async move { Ok::<_, Infallible>(handling.await) }
         })
     };

@@ -4,22 +4,61 @@
 //! Each listen address has its own accept loop, stopped by its own token so a
 //! reload can remove one address without touching the others. Connections
 //! are tracked in one [`TaskTracker`] so shutdown can wait for them.
+//!
+//! The server knows nothing of what a request means: each one goes to the
+//! [`Handler`] it was built with (the gateway's pipeline; the binary wires
+//! them together in `app.rs`).
 
 mod conn;
 pub mod sniff;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
 
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::shared::Shared;
+use crate::body::Body;
+use crate::shared::{Activity, Shared};
+use sniff::Framing;
+
+/// What a connection knows of itself, handed to the handler with each of
+/// its requests.
+#[derive(Debug)]
+pub struct ConnInfo {
+    /// The TCP peer.
+    pub peer: SocketAddr,
+    /// `http` or `https`, for `X-Forwarded-Proto`.
+    pub proto: &'static str,
+    /// Requests in flight on the connection, for its idle timeout.
+    pub activity: Activity,
+    /// When the connection was accepted.
+    pub started: Instant,
+    /// What the framing watcher saw of this connection's request heads.
+    pub framing: Arc<Framing>,
+}
+
+/// A response on its way.
+pub type Responding = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// What answers the requests of every connection: never fails (every
+/// error is a response). The future is boxed: hyper keeps the space of a
+/// connection's service future for the connection's whole life, idle or
+/// not, so a boxed one costs an idle connection only a pointer.
+pub trait Handler: Send + Sync + 'static {
+    /// Answer `req`, which came on `conn`.
+    fn handle(&self, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding;
+}
 
 /// The listen backlog: connections beyond `max_connections` wait here.
 const BACKLOG: u32 = 1024;
@@ -40,6 +79,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// The traffic listeners and the connections they accepted.
 pub struct Server {
     shared: Arc<Shared>,
+    handler: Arc<dyn Handler>,
     /// One permit per open connection: at `max_connections`, accepting waits.
     permits: Arc<Semaphore>,
     max_connections: Mutex<usize>,
@@ -52,14 +92,18 @@ pub struct Server {
 
 struct Listening {
     stop: CancellationToken,
-    local: SocketAddr,
 }
 
 impl Server {
-    /// A server with no listeners yet.
-    pub fn new(shared: Arc<Shared>, max_connections: usize) -> Arc<Server> {
+    /// A server with no listeners yet, whose requests go to `handler`.
+    pub fn new(
+        shared: Arc<Shared>,
+        handler: Arc<dyn Handler>,
+        max_connections: usize,
+    ) -> Arc<Server> {
         Arc::new(Server {
             shared,
+            handler,
             permits: Arc::new(Semaphore::new(max_connections)),
             max_connections: Mutex::new(max_connections),
             connections: TaskTracker::new(),
@@ -76,27 +120,13 @@ impl Server {
             .unwrap_or_default()
     }
 
-    /// The addresses actually bound (differs from the configured one for port 0).
-    pub fn local_addresses(&self) -> Vec<SocketAddr> {
-        self.listeners
-            .lock()
-            .map(|l| l.values().map(|l| l.local).collect())
-            .unwrap_or_default()
-    }
-
     /// Start accepting on `listener`, known by its configured address `addr`.
     pub fn serve(self: &Arc<Self>, addr: SocketAddr, listener: TcpListener) {
         let stop = self.shutdown.child_token();
         let local = listener.local_addr().unwrap_or(addr);
         tracing::info!(%addr, %local, "listening");
         if let Ok(mut listeners) = self.listeners.lock() {
-            listeners.insert(
-                addr,
-                Listening {
-                    stop: stop.clone(),
-                    local,
-                },
-            );
+            listeners.insert(addr, Listening { stop: stop.clone() });
         }
         let server = self.clone();
         tokio::spawn(async move { server.accept_loop(listener, stop).await });
@@ -169,9 +199,10 @@ impl Server {
                 _ = stop.cancelled() => return,
             };
             let shared = self.shared.clone();
+            let handler = self.handler.clone();
             let shutdown = self.shutdown.clone();
             self.connections.spawn(async move {
-                conn::serve(stream, peer, shared, shutdown).await;
+                conn::serve(stream, peer, shared, handler, shutdown).await;
                 drop(permit);
             });
         }

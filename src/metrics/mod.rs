@@ -11,6 +11,8 @@
 //! (prometheus-client's families cannot be iterated), so the dashboard and
 //! `/metrics` always agree.
 
+pub mod stats;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::admin::stats::{LimitCounters, RouteCounters, Stats, DECISIONS};
+use stats::{LimitCounters, RouteCounters, Stats, DECISIONS};
 
 /// Latency buckets suited to a proxy: 100 µs to 30 s.
 const LATENCY_BUCKETS: [f64; 17] = [
