@@ -12,7 +12,6 @@ pub mod gateway;
 pub mod limits;
 pub mod raw;
 pub mod redis;
-pub mod redis_fixture;
 pub mod upstream;
 
 use std::future::Future;
