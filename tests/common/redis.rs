@@ -9,12 +9,12 @@
 //! tests call [`RedisServer::start`] too.
 
 use std::collections::BTreeMap;
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::free_port;
 use super::gateway::temp_dir;
 
 /// How long `redis-server` may take to answer after a (re)start.
@@ -258,6 +258,16 @@ impl Process {
             .expect("run kill");
         assert!(status.success(), "kill -s {sig} {pid} failed");
     }
+}
+
+/// A port that was free a moment ago (bind `127.0.0.1:0`, read it, drop it).
+/// redis-server cannot be told to pick its own port, so this race stays:
+/// [`RedisServer::start`] retries on another port when it is lost.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
 }
 
 /// Parses `cmdstat_evalsha:calls=3,usec=...,rejected_calls=0,failed_calls=0`
