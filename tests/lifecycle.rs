@@ -268,8 +268,9 @@ async fn listeners_are_added_and_removed_by_reload() {
         )
     };
     let gw = Gateway::start(&with(r#""@LISTEN@""#)).await;
-    // The process listens on @LISTEN@ and @ADMIN@ only (port 0 each, so
-    // @LISTEN2@ has no port to try yet).
+    // @LISTEN2@ is port 0: it has no port to try before the gateway binds
+    // it. The process (its sockets in /proc) listens on @LISTEN@ and
+    // @ADMIN@ only.
     let mut before = vec![gw.addr(), gw.admin_addr()];
     before.sort();
     assert_eq!(

@@ -26,7 +26,7 @@ const START_ATTEMPTS: usize = 10;
 /// Every inspection call must finish within this.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// One `redis-server` process, killed when dropped.
+/// One `redis-server` process, killed when dropped (its directory removed).
 pub struct RedisServer {
     process: Arc<Process>,
 }
@@ -47,7 +47,6 @@ impl RedisServer {
                     process: Arc::new(process),
                 };
             }
-            let _ = std::fs::remove_dir_all(&process.dir);
         }
         panic!("redis-server exited at start-up on {START_ATTEMPTS} ports in a row");
     }
@@ -150,13 +149,6 @@ impl RedisServer {
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.process.kill();
-        let _ = std::fs::remove_dir_all(&self.process.dir);
-    }
-}
-
 /// One `cmdstat_*` line of `INFO commandstats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CommandStat {
@@ -165,7 +157,8 @@ pub struct CommandStat {
     pub rejected_calls: u64,
 }
 
-/// The server's port, directory and process (none while killed).
+/// The server's port, directory and process (none while killed); dropping
+/// it kills the process and removes the directory.
 struct Process {
     port: u16,
     dir: PathBuf,
@@ -257,6 +250,13 @@ impl Process {
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -s {sig} {pid} failed");
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
