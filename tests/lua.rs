@@ -1301,7 +1301,7 @@ async fn a_stopped_redis_times_out_within_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_at_start_then_killed_and_restarted() {
     let _alone = CPU.write().await;
-    let mut server = RedisServer::start();
+    let server = RedisServer::start();
     server.kill();
     // Unreachable at start-up: not an error; calls fail within the deadline.
     let store = timed_store(&server);
@@ -1405,7 +1405,7 @@ async fn next(rx: &mut tokio::sync::mpsc::Receiver<Option<StoreKey>>) -> Option<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resets_reach_subscribers_and_survive_a_restart() {
     let _busy = CPU.read().await;
-    let mut server = RedisServer::start();
+    let server = RedisServer::start();
     let store = local_store(&server);
     let mut resets = store.subscribe_resets();
     let key = [0x5a; 16];

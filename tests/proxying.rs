@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use common::client::{self, Proto};
-use common::{config, config_with_server, free_addr, raw, Echo, Gateway};
+use common::{config, config_with_server, raw, ClosedPort, Echo, Gateway};
 use http::{Method, Request};
 
 fn ip(s: &str) -> IpAddr {
@@ -106,7 +106,8 @@ async fn timeouts_answer_504_upstream_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_refused_or_reset_is_502_upstream_unavailable() {
     let echo = Echo::start("e").await;
-    let dead = free_addr();
+    let closed = ClosedPort::bind();
+    let dead = closed.addr();
     let gw = Gateway::start(&config(&format!(
         r#"
         upstreams:
@@ -139,7 +140,8 @@ async fn upstream_refused_or_reset_is_502_upstream_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passive_health_ejection_gives_503_no_healthy_upstream() {
-    let dead = free_addr();
+    let closed = ClosedPort::bind();
+    let dead = closed.addr();
     let gw = Gateway::start(&config(&format!(
         r#"
         upstreams:
@@ -171,7 +173,8 @@ async fn passive_health_ejection_gives_503_no_healthy_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_go_to_another_target_when_the_first_refuses() {
     let echo = Echo::start("e").await;
-    let dead = free_addr();
+    let closed = ClosedPort::bind();
+    let dead = closed.addr();
     let gw = Gateway::start(&config(&format!(
         r#"
         upstreams:

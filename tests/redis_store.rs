@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::limits::*;
-use common::redis_fixture::{CommandStat, RedisServer};
+use common::redis::{CommandStat, RedisServer};
 use common::{config, dedent, Echo, Gateway};
 
 const PREFIX: &str = "tgt";
@@ -52,7 +52,7 @@ fn template_with_timeout(
 // ---------------------------------------------------------------------------
 
 async fn exactly_100_of_300(limit: &str, path: &'static str) {
-    let redis = RedisServer::start().await;
+    let redis = RedisServer::start();
     let echo = Echo::start("e").await;
     // A generous store timeout: this is about atomicity, and a store call
     // that times out under this load would fall to on_error (deny: 503).
@@ -179,7 +179,7 @@ async fn exact_concurrency() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlock_through_one_instance_lifts_the_lockout_on_every_instance() {
-    let redis = RedisServer::start().await;
+    let redis = RedisServer::start();
     let t = template(
         &redis,
         "deny",
@@ -234,7 +234,7 @@ async fn unlock_through_one_instance_lifts_the_lockout_on_every_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_or_nothing_on_redis() {
-    let redis = RedisServer::start().await;
+    let redis = RedisServer::start();
     let t = template(
         &redis,
         "deny",
@@ -354,7 +354,7 @@ async fn wait_on_redis(
 }
 
 async fn outage(on_error: &str) {
-    let redis = RedisServer::start().await;
+    let redis = RedisServer::start();
     let t = template_with_timeout(
         &redis,
         &format!("{}ms", STORE_TIMEOUT.as_millis()),
@@ -400,7 +400,7 @@ async fn outage(on_error: &str) {
     redis.kill();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let restarted = Instant::now();
-    redis.restart().await;
+    redis.restart_async().await;
     let back1 = wait_on_redis(&ca, &cb, &probe, &log, "a restart").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopped = Instant::now();
@@ -591,7 +591,7 @@ impl Drop for Monitor {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_heals_by_itself() {
-    let redis = RedisServer::start().await;
+    let redis = RedisServer::start();
     let gw = Gateway::start(&template(
         &redis,
         "deny",
@@ -645,7 +645,7 @@ async fn script_flush_heals_by_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
-    let redis = RedisServer::start().await;
+    let redis = RedisServer::start();
     let gw = Gateway::start(&template(
         &redis,
         "deny",
@@ -752,7 +752,7 @@ fn other(sent: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_keys_hold_no_client_value_and_expire() {
-    let redis = RedisServer::start().await;
+    let redis = RedisServer::start();
     let gw = Gateway::start(&template(
         &redis,
         "deny",

@@ -16,9 +16,9 @@ const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const http = require('node:http');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
+const readline = require('node:readline');
 const { chromium } = require('playwright-core');
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -32,15 +32,31 @@ const WARMUP_MS = Number(process.env.DASHBOARD_WARMUP_MS || 6000);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
+// Starts the gateway (its listeners on port 0) and reads the addresses it
+// bound from its start-up log on stdout: `listening` (`local`) and `admin
+// listening` (`addr`). Info lines only from those two modules, so stdout
+// stays quiet; it is read to the end all the same. `logs` gathers the output
+// for error messages.
+function startGateway(configPath, logs) {
+  const gw = spawn(BIN, ['-c', configPath], {
+    env: { ...process.env, TOLLGATE_LOG: 'warn,tollgate::server=info,tollgate::admin=info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
+  gw.stderr.on('data', (d) => logs.push(String(d)));
+  const bound = new Promise((resolve, reject) => {
+    const addrs = {};
+    readline.createInterface({ input: gw.stdout }).on('line', (line) => {
+      logs.push(line + '\n');
+      let v;
+      try { v = JSON.parse(line); } catch (_) { return; }
+      if (v.message === 'listening') addrs.listen = v.local;
+      if (v.message === 'admin listening') addrs.admin = v.addr;
+      if (addrs.listen && addrs.admin) resolve(addrs);
+    });
+    gw.on('exit', (code, signal) => reject(new Error(`tollgate exited (${code ?? signal}) during start-up`)));
+  });
+  const deadline = sleep(15000).then(() => { throw new Error('no listening lines within 15 s'); });
+  return { gw, bound: Promise.race([bound, deadline]) };
 }
 
 // An upstream that answers after a short, path-dependent delay, so the
@@ -57,12 +73,12 @@ function startUpstream() {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
 }
 
-function config(listen, admin, upstream) {
+function config(upstream) {
   return `
 server:
-  listen: ["127.0.0.1:${listen}"]
+  listen: ["127.0.0.1:0"]
 admin:
-  listen: "127.0.0.1:${admin}"
+  listen: "127.0.0.1:0"
   token: "${TOKEN}"
 upstreams:
   app:
@@ -171,18 +187,17 @@ test('the dashboard shows a lockout, and its Unlock button lifts it', { timeout:
 async function run(cleanup) {
   const upstream = await startUpstream();
   cleanup.push(() => { upstream.closeAllConnections(); upstream.close(); });
-  const [listen, admin] = [await freePort(), await freePort()];
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-browser-'));
   cleanup.push(() => fs.rmSync(dir, { recursive: true, force: true }));
   const configPath = path.join(dir, 'gateway.yaml');
-  fs.writeFileSync(configPath, config(listen, admin, upstream.address().port));
+  fs.writeFileSync(configPath, config(upstream.address().port));
 
   const logs = [];
-  const gw = spawn(BIN, ['-c', configPath], { env: { ...process.env, TOLLGATE_LOG: 'warn' }, stdio: ['ignore', 'ignore', 'pipe'] });
-  gw.stderr.on('data', (d) => logs.push(String(d)));
+  const { gw, bound } = startGateway(configPath, logs);
   cleanup.push(() => gw.kill('SIGKILL'));
-  const base = `http://127.0.0.1:${listen}`;
-  const adminBase = `http://127.0.0.1:${admin}`;
+  const { listen, admin } = await bound.catch((e) => { throw new Error(e.message + '\n' + logs.join('')); });
+  const base = `http://${listen}`;
+  const adminBase = `http://${admin}`;
   await waitFor('GET /readyz = 200', async () => (await get(adminBase, '/readyz')).status === 200)
     .catch((e) => { throw new Error(e.message + '\n' + logs.join('')); });
 

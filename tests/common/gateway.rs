@@ -1,29 +1,49 @@
 //! The real `tollgate` binary as a fixture.
 //!
 //! A config template is YAML with placeholders `@LISTEN@`, `@LISTEN2@`,
-//! `@LISTEN3@` (traffic addresses) and `@ADMIN@` (the admin address), each an
-//! `127.0.0.1:<free port>` picked when the fixture is created and fixed for its
-//! life, so `rewrite_config` can move listeners around.
+//! `@LISTEN3@` (traffic addresses) and `@ADMIN@` (the admin address). Each
+//! becomes port 0 ([`LISTEN`], [`LISTEN2`], [`LISTEN3`], [`ADMIN`]: distinct
+//! loopback IPs for the traffic ones, since the gateway keys listeners by
+//! configured address), so the gateway binds a port no other process holds;
+//! the fixture learns the bound addresses from the gateway's start-up log
+//! (`"listening"` with `addr` and `local`, `"admin listening"` with `addr`),
+//! which also covers listeners a reload adds.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use http::Method;
 use serde_json::Value;
 
 use super::client::{self, Resp};
-use super::free_addr;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
 /// How long start-up may take before the test fails.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long an address lookup waits for the gateway's `listening` line.
+pub const ADDR_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What `@LISTEN@` becomes: `127.0.0.1:0`.
+pub const LISTEN: SocketAddr = loopback(1);
+/// What `@LISTEN2@` becomes: `127.0.0.2:0`.
+pub const LISTEN2: SocketAddr = loopback(2);
+/// What `@LISTEN3@` becomes: `127.0.0.3:0`.
+pub const LISTEN3: SocketAddr = loopback(3);
+/// What `@ADMIN@` becomes: `127.0.0.1:0`.
+pub const ADMIN: SocketAddr = loopback(1);
+
+const fn loopback(last: u8) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, last), 0))
+}
 
 /// How the binary finds its config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,12 +77,8 @@ pub struct Gateway {
     child: Child,
     dir: PathBuf,
     config_path: PathBuf,
-    listen: SocketAddr,
-    listen2: SocketAddr,
-    listen3: SocketAddr,
-    admin: SocketAddr,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<Vec<String>>>,
+    stdout: Arc<Output>,
+    stderr: Arc<Output>,
     exited: Option<ExitStatus>,
 }
 
@@ -88,19 +104,7 @@ impl Gateway {
     pub fn spawn_with(template: &str, launch: Launch) -> Gateway {
         let dir = temp_dir("gw");
         let config_path = dir.join("gateway.yaml");
-        let mut addrs: Vec<SocketAddr> = Vec::new();
-        while addrs.len() < 4 {
-            let a = free_addr();
-            if !addrs.contains(&a) {
-                addrs.push(a);
-            }
-        }
-        let (listen, listen2, listen3, admin) = (addrs[0], addrs[1], addrs[2], addrs[3]);
-        std::fs::write(
-            &config_path,
-            render(template, listen, listen2, listen3, admin),
-        )
-        .expect("write config");
+        std::fs::write(&config_path, render(template)).expect("write config");
         let mut cmd = Command::new(BIN);
         pick_scheduler(&mut cmd);
         cmd.env("TOLLGATE_LOG", "info")
@@ -120,31 +124,16 @@ impl Gateway {
             Launch::Cwd => {}
         }
         let mut child = cmd.spawn().expect("spawn tollgate");
-        let stdout = collect_lines(child.stdout.take().expect("stdout"));
-        let stderr = collect_lines(child.stderr.take().expect("stderr"));
+        let stdout = Output::collect(child.stdout.take().expect("stdout"));
+        let stderr = Output::collect(child.stderr.take().expect("stderr"));
         Gateway {
             child,
             dir,
             config_path,
-            listen,
-            listen2,
-            listen3,
-            admin,
             stdout,
             stderr,
             exited: None,
         }
-    }
-
-    /// Fills the placeholders of a template.
-    pub fn render(&self, template: &str) -> String {
-        render(
-            template,
-            self.listen,
-            self.listen2,
-            self.listen3,
-            self.admin,
-        )
     }
 
     /// Polls `/readyz` until 200; panics with the process output on timeout
@@ -174,24 +163,84 @@ impl Gateway {
         }
     }
 
-    /// The first traffic address (`@LISTEN@`).
+    /// The address bound for `@LISTEN@` (see [`Gateway::bound_addr`]).
     pub fn addr(&self) -> SocketAddr {
-        self.listen
+        self.bound_addr(LISTEN)
     }
 
-    /// `@LISTEN2@`
+    /// The address bound for `@LISTEN2@` (see [`Gateway::bound_addr`]).
     pub fn addr2(&self) -> SocketAddr {
-        self.listen2
+        self.bound_addr(LISTEN2)
     }
 
-    /// `@LISTEN3@`
+    /// The address bound for `@LISTEN3@` (see [`Gateway::bound_addr`]).
     pub fn addr3(&self) -> SocketAddr {
-        self.listen3
+        self.bound_addr(LISTEN3)
     }
 
-    /// `@ADMIN@`
+    /// The traffic address the gateway bound for the `configured` one, from
+    /// its latest `listening` line for it (a removed listener's address
+    /// stays, so a test can see it refuse). Waits up to [`ADDR_TIMEOUT`] for
+    /// the line (a reload may just have added the listener), then panics.
+    pub fn bound_addr(&self, configured: SocketAddr) -> SocketAddr {
+        self.stdout
+            .wait_for(ADDR_TIMEOUT, |s| s.listening.get(&configured).copied())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no `listening` line for {configured} within {ADDR_TIMEOUT:?}\n{}",
+                    self.output()
+                )
+            })
+    }
+
+    /// The admin address the gateway bound for `@ADMIN@`, from its `admin
+    /// listening` line; waits up to [`ADDR_TIMEOUT`] for it, then panics.
     pub fn admin_addr(&self) -> SocketAddr {
-        self.admin
+        self.stdout
+            .wait_for(ADDR_TIMEOUT, |s| s.admin)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no `admin listening` line within {ADDR_TIMEOUT:?}\n{}",
+                    self.output()
+                )
+            })
+    }
+
+    /// The IPv4 TCP addresses the process listens on right now, sorted: read
+    /// from `/proc` (its socket descriptors and the TCP table), not from its
+    /// log.
+    pub fn listening_sockets(&self) -> Vec<SocketAddr> {
+        let pid = self.pid();
+        let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("read the gateway's /proc fd dir")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter_map(|link| {
+                let link = link.to_str()?;
+                Some(
+                    link.strip_prefix("socket:[")?
+                        .strip_suffix(']')?
+                        .to_string(),
+                )
+            })
+            .collect();
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+            .expect("read the gateway's TCP table");
+        // `sl local_address rem_address st ... inode`; st 0A is LISTEN.
+        let mut out: Vec<SocketAddr> = table
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.get(3) != Some(&"0A") || !inodes.contains(*f.get(9)?) {
+                    return None;
+                }
+                let (ip, port) = f[1].split_once(':')?;
+                let ip = u32::from_str_radix(ip, 16).ok()?.to_le_bytes();
+                Some(SocketAddr::from((ip, u16::from_str_radix(port, 16).ok()?)))
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     pub fn pid(&self) -> u32 {
@@ -206,7 +255,7 @@ impl Gateway {
     pub fn rewrite_config(&self, template: &str) {
         // Write-then-rename so a reload never sees a half-written file.
         let tmp = self.dir.join("gateway.yaml.tmp");
-        std::fs::write(&tmp, self.render(template)).expect("write config");
+        std::fs::write(&tmp, render(template)).expect("write config");
         std::fs::rename(&tmp, &self.config_path).expect("rename config");
     }
 
@@ -232,12 +281,12 @@ impl Gateway {
 
     /// Every stdout line so far.
     pub fn stdout_lines(&self) -> Vec<String> {
-        self.stdout.lock().unwrap().clone()
+        self.stdout.state().lines.clone()
     }
 
     /// Every stderr line so far.
     pub fn stderr_lines(&self) -> Vec<String> {
-        self.stderr.lock().unwrap().clone()
+        self.stderr.state().lines.clone()
     }
 
     /// stdout lines that are JSON objects.
@@ -306,9 +355,15 @@ impl Gateway {
         }
     }
 
-    /// An admin request, errors reported.
+    /// An admin request, errors reported (also when the admin listener is
+    /// not up yet).
     pub async fn try_admin(&self, method: Method, path: &str) -> Result<Resp, String> {
-        let r = client::req(method, self.admin, path)
+        let admin = self
+            .stdout
+            .state()
+            .admin
+            .ok_or("no `admin listening` line yet")?;
+        let r = client::req(method, admin, path)
             .body(client::empty())
             .unwrap();
         client::try_send(&client::h1(), r).await
@@ -378,33 +433,90 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn render(
-    template: &str,
-    listen: SocketAddr,
-    listen2: SocketAddr,
-    listen3: SocketAddr,
-    admin: SocketAddr,
-) -> String {
+/// Fills the placeholders of a template.
+fn render(template: &str) -> String {
     template
-        .replace("@LISTEN@", &listen.to_string())
-        .replace("@LISTEN2@", &listen2.to_string())
-        .replace("@LISTEN3@", &listen3.to_string())
-        .replace("@ADMIN@", &admin.to_string())
+        .replace("@LISTEN@", &LISTEN.to_string())
+        .replace("@LISTEN2@", &LISTEN2.to_string())
+        .replace("@LISTEN3@", &LISTEN3.to_string())
+        .replace("@ADMIN@", &ADMIN.to_string())
 }
 
-/// A background thread pushing each line of `r` into the returned vector.
-fn collect_lines(r: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
-    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            match line {
-                Ok(l) => sink.lock().unwrap().push(l),
-                Err(_) => break,
+/// The lines of one of the process's output streams, collected by a
+/// background thread, and the addresses its log lines said were bound.
+#[derive(Default)]
+struct Output {
+    state: Mutex<OutputState>,
+    /// Notified at every line.
+    grew: Condvar,
+}
+
+#[derive(Default)]
+struct OutputState {
+    lines: Vec<String>,
+    /// Configured traffic address -> the bound one, from the latest
+    /// `listening` line for it.
+    listening: HashMap<SocketAddr, SocketAddr>,
+    /// From the `admin listening` line.
+    admin: Option<SocketAddr>,
+}
+
+impl Output {
+    /// Starts the thread reading `r`.
+    fn collect(r: impl std::io::Read + Send + 'static) -> Arc<Output> {
+        let output = Arc::new(Output::default());
+        let sink = output.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                let mut state = sink.state();
+                state.note_addresses(&line);
+                state.lines.push(line);
+                drop(state);
+                sink.grew.notify_all();
             }
+        });
+        output
+    }
+
+    fn state(&self) -> MutexGuard<'_, OutputState> {
+        self.state.lock().unwrap()
+    }
+
+    /// Waits up to `timeout` for `f` to find something in the state.
+    fn wait_for<T>(&self, timeout: Duration, f: impl Fn(&OutputState) -> Option<T>) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state();
+        loop {
+            if let Some(v) = f(&state) {
+                return Some(v);
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            state = self.grew.wait_timeout(state, left).unwrap().0;
         }
-    });
-    lines
+    }
+}
+
+impl OutputState {
+    /// Records the addresses of a `listening` or `admin listening` line.
+    fn note_addresses(&mut self, line: &str) {
+        if !line.contains("listening") {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let addr = |field: &str| v[field].as_str().and_then(|a| a.parse().ok());
+        match v["message"].as_str() {
+            Some("listening") => {
+                if let (Some(configured), Some(local)) = (addr("addr"), addr("local")) {
+                    self.listening.insert(configured, local);
+                }
+            }
+            Some("admin listening") => self.admin = addr("addr"),
+            _ => {}
+        }
+    }
 }
 
 impl Drop for Gateway {

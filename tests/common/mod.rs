@@ -1,10 +1,12 @@
 //! Shared fixtures for the black-box tests: the real `tollgate` binary
 //! ([`gateway::Gateway`]), in-process echo upstreams ([`upstream::Echo`]),
-//! HTTP clients ([`client`]) and a raw TCP helper ([`raw`]) for requests no
-//! well-behaved client would send.
+//! HTTP clients ([`client`]), a raw TCP helper ([`raw`]) for requests no
+//! well-behaved client would send, and a real `redis-server` ([`redis`]).
 //!
 //! Every network call has a timeout so that a broken gateway fails a test
-//! instead of hanging it; every port is picked by the OS.
+//! instead of hanging it. Every listener binds port 0 itself and is asked
+//! which port it got, except redis-server, which is given a port and retried
+//! on another when that one was taken.
 #![allow(dead_code)]
 
 pub mod client;
@@ -12,11 +14,10 @@ pub mod gateway;
 pub mod limits;
 pub mod raw;
 pub mod redis;
-pub mod redis_fixture;
 pub mod upstream;
 
 use std::future::Future;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 // Not every test binary uses every fixture.
@@ -32,17 +33,32 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The request/response body type of the fixtures.
 pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, BoxError>;
 
-/// A port that was free a moment ago (bind `127.0.0.1:0`, read it, drop it).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+/// A loopback address that refuses connections: a socket bound to
+/// `127.0.0.1:0` that never listens, so the port stays reserved (no other
+/// process can listen on it) for as long as the value lives.
+pub struct ClosedPort {
+    _socket: tokio::net::TcpSocket,
+    addr: SocketAddr,
 }
 
-/// `127.0.0.1:<free port>`.
-pub fn free_addr() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], free_port()))
+impl ClosedPort {
+    /// Binds the socket.
+    pub fn bind() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("bind 127.0.0.1:0");
+        let addr = socket.local_addr().expect("the bound address");
+        ClosedPort {
+            _socket: socket,
+            addr,
+        }
+    }
+
+    /// `127.0.0.1:<the reserved port>`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
 }
 
 /// Removes the common leading indentation of a multi-line string (so YAML can
