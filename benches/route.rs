@@ -21,7 +21,7 @@ fn hosts(h: &[&str]) -> HostMatcher {
 }
 
 /// 100 routes: route `i` matches only its own paths (`/svc{i}/...`).
-fn table() -> Router {
+fn table() -> Router<usize> {
     let mut routes = Vec::with_capacity(100);
     for i in 0..100 {
         let m = match i % 5 {
@@ -64,7 +64,7 @@ fn table() -> Router {
                 headers: vec![],
             },
         };
-        routes.push(m);
+        routes.push((m, i));
     }
     Router::new(routes)
 }
@@ -88,6 +88,7 @@ fn matching(c: &mut Criterion) {
         assert_eq!(
             router
                 .find(host, &Method::GET, path, &headers)
+                .copied()
                 .unwrap_or(usize::MAX),
             want,
             "{name}"

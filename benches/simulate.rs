@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("replay", |b| {
         b.iter(|| {
             let mut sim = Simulator::new(config.clone()).expect("the simulator builds");
-            sim.replay(&log[..], |line, e| panic!("line {line}: {e}"))
+            sim.replay(&log[..], |line, e| panic!("line {line}: {e}"), |_| {})
                 .expect("reading memory cannot fail");
             assert_eq!(sim.report("bench").requests, LINES);
         })

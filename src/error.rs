@@ -1,15 +1,31 @@
-//! The gateway's errors, and the one function that turns them into responses.
+//! The gateway's errors, and the one place that turns them into responses.
 //!
-//! Every error the gateway answers itself (not the upstream's own errors) is a
-//! [`GatewayError`]; [`GatewayError::response`] is the only place that picks
-//! its status, its JSON `error` string and whether the connection must close.
+//! Every answer the gateway gives itself instead of the upstream's (a bad
+//! request, no route, a rate-limit rejection, an upstream that failed) is a
+//! [`GatewayError`]; [`GatewayError::response`] alone picks its status, its
+//! body, its headers, and whether the connection must close. A gRPC
+//! request gets each one as HTTP 200 with `grpc-status` and `grpc-message`
+//! (SPEC §4): gRPC's HTTP-to-gRPC table (`400` → 13, `403` → 7, `404` → 12,
+//! `502`/`503` → 14, anything else → 2), except `504` → 4
+//! (DEADLINE_EXCEEDED) and rate limits → 8 (RESOURCE_EXHAUSTED), as SPEC
+//! §4 and §5.4 say.
 
-use http::{header, HeaderValue, Response, StatusCode};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use http::header::{HeaderName, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, Response, StatusCode};
 
 use crate::body::{self, Body};
+use crate::config::template::Values;
+use crate::config::LimitResponse;
+use crate::limit::engine::Figure;
+use crate::limit::headers::{self as limit_headers, secs_ceil, LimitFigures};
+use crate::limit::Micros;
+use crate::proxy::client::ClientError;
 
 /// An error the gateway answers itself.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
     /// No route matched the request.
     #[error("no route matches the request")]
@@ -26,6 +42,9 @@ pub enum GatewayError {
         /// Whether the connection must be closed after the answer.
         close: bool,
     },
+    /// `TRACE` or `CONNECT` (SPEC §3): never forwarded.
+    #[error("method {0} is not allowed")]
+    MethodNotAllowed(http::Method),
     /// A transfer coding other than `chunked`.
     #[error("unsupported transfer coding")]
     UnsupportedTransferCoding,
@@ -35,19 +54,53 @@ pub enum GatewayError {
     /// The request body is larger than `server.max_body_bytes`.
     #[error("request body too large")]
     BodyTooLarge,
+    /// A limit rejected the request.
+    #[error("{} by limit {}", if .0.locked_out { "locked out" } else { "rate limited" }, .0.limit)]
+    Limited(Box<Rejection>),
+    /// The limit store could not decide and `on_error: deny` applies.
+    #[error("limit store unavailable")]
+    LimiterUnavailable,
     /// The upstream refused, reset or could not be reached.
     #[error("upstream unavailable: {0}")]
-    UpstreamUnavailable(String),
+    UpstreamUnavailable(#[source] Arc<ClientError>),
     /// Every target of the upstream is ejected.
     #[error("no healthy upstream target")]
     NoHealthyUpstream,
     /// The upstream did not answer within the route's timeout.
     #[error("upstream timed out")]
     UpstreamTimeout,
-    /// The limit store could not decide and `on_error: deny` applies.
-    #[error("limit store unavailable")]
-    LimiterUnavailable,
 }
+
+/// A request a limit rejected, with what its route answers (SPEC §5.4).
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    /// `locked_out` rather than `rate_limited`.
+    pub locked_out: bool,
+    /// The limit that rejected it (the one with the longest wait).
+    pub limit: Arc<str>,
+    /// The wait to advertise (`Retry-After`).
+    pub retry_after: Micros,
+    /// Every limit's figures, for the rate-limit headers.
+    pub figures: Vec<Figure>,
+    /// The route's `limit_response`.
+    pub answer: Arc<LimitResponse>,
+}
+
+/// gRPC status codes the gateway answers with.
+mod grpc {
+    pub const UNKNOWN: u8 = 2;
+    pub const DEADLINE_EXCEEDED: u8 = 4;
+    pub const PERMISSION_DENIED: u8 = 7;
+    pub const RESOURCE_EXHAUSTED: u8 = 8;
+    pub const UNIMPLEMENTED: u8 = 12;
+    pub const INTERNAL: u8 = 13;
+    pub const UNAVAILABLE: u8 = 14;
+}
+
+/// `grpc-status`.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// `grpc-message`.
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 impl GatewayError {
     /// The status code and the JSON `error` string of this error.
@@ -56,6 +109,9 @@ impl GatewayError {
             GatewayError::NoRoute => (StatusCode::NOT_FOUND, "no_route"),
             GatewayError::Denied => (StatusCode::FORBIDDEN, "forbidden"),
             GatewayError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
+            GatewayError::MethodNotAllowed(_) => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+            }
             GatewayError::UnsupportedTransferCoding => {
                 (StatusCode::NOT_IMPLEMENTED, "unsupported_transfer_coding")
             }
@@ -64,6 +120,10 @@ impl GatewayError {
                 "request_header_too_large",
             ),
             GatewayError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            GatewayError::Limited(r) => (r.answer.status, r.code()),
+            GatewayError::LimiterUnavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable")
+            }
             GatewayError::UpstreamUnavailable(_) => {
                 (StatusCode::BAD_GATEWAY, "upstream_unavailable")
             }
@@ -71,9 +131,22 @@ impl GatewayError {
                 (StatusCode::SERVICE_UNAVAILABLE, "no_healthy_upstream")
             }
             GatewayError::UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
-            GatewayError::LimiterUnavailable => {
-                (StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable")
-            }
+        }
+    }
+
+    /// The `grpc-status` this error gets on a gRPC request (see the module
+    /// doc for the table).
+    pub fn grpc_status(&self) -> u8 {
+        match self {
+            GatewayError::Limited(_) => grpc::RESOURCE_EXHAUSTED,
+            GatewayError::UpstreamTimeout => grpc::DEADLINE_EXCEEDED,
+            _ => match self.status_and_code().0.as_u16() {
+                400 => grpc::INTERNAL,
+                403 => grpc::PERMISSION_DENIED,
+                404 => grpc::UNIMPLEMENTED,
+                429 | 502..=504 => grpc::UNAVAILABLE,
+                _ => grpc::UNKNOWN,
+            },
         }
     }
 
@@ -82,6 +155,8 @@ impl GatewayError {
     pub fn closes_connection(&self) -> bool {
         match self {
             GatewayError::BadRequest { close, .. } => *close,
+            // A CONNECT's "body" is the tunnel the client meant to open.
+            GatewayError::MethodNotAllowed(method) => method == http::Method::CONNECT,
             GatewayError::UnsupportedTransferCoding
             | GatewayError::HeadTooLarge
             | GatewayError::BodyTooLarge => true,
@@ -89,19 +164,174 @@ impl GatewayError {
         }
     }
 
-    /// The response for this error: its status, a JSON body
-    /// `{"error": ..., "request_id": ...}`, and `Connection: close` when the
+    /// The answer to this error: its status and a JSON body
+    /// `{"error": ..., "request_id": ...}` (a rejection: SPEC §5.4, or the
+    /// route's own message), or for a gRPC request HTTP 200 with
+    /// `grpc-status` and `grpc-message`; `Connection: close` when the
     /// connection can't be reused.
-    pub fn response(&self, request_id: &HeaderValue) -> Response<Body> {
-        let (status, code) = self.status_and_code();
-        let mut response = json_error(status, code, request_id);
+    pub fn response(&self, request_id: &HeaderValue, grpc: bool) -> Response<Body> {
+        let mut response = match self {
+            GatewayError::Limited(rejection) => rejection.response(request_id, grpc),
+            _ => {
+                let (status, code) = self.status_and_code();
+                if grpc {
+                    grpc_answer(self.grpc_status(), code)
+                } else {
+                    json_error(status, code, request_id)
+                }
+            }
+        };
         if self.closes_connection() {
             response
                 .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                .insert(CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }
+}
+
+impl Rejection {
+    /// `rate_limited` or `locked_out`.
+    pub fn code(&self) -> &'static str {
+        if self.locked_out {
+            "locked_out"
+        } else {
+            "rate_limited"
+        }
+    }
+
+    /// SPEC §5.4: the route's status with its message (by default the JSON
+    /// body `{"error", "limit", "retry_after", "request_id"}`), or for gRPC
+    /// HTTP 200 with `grpc-status: 8` and the same message in
+    /// `grpc-message`; `Retry-After` (whole seconds, rounded up, at least
+    /// 1), `Cache-Control: no-store` and the route's rate-limit fields.
+    ///
+    /// `retry_after` is the rejecting outcome's, which is never less than
+    /// its `reset`, so `Retry-After` is never earlier than the `t` reported
+    /// for that limit (both round up).
+    fn response(&self, request_id: &HeaderValue, grpc: bool) -> Response<Body> {
+        let secs = secs_ceil(self.retry_after).max(1);
+        let values = Values {
+            error: self.code(),
+            limit: &self.limit,
+            retry_after: secs,
+            request_id: request_id.to_str().unwrap_or_default(),
+        };
+        let template = if self.locked_out {
+            self.answer
+                .locked_body
+                .as_ref()
+                .or(self.answer.body.as_ref())
+        } else {
+            self.answer.body.as_ref()
+        };
+        let mut response = match (template, grpc) {
+            (Some(template), _) => {
+                let content_type = self.answer.content_type.clone().unwrap_or(TEXT_PLAIN);
+                let message = template.render(&values, is_json(&content_type));
+                if grpc {
+                    grpc_answer(grpc::RESOURCE_EXHAUSTED, &message)
+                } else {
+                    let mut r = Response::new(body::full(message));
+                    *r.status_mut() = self.answer.status;
+                    r.headers_mut().insert(CONTENT_TYPE, content_type);
+                    r
+                }
+            }
+            (None, true) => {
+                let mut message = String::with_capacity(self.limit.len() + 40);
+                let _ = write!(
+                    message,
+                    "{}: limit {}, retry after {secs}s",
+                    values.error, values.limit
+                );
+                grpc_answer(grpc::RESOURCE_EXHAUSTED, &message)
+            }
+            (None, false) => {
+                let json = serde_json::json!({
+                    "error": values.error,
+                    "limit": values.limit,
+                    "retry_after": secs,
+                    "request_id": values.request_id,
+                });
+                let mut r = Response::new(body::full(json.to_string()));
+                *r.status_mut() = self.answer.status;
+                let content_type = self.answer.content_type.clone().unwrap_or(APPLICATION_JSON);
+                r.headers_mut().insert(CONTENT_TYPE, content_type);
+                r
+            }
+        };
+        let h = response.headers_mut();
+        h.insert(RETRY_AFTER, HeaderValue::from(secs));
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        add_limit_headers(&mut response, self.answer.headers, &self.figures);
+        response
+    }
+}
+
+/// Add the rate-limit fields of `style` for `figures` to `response`.
+pub fn add_limit_headers(
+    response: &mut Response<Body>,
+    style: crate::config::HeaderStyle,
+    figures: &[Figure],
+) {
+    if figures.is_empty() {
+        return;
+    }
+    let limits: Vec<LimitFigures<'_>> = figures
+        .iter()
+        .map(|f| LimitFigures {
+            name: &f.name,
+            outcome: &f.outcome,
+            concurrency: f.concurrency,
+        })
+        .collect();
+    limit_headers::add_headers(response.headers_mut(), style, &limits);
+}
+
+const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// Whether a content type is JSON (`application/json`, `application/*+json`),
+/// so placeholders are escaped for it.
+fn is_json(content_type: &HeaderValue) -> bool {
+    let essence = content_type
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// A gRPC answer carrying only headers (trailers-only): HTTP 200,
+/// `content-type: application/grpc`, `grpc-status`, `grpc-message`.
+fn grpc_answer(status: u8, message: &str) -> Response<Body> {
+    let mut r = Response::new(body::empty());
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert(GRPC_STATUS, HeaderValue::from(u16::from(status)));
+    if let Ok(v) = HeaderValue::from_str(&grpc_percent_encode(message)) {
+        h.insert(GRPC_MESSAGE, v);
+    }
+    r
+}
+
+/// gRPC's `grpc-message` encoding: bytes outside visible ASCII and space,
+/// and `%`, as `%XX`.
+fn grpc_percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for &b in message.as_bytes() {
+        if (b' '..=b'~').contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
 }
 
 /// A JSON error response `{"error": code, "request_id": id}` with `status`.
@@ -112,91 +342,288 @@ pub fn json_error(status: StatusCode, code: &str, request_id: &HeaderValue) -> R
     });
     let mut response = Response::new(body::full(body.to_string()));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, APPLICATION_JSON);
     response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{HeaderStyle, Template};
+    use crate::limit::{Outcome, Status};
     use http_body_util::BodyExt;
 
-    async fn body_json(response: Response<Body>) -> serde_json::Value {
+    async fn body(response: Response<Body>) -> String {
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap()
+        String::from_utf8(bytes.to_vec()).unwrap()
     }
 
+    fn connect_error() -> GatewayError {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        GatewayError::UpstreamUnavailable(Arc::new(ClientError::Connect(refused)))
+    }
+
+    fn rejection(locked_out: bool, retry_after: Micros, answer: LimitResponse) -> GatewayError {
+        let outcome = Outcome {
+            status: if locked_out {
+                Status::LockedOut
+            } else {
+                Status::Rejected
+            },
+            lock_started: false,
+            delay: 0,
+            limit: 5,
+            window: 60_000_000,
+            remaining: 0,
+            reset: retry_after,
+            retry_after,
+        };
+        GatewayError::Limited(Box::new(Rejection {
+            locked_out,
+            limit: "login".into(),
+            retry_after,
+            figures: vec![Figure {
+                name: "login".into(),
+                outcome,
+                concurrency: false,
+            }],
+            answer: Arc::new(answer),
+        }))
+    }
+
+    /// Every error: its status, its `error` string, whether the connection
+    /// closes, and its `grpc-status` (SPEC §4).
     #[tokio::test]
-    async fn every_error_maps_to_its_status_code_and_string() {
+    async fn every_error_maps_to_its_status_code_string_and_grpc_status() {
         let id = HeaderValue::from_static("abc");
+        let bad = |close| GatewayError::BadRequest { reason: "x", close };
         let cases = [
-            (GatewayError::NoRoute, 404, "no_route", false),
-            (GatewayError::Denied, 403, "forbidden", false),
+            (GatewayError::NoRoute, 404, "no_route", false, 12),
+            (GatewayError::Denied, 403, "forbidden", false, 7),
+            (bad(true), 400, "bad_request", true, 13),
+            (bad(false), 400, "bad_request", false, 13),
             (
-                GatewayError::BadRequest {
-                    reason: "x",
-                    close: true,
-                },
-                400,
-                "bad_request",
-                true,
+                GatewayError::MethodNotAllowed(http::Method::TRACE),
+                405,
+                "method_not_allowed",
+                false,
+                2,
             ),
             (
-                GatewayError::BadRequest {
-                    reason: "x",
-                    close: false,
-                },
-                400,
-                "bad_request",
-                false,
+                GatewayError::MethodNotAllowed(http::Method::CONNECT),
+                405,
+                "method_not_allowed",
+                true,
+                2,
             ),
             (
                 GatewayError::UnsupportedTransferCoding,
                 501,
                 "unsupported_transfer_coding",
                 true,
+                2,
             ),
             (
                 GatewayError::HeadTooLarge,
                 431,
                 "request_header_too_large",
                 true,
+                2,
             ),
-            (GatewayError::BodyTooLarge, 413, "payload_too_large", true),
             (
-                GatewayError::UpstreamUnavailable("refused".into()),
-                502,
-                "upstream_unavailable",
-                false,
+                GatewayError::BodyTooLarge,
+                413,
+                "payload_too_large",
+                true,
+                2,
             ),
+            (
+                GatewayError::LimiterUnavailable,
+                503,
+                "limiter_unavailable",
+                false,
+                14,
+            ),
+            (connect_error(), 502, "upstream_unavailable", false, 14),
             (
                 GatewayError::NoHealthyUpstream,
                 503,
                 "no_healthy_upstream",
                 false,
+                14,
             ),
             (
                 GatewayError::UpstreamTimeout,
                 504,
                 "upstream_timeout",
                 false,
+                4,
+            ),
+            (
+                rejection(false, 2_000_000, LimitResponse::default()),
+                429,
+                "rate_limited",
+                false,
+                8,
+            ),
+            (
+                rejection(true, 2_000_000, LimitResponse::default()),
+                429,
+                "locked_out",
+                false,
+                8,
             ),
         ];
-        for (error, status, code, close) in cases {
-            let response = error.response(&id);
+        for (error, status, code, close, grpc_status) in cases {
+            let response = error.response(&id, false);
             assert_eq!(response.status().as_u16(), status, "{error:?}");
             assert_eq!(
-                response.headers().get(header::CONNECTION).is_some(),
+                response.headers().get(CONNECTION).is_some(),
                 close,
                 "{error:?}"
             );
-            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
-            let json = body_json(response).await;
+            assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+            let json: serde_json::Value = serde_json::from_str(&body(response).await).unwrap();
             assert_eq!(json["error"], code);
             assert_eq!(json["request_id"], "abc");
+
+            assert_eq!(error.grpc_status(), grpc_status, "{error:?}");
+            let response = error.response(&id, true);
+            assert_eq!(response.status(), 200, "{error:?}");
+            let h = response.headers();
+            assert_eq!(h[CONTENT_TYPE], "application/grpc");
+            assert_eq!(h[GRPC_STATUS], grpc_status.to_string().as_str());
+            assert!(
+                h[GRPC_MESSAGE].to_str().unwrap().starts_with(code),
+                "{error:?}"
+            );
+            assert!(body(response).await.is_empty(), "a trailers-only answer");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rejection_as_spec_5_4_says() {
+        let id = HeaderValue::from_static("req-1");
+        let r = rejection(false, 1_200_000, LimitResponse::default()).response(&id, false);
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[RETRY_AFTER], "2");
+        assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
+        assert_eq!(r.headers()["ratelimit"], "\"login\";r=0;t=2");
+        assert_eq!(r.headers()["ratelimit-policy"], "\"login\";q=5;w=60");
+        let json: serde_json::Value = serde_json::from_str(&body(r).await).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"error": "rate_limited", "limit": "login", "retry_after": 2, "request_id": "req-1"})
+        );
+        let answer = LimitResponse {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            headers: HeaderStyle::Legacy,
+            ..LimitResponse::default()
+        };
+        let r = rejection(true, 0, answer).response(&id, false);
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()[RETRY_AFTER], "1", "never less than 1");
+        assert!(r.headers().get("ratelimit").is_none());
+        assert_eq!(r.headers()["x-ratelimit-remaining"], "0");
+
+        let r = rejection(true, 42_000_000, LimitResponse::default()).response(&id, true);
+        assert_eq!(r.status(), 200);
+        let h = r.headers();
+        assert_eq!(h[GRPC_STATUS], "8");
+        assert_eq!(h[GRPC_MESSAGE], "locked_out: limit login, retry after 42s");
+        assert_eq!(h[RETRY_AFTER], "42");
+        assert_eq!(h[CACHE_CONTROL], "no-store");
+        assert_eq!(h["ratelimit"], "\"login\";r=0;t=42");
+        assert_eq!(grpc_percent_encode("a%b\né"), "a%25b%0A%C3%A9");
+    }
+
+    #[tokio::test]
+    async fn custom_messages_with_placeholders() {
+        let id = HeaderValue::from_static("id-\"7");
+        let answer = LimitResponse {
+            body: Some(
+                Template::parse("Too many requests, retry in {retry_after}s ({limit})").unwrap(),
+            ),
+            locked_body: Some(
+                Template::parse("{\"e\": \"{error}\", \"id\": \"{request_id}\"}").unwrap(),
+            ),
+            ..LimitResponse::default()
+        };
+        let r = rejection(false, 2_500_000, answer.clone()).response(&id, false);
+        assert_eq!(r.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(r.headers()[RETRY_AFTER], "3");
+        assert_eq!(body(r).await, "Too many requests, retry in 3s (login)");
+        // `locked_body` for a lockout; text/plain does not escape.
+        let r = rejection(true, 1, answer.clone()).response(&id, false);
+        assert_eq!(body(r).await, "{\"e\": \"locked_out\", \"id\": \"id-\"7\"}");
+        // A JSON content type escapes the values.
+        let json = LimitResponse {
+            content_type: Some(HeaderValue::from_static("application/problem+json")),
+            ..answer.clone()
+        };
+        let r = rejection(true, 1, json).response(&id, false);
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+        let text = body(r).await;
+        assert_eq!(text, "{\"e\": \"locked_out\", \"id\": \"id-\\\"7\"}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["id"],
+            "id-\"7"
+        );
+        // gRPC: the same text in grpc-message.
+        let r = rejection(false, 2_500_000, answer).response(&id, true);
+        assert_eq!(r.headers()[GRPC_STATUS], "8");
+        assert_eq!(
+            r.headers()[GRPC_MESSAGE],
+            "Too many requests, retry in 3s (login)"
+        );
+    }
+
+    proptest::proptest! {
+        /// Retry-After is never earlier than the `t` reported, and both
+        /// fields stay valid structured fields.
+        #[test]
+        fn retry_after_never_before_t(
+            window in 0u64..10_000_000_000,
+            reset_frac in 0u64..=1000,
+            extra in 0u64..100_000_000,
+            remaining in 0u64..100,
+        ) {
+            let reset = window / 1000 * reset_frac;
+            let outcome = Outcome {
+                status: Status::Rejected,
+                lock_started: false,
+                delay: 0,
+                limit: 100,
+                window,
+                remaining,
+                reset,
+                retry_after: reset + extra,
+            };
+            let error = GatewayError::Limited(Box::new(Rejection {
+                locked_out: false,
+                limit: "l".into(),
+                retry_after: outcome.retry_after,
+                figures: vec![Figure { name: "l".into(), outcome, concurrency: false }],
+                answer: Arc::new(LimitResponse { headers: HeaderStyle::Both, ..LimitResponse::default() }),
+            }));
+            let r = error.response(&HeaderValue::from_static("x"), false);
+            let h = r.headers();
+            let retry: u64 = h[RETRY_AFTER].to_str().unwrap().parse().unwrap();
+            let field = |name: &str, key: &str| -> u64 {
+                let list = sfv::Parser::new(h[name].as_bytes()).parse::<sfv::List>().unwrap();
+                let sfv::ListEntry::Item(item) = &list[0] else { panic!("an item") };
+                let value = item.params.get(key).unwrap();
+                value.as_integer().map(|i| i64::from(i) as u64).unwrap()
+            };
+            let (t, w) = (field("ratelimit", "t"), field("ratelimit-policy", "w"));
+            proptest::prop_assert!(retry >= 1);
+            proptest::prop_assert!(retry >= t);
+            proptest::prop_assert!(t <= w && w >= 1);
+            let legacy: u64 = h["x-ratelimit-reset"].to_str().unwrap().parse().unwrap();
+            proptest::prop_assert_eq!(legacy, t);
         }
     }
 }

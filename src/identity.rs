@@ -63,6 +63,31 @@ fn net_contains(net: &IpNet, ip: IpAddr) -> bool {
     }
 }
 
+/// Who sent a request: its TCP peer, whether the peer is a trusted proxy,
+/// and the client address the deny list, limits and logs use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// The TCP peer, in [`canonical_ip`] form.
+    pub peer: IpAddr,
+    /// Whether the peer is inside `trusted_proxies` (its forwarding
+    /// headers are believed).
+    pub trusted: bool,
+    /// The client's address ([`client_addr`]).
+    pub addr: IpAddr,
+}
+
+impl Client {
+    /// Identify the sender of a request from `peer` with `headers`.
+    pub fn identify(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> Client {
+        let peer = canonical_ip(peer);
+        Client {
+            peer,
+            trusted: is_trusted(peer, trusted),
+            addr: client_addr(peer, headers, trusted),
+        }
+    }
+}
+
 /// Whether `ip` is a trusted proxy (inside `server.trusted_proxies`).
 pub fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
     in_any(ip, trusted)

@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admission;
 pub mod algorithm;
 pub mod app;
 pub mod body;

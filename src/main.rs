@@ -35,8 +35,12 @@ enum Command {
         /// standard input.
         log: PathBuf,
         /// Print the report as one JSON document.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "decisions")]
         json: bool,
+        /// Instead of the report, print one JSON line per request: what the
+        /// gateway would answer it (route, status, error, limit).
+        #[arg(long)]
+        decisions: bool,
     },
 }
 
@@ -44,7 +48,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check) => check(&cli.config),
-        Some(Command::Simulate { log, json }) => simulate(&cli.config, &log, json),
+        Some(Command::Simulate {
+            log,
+            json,
+            decisions,
+        }) => {
+            let output = match (json, decisions) {
+                (_, true) => tollgate::simulate::Output::Decisions,
+                (true, false) => tollgate::simulate::Output::Json,
+                (false, false) => tollgate::simulate::Output::Text,
+            };
+            simulate(&cli.config, &log, output)
+        }
         None => run(&cli.config),
     }
 }
@@ -96,10 +111,14 @@ fn check(config: &std::path::Path) -> ExitCode {
     }
 }
 
-fn simulate(config: &std::path::Path, log: &std::path::Path, json: bool) -> ExitCode {
+fn simulate(
+    config: &std::path::Path,
+    log: &std::path::Path,
+    output: tollgate::simulate::Output,
+) -> ExitCode {
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
-    match tollgate::simulate::run(config, log, json, &mut out, &mut err) {
+    match tollgate::simulate::run(config, log, output, &mut out, &mut err) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             use std::io::Write as _;

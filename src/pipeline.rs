@@ -1,31 +1,35 @@
-//! One request's whole story, as an explicit pipeline:
+//! One request's whole story, as an explicit pipeline of named stages:
 //!
 //! ```text
-//! load runtime -> identify client -> deny list -> check framing and Host
-//!   -> normalise path -> match route -> limits -> check body size
-//!   -> respond | forward -> response headers -> access log (when the body ends)
+//! load runtime -> identify client (Ctx::new)
+//!   -> admit: deny list, head and Host checks, path, route (admission.rs)
+//!   -> decide_limits (limit/engine.rs, planned by limit/plan.rs)
+//!   -> check_body_size -> respond | forward (proxy/)
+//!   -> rate-limit headers -> finish: X-Request-Id, metrics, access log when the body ends
 //! ```
 //!
 //! Each stage either passes the request on or ends it with a
 //! [`GatewayError`], which [`GatewayError::response`] turns into the answer.
-//! Nothing here blocks on anything but the upstream and the client.
+//! The stages share one [`Ctx`]; admission and limit planning are I/O-free
+//! functions that `tollgate simulate` calls too. Nothing here blocks on
+//! anything but the limit store, the upstream and the client.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Version};
+use http::{header, HeaderMap, HeaderValue, Request, Response, Version};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+use crate::admission;
 use crate::body::{self, Body, Finish};
-use crate::config::HeaderStyle;
-use crate::error::GatewayError;
-use crate::identity;
+use crate::error::{add_limit_headers, GatewayError, Rejection};
+use crate::identity::Client;
 use crate::limit::engine::{Decision, Figure, Leases};
-use crate::limit::headers::{self as limit_headers, LimitFigures};
+use crate::limit::headers as limit_headers;
 use crate::limit::key::RequestView;
 use crate::limit::Status;
 use crate::log::AccessRecord;
@@ -33,10 +37,9 @@ use crate::metrics::Metrics;
 use crate::proxy::headers::{
     incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded, X_REQUEST_ID,
 };
-use crate::proxy::pool::InFlight;
+use crate::proxy::pool::{InFlight, UpstreamPool};
 use crate::proxy::{self, balance::splitmix64, Outbound};
 use crate::route::matcher::strip_prefix;
-use crate::route::normalise::normalise_path;
 use crate::runtime::{Action, RouteRuntime, Runtime};
 use crate::server::{ConnInfo, Handler, Responding};
 use crate::shared::Shared;
@@ -62,249 +65,251 @@ impl Handler for Pipeline {
 }
 
 /// Handle one request: never fails, every error becomes a response.
-pub async fn handle(
+async fn handle(
     req: Request<Incoming>,
     shared: &Arc<Shared>,
     conn: &Arc<ConnInfo>,
 ) -> Response<Body> {
-    let started = Instant::now();
-    let number = conn.activity.begin();
     let rt = shared.runtime.load_full();
-    let server = &rt.config.server;
-
-    // Identify the client: who sent it, and whether its forwarded headers count.
-    let peer = identity::canonical_ip(conn.peer.ip());
-    let trusted = identity::is_trusted(peer, &server.trusted_proxies);
-    let request_id = incoming_request_id(req.headers(), trusted).unwrap_or_else(new_request_id);
-    let client = identity::client_addr(peer, req.headers(), &server.trusted_proxies);
-
-    let mut record = AccessRecord {
-        request_id,
-        client,
-        method: req.method().clone(),
-        host: None,
-        path: req.uri().path().to_owned(),
-        route: None,
-        upstream: None,
-        status: 0,
-        decision: "none",
-        started,
-    };
-    let origin = Origin {
-        peer,
-        trusted,
-        conn,
-        number,
-    };
-    let mut matched = None;
-    let routed = route_request(req, &rt, shared, &mut record, &origin, &mut matched).await;
-    let (response, held) = match routed {
-        Ok(answer) => answer,
+    let mut ctx = Ctx::new(&req, &rt, shared, conn);
+    let response = match route_request(req, &mut ctx).await {
+        Ok(response) => response,
         Err(error) => {
-            tracing::debug!(request_id = record.request_id.to_str().unwrap_or_default(), %error, "request rejected");
-            (error.response(&record.request_id), Held::default())
+            tracing::debug!(request_id = ctx.record.request_id.to_str().unwrap_or_default(), %error, "request answered by the gateway");
+            error.response(&ctx.record.request_id, ctx.grpc)
         }
     };
-    let route = matched.map(|index| (rt, index));
-    finish(response, record, shared, conn, held, route)
+    finish(response, ctx)
 }
 
-/// Who sent a request, and on which connection.
-#[derive(Clone, Copy)]
-struct Origin<'a> {
-    /// The TCP peer's address.
-    peer: IpAddr,
-    /// Whether the peer is a trusted proxy.
-    trusted: bool,
-    /// The connection.
-    conn: &'a ConnInfo,
-    /// The request's number on the connection (1-based).
+/// What a request's stages share: its snapshot of the runtime, who sent
+/// it, what it matched, what it holds, and its access-log record.
+struct Ctx<'a> {
+    rt: &'a Runtime,
+    shared: &'a Arc<Shared>,
+    conn: &'a Arc<ConnInfo>,
+    /// The request's number on its connection (1-based).
     number: u64,
+    /// Who sent it.
+    client: Client,
+    /// A gRPC request: gateway errors are answered with `grpc-status`.
+    grpc: bool,
+    /// The matched route.
+    route: Option<Arc<RouteRuntime>>,
+    /// The Host the client asked for, once admitted.
+    host: Option<HeaderValue>,
+    /// What must live until the response body ends.
+    held: Held,
+    /// The access-log line; its `path` is the normalised path once the
+    /// request is admitted, and forwarding sends that path.
+    record: AccessRecord,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(
+        req: &Request<Incoming>,
+        rt: &'a Runtime,
+        shared: &'a Arc<Shared>,
+        conn: &'a Arc<ConnInfo>,
+    ) -> Ctx<'a> {
+        let started = Instant::now();
+        let number = conn.activity.begin();
+        let client = Client::identify(
+            conn.peer.ip(),
+            req.headers(),
+            &rt.config.server.trusted_proxies,
+        );
+        let request_id =
+            incoming_request_id(req.headers(), client.trusted).unwrap_or_else(new_request_id);
+        Ctx {
+            rt,
+            shared,
+            conn,
+            number,
+            client,
+            grpc: limit_headers::is_grpc(req.headers()),
+            route: None,
+            host: None,
+            held: Held::default(),
+            record: AccessRecord {
+                request_id,
+                client: client.addr,
+                method: req.method().clone(),
+                host: raw_host(req),
+                path: req.uri().path().to_owned(),
+                route: None,
+                upstream: None,
+                status: 0,
+                decision: "none",
+                started,
+            },
+        }
+    }
 }
 
 /// The stages between identifying the client and the response head.
 async fn route_request(
     req: Request<Incoming>,
-    rt: &Runtime,
-    shared: &Shared,
-    record: &mut AccessRecord,
-    origin: &Origin<'_>,
-    matched: &mut Option<usize>,
-) -> Result<(Response<Body>, Held), GatewayError> {
-    let Origin {
-        peer,
-        trusted,
-        conn,
-        number,
-    } = *origin;
-    let server = &rt.config.server;
-    if identity::in_any(peer, &server.deny) || identity::in_any(record.client, &server.deny) {
-        return Err(GatewayError::Denied);
-    }
-    check_head(&req, server.max_header_bytes)?;
-    if req.version() < Version::HTTP_2 && conn.framing.ambiguous(number) {
-        // hyper dropped the Content-Length it saw beside Transfer-Encoding.
-        return Err(GatewayError::BadRequest {
-            reason: "both Content-Length and Transfer-Encoding",
-            close: true,
-        });
-    }
-    let host = request_host(&req)?;
-    record.host = host
-        .as_ref()
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned);
-
-    if req.uri().path() == "*" {
-        // `OPTIONS *` (check_head allowed it): about the server, not a route.
-        return Err(GatewayError::NoRoute);
-    }
-    let path = normalise_path(req.uri().path()).map_err(|_| GatewayError::BadRequest {
-        reason: "invalid path",
-        close: false,
-    })?;
-    record.path.clear();
-    record.path.push_str(&path);
-
-    let index = rt
-        .router
-        .find(record.host.as_deref(), req.method(), &path, req.headers())
-        .ok_or(GatewayError::NoRoute)?;
-    let route = &rt.routes[index];
-    record.route = Some(route.name.clone());
-    *matched = Some(index);
-
-    // Limits: decided here, between matching the route and answering it.
-    let mut held = Held::default();
-    let mut figures = Vec::new();
-    if !route.limits.is_empty() {
-        let view = RequestView {
-            client: record.client,
-            headers: req.headers(),
-            query: req.uri().query(),
-            route: &route.name,
-            ipv6_prefix: server.ipv6_prefix,
-        };
-        let decision = rt
-            .limiter
-            .check(&route.limits, &view, &shared.metrics)
-            .await;
-        count_decisions(&shared.metrics, route, &decision);
-        match decision {
-            Decision::Allow {
-                delay,
-                figures: f,
-                leases,
-                shadow_rejected,
-            } => {
-                record.decision = if delay > 0 {
-                    "delayed"
-                } else if shadow_rejected {
-                    "shadow_rejected"
-                } else {
-                    "allowed"
-                };
-                figures = f;
-                held.leases = leases;
-                if delay > 0 {
-                    tokio::time::sleep(Duration::from_micros(delay)).await;
-                }
-            }
-            Decision::Reject {
-                locked_out,
-                limit,
-                retry_after,
-                figures,
-            } => {
-                record.decision = if locked_out { "locked_out" } else { "rejected" };
-                let mut response = limit_headers::rejection(
-                    route.reject_status,
-                    locked_out,
-                    &limit,
-                    retry_after,
-                    &record.request_id,
-                    limit_headers::is_grpc(req.headers()),
-                );
-                add_limit_headers(&mut response, route.header_style, &figures);
-                return Ok((response, held));
-            }
-            Decision::Unavailable => {
-                record.decision = "unavailable";
-                return Err(GatewayError::LimiterUnavailable);
-            }
-            Decision::NotApplied => {}
-        }
-    }
-
-    if let (Some(max), Some(len)) = (server.max_body_bytes, content_length(req.headers())) {
-        if len > max {
-            return Err(GatewayError::BodyTooLarge);
-        }
-    }
-
-    match &route.action {
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<Body>, GatewayError> {
+    let route = admit(&req, ctx)?;
+    let figures = decide_limits(&req, &route, ctx).await?;
+    admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
+    let mut response = match &route.action {
         Action::Respond {
             status,
             body,
             headers,
-        } => {
-            let mut response = Response::new(body::full(body.clone()));
-            *response.status_mut() = *status;
-            *response.headers_mut() = headers.clone();
-            add_limit_headers(&mut response, route.header_style, &figures);
-            Ok((response, held))
-        }
-        Action::Upstream(pool) => {
-            let forwarded_path = if route.strip_prefix {
-                strip_prefix(&route.path, &path)
-            } else {
-                std::borrow::Cow::Borrowed(path.as_ref())
-            };
-            let path_and_query = path_and_query(&forwarded_path, req.uri().query())?;
-            let (parts, incoming) = req.into_parts();
-            let has_body = !incoming.is_end_stream();
-            let body = request_body(incoming, &parts.headers, server.max_body_bytes).await?;
-            let mut headers = parts.headers;
-            if has_body {
-                strip_hop_by_hop_keeping_trailers(&mut headers);
-            } else {
-                strip_hop_by_hop(&mut headers, false);
-            }
-            if parts.version >= Version::HTTP_2 {
-                // An HTTP/2 client always takes trailers; an HTTP/1.1
-                // upstream sends them only to a peer that says so.
-                headers.insert(header::TE, HeaderValue::from_static("trailers"));
-            }
-            set_forwarded(
-                &mut headers,
-                &Forwarded {
-                    peer,
-                    peer_trusted: trusted,
-                    proto: conn.proto,
-                    host: host.as_ref(),
-                    request_id: &record.request_id,
-                },
-            );
-            let out = Outbound {
-                method: parts.method,
-                headers,
-                path_and_query,
-                host,
-                preserve_host: route.preserve_host,
-                timeout: route.timeout,
-                key: ip_hash(record.client),
-                body,
-            };
-            let (response, in_flight) = proxy::forward(pool, out, &shared.metrics).await?;
-            record.upstream = Some(in_flight.label().clone());
-            held.in_flight = Some(in_flight);
-            let (mut parts, incoming) = response.into_parts();
-            strip_hop_by_hop_keeping_trailers(&mut parts.headers);
-            let mut response = Response::from_parts(parts, body::boxed(incoming));
-            add_limit_headers(&mut response, route.header_style, &figures);
-            Ok((response, held))
-        }
+        } => respond(*status, body, headers),
+        Action::Upstream(pool) => forward(req, &route, pool, ctx).await?,
+    };
+    add_limit_headers(&mut response, route.limit_response.headers, &figures);
+    Ok(response)
+}
+
+/// Stage: admission (deny list, head and Host checks, the path, the route:
+/// [`admission::admit`], shared with `tollgate simulate`).
+fn admit(req: &Request<Incoming>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, GatewayError> {
+    let ambiguous = req.version() < Version::HTTP_2 && ctx.conn.framing.ambiguous(ctx.number);
+    let admitted = admission::admit(req, ctx.rt, &ctx.client, ambiguous)?;
+    ctx.host = admitted.host;
+    ctx.record.path.clear();
+    ctx.record.path.push_str(&admitted.path);
+    ctx.record.route = Some(admitted.route.name.clone());
+    ctx.route = Some(admitted.route.clone());
+    Ok(admitted.route.clone())
+}
+
+/// Stage: the route's limits (SPEC §5), decided by the limiter (planned by
+/// [`crate::limit::plan`], shared with `tollgate simulate`). An admitted
+/// request keeps its concurrency leases in `ctx` and gives back the figures
+/// for its rate-limit headers; a rejected one is a [`GatewayError::Limited`].
+async fn decide_limits(
+    req: &Request<Incoming>,
+    route: &RouteRuntime,
+    ctx: &mut Ctx<'_>,
+) -> Result<Vec<Figure>, GatewayError> {
+    if route.limits.is_empty() {
+        return Ok(Vec::new());
     }
+    let view = RequestView {
+        client: ctx.client.addr,
+        headers: req.headers(),
+        query: req.uri().query(),
+        route: &route.name,
+        ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
+    };
+    let metrics = &ctx.shared.metrics;
+    let decision = ctx.rt.limiter.check(&route.limits, &view, metrics).await;
+    count_decisions(metrics, route, &decision);
+    match decision {
+        Decision::Allow {
+            delay,
+            figures,
+            leases,
+            shadow_rejected,
+        } => {
+            ctx.record.decision = if delay > 0 {
+                "delayed"
+            } else if shadow_rejected {
+                "shadow_rejected"
+            } else {
+                "allowed"
+            };
+            ctx.held.leases = leases;
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_micros(delay)).await;
+            }
+            Ok(figures)
+        }
+        Decision::Reject {
+            locked_out,
+            limit,
+            retry_after,
+            figures,
+        } => {
+            ctx.record.decision = if locked_out { "locked_out" } else { "rejected" };
+            Err(GatewayError::Limited(Box::new(Rejection {
+                locked_out,
+                limit,
+                retry_after,
+                figures,
+                answer: route.limit_response.clone(),
+            })))
+        }
+        Decision::Unavailable => {
+            ctx.record.decision = "unavailable";
+            Err(GatewayError::LimiterUnavailable)
+        }
+        Decision::NotApplied => Ok(Vec::new()),
+    }
+}
+
+/// Stage (a `respond` route): the route's own answer.
+fn respond(status: http::StatusCode, body: &bytes::Bytes, headers: &HeaderMap) -> Response<Body> {
+    let mut response = Response::new(body::full(body.clone()));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers.clone();
+    response
+}
+
+/// Stage (an `upstream` route): the request, cleaned and stamped with the
+/// forwarding headers, sent to a target of `pool`; the response head back,
+/// without its hop-by-hop fields.
+async fn forward(
+    req: Request<Incoming>,
+    route: &RouteRuntime,
+    pool: &Arc<UpstreamPool>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<Body>, GatewayError> {
+    let server = &ctx.rt.config.server;
+    let forwarded_path = if route.strip_prefix {
+        strip_prefix(&route.path, &ctx.record.path)
+    } else {
+        std::borrow::Cow::Borrowed(ctx.record.path.as_str())
+    };
+    let path_and_query = path_and_query(&forwarded_path, req.uri().query())?;
+    let host = ctx.host.take();
+    let (parts, incoming) = req.into_parts();
+    let has_body = !incoming.is_end_stream();
+    let body = request_body(incoming, &parts.headers, server.max_body_bytes).await?;
+    let mut headers = parts.headers;
+    if has_body {
+        strip_hop_by_hop_keeping_trailers(&mut headers);
+    } else {
+        strip_hop_by_hop(&mut headers, false);
+    }
+    if parts.version >= Version::HTTP_2 {
+        // An HTTP/2 client always takes trailers; an HTTP/1.1 upstream
+        // sends them only to a peer that says so.
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    set_forwarded(
+        &mut headers,
+        &Forwarded {
+            peer: ctx.client.peer,
+            peer_trusted: ctx.client.trusted,
+            proto: ctx.conn.proto,
+            host: host.as_ref(),
+            request_id: &ctx.record.request_id,
+        },
+    );
+    let out = Outbound {
+        method: parts.method,
+        headers,
+        path_and_query,
+        host,
+        preserve_host: route.preserve_host,
+        timeout: route.timeout,
+        key: ip_hash(ctx.client.addr),
+        body,
+    };
+    let (response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics).await?;
+    ctx.record.upstream = Some(in_flight.label().clone());
+    ctx.held.in_flight = Some(in_flight);
+    let (mut parts, incoming) = response.into_parts();
+    strip_hop_by_hop_keeping_trailers(&mut parts.headers);
+    Ok(Response::from_parts(parts, body::boxed(incoming)))
 }
 
 /// The route label of requests that matched no route.
@@ -357,33 +362,18 @@ struct Held {
     leases: Option<Leases>,
 }
 
-/// Add the route's rate-limit headers for `figures` to `response`.
-fn add_limit_headers(response: &mut Response<Body>, style: HeaderStyle, figures: &[Figure]) {
-    if figures.is_empty() {
-        return;
-    }
-    let limits: Vec<LimitFigures<'_>> = figures
-        .iter()
-        .map(|f| LimitFigures {
-            name: &f.name,
-            outcome: &f.outcome,
-            concurrency: f.concurrency,
-        })
-        .collect();
-    limit_headers::add_headers(response.headers_mut(), style, &limits);
-}
-
 /// Last stage: stamp the response, count it (through the matched route's
 /// metric handles, if a route matched), and arrange for the access-log line
 /// (and the end of the request's bookkeeping) when its body ends.
-fn finish(
-    mut response: Response<Body>,
-    mut record: AccessRecord,
-    shared: &Arc<Shared>,
-    conn: &Arc<ConnInfo>,
-    held: Held,
-    route: Option<(Arc<Runtime>, usize)>,
-) -> Response<Body> {
+fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
+    let Ctx {
+        shared,
+        conn,
+        route,
+        held,
+        mut record,
+        ..
+    } = ctx;
     response
         .headers_mut()
         .insert(X_REQUEST_ID, record.request_id.clone());
@@ -394,17 +384,13 @@ fn finish(
         body::boxed(Finish::new(body, move |bytes, completed| {
             drop(held);
             let took = record.started.elapsed();
-            match (&route, &record.route) {
-                (Some((rt, index)), Some(name)) => {
-                    let handles = &rt.routes[*index].metrics;
+            match &route {
+                Some(route) => {
                     shared
                         .metrics
-                        .route_request(handles, name, record.status, took)
+                        .route_request(&route.metrics, &route.name, record.status, took)
                 }
-                _ => {
-                    let name = record.route.as_ref().unwrap_or(&NO_ROUTE);
-                    shared.metrics.request(name, record.status, took)
-                }
+                None => shared.metrics.request(&NO_ROUTE, record.status, took),
             }
             record.emit(bytes, completed);
             conn.activity.end(conn.started.elapsed().as_millis() as u64);
@@ -428,6 +414,17 @@ fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap) {
     }
 }
 
+/// The Host the client sent (HTTP/2 `:authority`, else `Host`), as text
+/// for the access log, valid or not.
+fn raw_host(req: &Request<Incoming>) -> Option<String> {
+    let authority = (req.version() >= Version::HTTP_2)
+        .then(|| req.uri().authority())
+        .flatten()
+        .map(|a| a.as_str());
+    let host = authority.or_else(|| req.headers().get(header::HOST)?.to_str().ok())?;
+    Some(host.to_owned())
+}
+
 /// A fresh request id: 128 random bits in hex.
 fn new_request_id() -> HeaderValue {
     let mut id = [0u8; 32];
@@ -447,110 +444,6 @@ fn ip_hash(ip: IpAddr) -> u64 {
     splitmix64((bits as u64) ^ splitmix64((bits >> 64) as u64))
 }
 
-/// SPEC §4 framing and head rules, for what hyper lets through: a single
-/// `chunked` transfer coding and no Content-Length beside it, exactly one
-/// Host on HTTP/1.1, an origin-form target, and a head within the limit.
-fn check_head(req: &Request<Incoming>, max_header_bytes: usize) -> Result<(), GatewayError> {
-    let headers = req.headers();
-    let head_bytes: usize = req.uri().path().len()
-        + req.uri().query().map_or(0, str::len)
-        + headers
-            .iter()
-            .map(|(n, v)| n.as_str().len() + v.len() + 4)
-            .sum::<usize>();
-    if head_bytes > max_header_bytes {
-        return Err(GatewayError::HeadTooLarge);
-    }
-    if req.version() >= Version::HTTP_2 {
-        return Ok(());
-    }
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
-    if let Some(first) = codings.next() {
-        if headers.contains_key(header::CONTENT_LENGTH) {
-            return Err(GatewayError::BadRequest {
-                reason: "both Content-Length and Transfer-Encoding",
-                close: true,
-            });
-        }
-        if codings.next().is_some()
-            || !first
-                .as_bytes()
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"chunked")
-        {
-            return Err(GatewayError::UnsupportedTransferCoding);
-        }
-    }
-    let mut hosts = headers.get_all(header::HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (None, _) if req.version() == Version::HTTP_11 => {
-            return Err(GatewayError::BadRequest {
-                reason: "missing Host",
-                close: false,
-            })
-        }
-        (Some(_), Some(_)) => {
-            return Err(GatewayError::BadRequest {
-                reason: "several Host fields",
-                close: true,
-            })
-        }
-        _ => {}
-    }
-    let uri = req.uri();
-    let origin_form =
-        uri.scheme().is_none() && uri.authority().is_none() && uri.path().starts_with('/');
-    let asterisk = uri.path() == "*" && req.method() == Method::OPTIONS;
-    if !origin_form && !asterisk {
-        return Err(GatewayError::BadRequest {
-            reason: "request target is not origin-form",
-            close: false,
-        });
-    }
-    Ok(())
-}
-
-/// The Host the client asked for: HTTP/2's `:authority`, else the Host
-/// field. It must be a valid authority without user info.
-fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, GatewayError> {
-    let bad = || GatewayError::BadRequest {
-        reason: "invalid Host",
-        close: false,
-    };
-    if req.version() >= Version::HTTP_2 {
-        if let Some(authority) = req.uri().authority() {
-            return HeaderValue::from_str(authority.as_str())
-                .map(Some)
-                .map_err(|_| bad());
-        }
-    }
-    let Some(value) = req.headers().get(header::HOST) else {
-        return Ok(None);
-    };
-    let bytes = value.as_bytes();
-    if bytes.is_empty() || bytes.contains(&b'@') {
-        return Err(bad());
-    }
-    let authority = http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
-    // `Authority` accepts any text after the last ':'; a port must be digits.
-    let host_end = authority.as_str().rfind(']').unwrap_or(0);
-    if authority.as_str()[host_end..].contains(':') && authority.port_u16().is_none() {
-        return Err(bad());
-    }
-    Ok(Some(value.clone()))
-}
-
-/// The request's Content-Length, if it has a valid one.
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// The body to send upstream. Unlimited: streamed as it comes (a chunked
 /// body's already-arrived part is checked first, see [`body::prefetch`]). With
 /// `max_body_bytes` and a Content-Length within it: streamed (hyper holds the
@@ -566,7 +459,7 @@ async fn request_body(
         reason: "malformed request body",
         close: true,
     };
-    let sized = content_length(headers).is_some();
+    let sized = admission::content_length(headers).is_some();
     let Some(max) = max else {
         if sized || incoming.is_end_stream() {
             return Ok(body::boxed(incoming));

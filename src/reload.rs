@@ -46,7 +46,7 @@ pub enum ReloadError {
 #[error("{at}: cannot bind {addr}: {source}{}", hint(&at.variables))]
 pub struct BindError {
     /// The field that names the address (`server.listen[0]`, `admin.listen`).
-    pub at: Location,
+    pub at: Box<Location>,
     /// The address.
     pub addr: SocketAddr,
     /// Why (in use, not an address of this host, ...).
@@ -73,7 +73,7 @@ fn hint(variables: &[String]) -> String {
 /// Bind `addr`, set by the config field `field`.
 pub fn bind(source: &Source, field: &str, addr: SocketAddr) -> Result<TcpListener, BindError> {
     server::bind(addr).map_err(|e| BindError {
-        at: source.locate(field),
+        at: Box::new(source.locate(field)),
         addr,
         source: e,
     })

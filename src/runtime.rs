@@ -13,9 +13,10 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-use crate::config::{Config, HeaderStyle, PathMatch, RouteAction};
-use crate::limit::engine::{Limiter, LimiterError};
+use crate::config::{Config, LimitResponse, PathMatch, RouteAction};
+use crate::limit::engine::Limiter;
 use crate::limit::policy::Policy;
+use crate::limit::store::redis::StoreError;
 use crate::metrics::RouteMetrics;
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};
@@ -32,9 +33,9 @@ pub struct Runtime {
     /// The validated config.
     pub config: Arc<Config>,
     /// Finds the route of a request.
-    pub router: Router,
-    /// The routes, in config order (the router's indices point here).
-    pub routes: Vec<RouteRuntime>,
+    pub router: Router<Arc<RouteRuntime>>,
+    /// The routes, in config order.
+    pub routes: Vec<Arc<RouteRuntime>>,
     /// The upstream pools by name.
     pub upstreams: HashMap<String, Arc<UpstreamPool>>,
     /// Every limit, compiled, by name.
@@ -61,6 +62,8 @@ pub enum Action {
 
 /// A compiled route.
 pub struct RouteRuntime {
+    /// Its position in the config (0 for the first route).
+    pub index: usize,
     /// The route's name (logs, metrics, headers).
     pub name: Arc<str>,
     /// The path matcher, for `strip_prefix`.
@@ -75,10 +78,8 @@ pub struct RouteRuntime {
     pub action: Action,
     /// The route's limits, in order.
     pub limits: Vec<Arc<Policy>>,
-    /// The status of a rejection.
-    pub reject_status: StatusCode,
-    /// Which rate-limit headers to send.
-    pub header_style: HeaderStyle,
+    /// How a rejection is answered: status, message, rate-limit headers.
+    pub limit_response: Arc<LimitResponse>,
     /// The route's metric handles.
     pub metrics: RouteMetrics,
 }
@@ -96,8 +97,8 @@ pub enum BuildError {
     #[error("unknown limit {0:?}")]
     UnknownLimit(String),
     /// The limit store could not be set up.
-    #[error(transparent)]
-    Limiter(#[from] LimiterError),
+    #[error("store: {0}")]
+    Limiter(#[from] StoreError),
 }
 
 impl Runtime {
@@ -130,13 +131,13 @@ impl Runtime {
 
         let mut matchers = Vec::with_capacity(config.routes.len());
         let mut routes = Vec::with_capacity(config.routes.len());
-        for route in &config.routes {
-            matchers.push(RequestMatcher {
+        for (index, route) in config.routes.iter().enumerate() {
+            let matcher = RequestMatcher {
                 hosts: HostMatcher::new(&route.hosts),
                 path: route.path.clone(),
                 methods: route.methods.clone(),
                 headers: route.headers.clone(),
-            });
+            };
             let (action, upstream_timeout) = match &route.action {
                 RouteAction::Respond(r) => {
                     let mut headers = HeaderMap::with_capacity(r.headers.len());
@@ -169,11 +170,11 @@ impl Runtime {
                         .ok_or_else(|| BuildError::UnknownLimit(name.clone()))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            routes.push(RouteRuntime {
+            let compiled = Arc::new(RouteRuntime {
+                index,
                 metrics: RouteMetrics::new(limits.len()),
                 limits,
-                reject_status: route.limit_response.status,
-                header_style: route.limit_response.headers,
+                limit_response: Arc::new(route.limit_response.clone()),
                 name: route.name.as_str().into(),
                 path: route.path.clone(),
                 strip_prefix: route.strip_prefix,
@@ -181,6 +182,8 @@ impl Runtime {
                 timeout: route.timeout.unwrap_or(upstream_timeout),
                 action,
             });
+            matchers.push((matcher, compiled.clone()));
+            routes.push(compiled);
         }
 
         Ok(Runtime {

@@ -583,6 +583,7 @@ fn json_report_is_exact() {
         "out_of_order_max_seconds": 7.0,
         "denied": 2,
         "invalid_path": 1,
+        "refused": 0,
         "routes": [
             route("a", [9, 8, 0, 3, 1, 0, 5, 0], json!([
                 c("1.1.1.1", 3, 1), c("2.2.2.2", 3, 0), c("10.1.2.3", 1, 0),

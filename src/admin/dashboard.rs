@@ -30,7 +30,6 @@ use sha2::{Digest, Sha256};
 
 use super::{Admin, Query};
 use crate::body::{self, Body};
-use crate::config::StoreBackend;
 use crate::limit::engine::{Limiter, LockedClient};
 use crate::limit::headers::secs_ceil;
 use crate::limit::{key, Micros};
@@ -124,7 +123,7 @@ impl Dashboard {
             match fresh {
                 Some(c) => (c.list.clone(), c.at.elapsed()),
                 None => {
-                    let list = Arc::new(limiter.lockouts().await?);
+                    let list = Arc::new(limiter.lockouts().await.map_err(|e| e.to_string())?);
                     *cache = Some(CachedLockouts {
                         at: Instant::now(),
                         limiter,
@@ -253,11 +252,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
             "result": if r.ok { "success" } else { "failure" },
         })
     });
-    let backend = match &rt.config.store.backend {
-        StoreBackend::Memory => "memory",
-        StoreBackend::Redis { .. } => "redis",
-        StoreBackend::RedisCluster { .. } => "redis_cluster",
-    };
+    let backend = rt.config.store.backend.name();
     let config = json!({
         "generation": rt.generation,
         "loaded_at": humantime::format_rfc3339_millis(rt.loaded_at).to_string(),

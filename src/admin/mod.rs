@@ -29,7 +29,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use crate::body::{self, Body};
-use crate::limit::engine::now_micros;
+use crate::limit::clock::now_micros;
 use crate::limit::headers::secs_ceil;
 use crate::limit::{key, Check};
 use crate::reload::Gateway;
@@ -193,7 +193,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
             ),
             Err(error) => json(
                 StatusCode::SERVICE_UNAVAILABLE,
-                serde_json::json!({"error": "limiter_unavailable", "message": error}),
+                serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
             ),
         };
     }
@@ -240,7 +240,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
         }
         Err(error) => json(
             StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"error": "limiter_unavailable", "message": error}),
+            serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
         ),
     }
 }
@@ -287,7 +287,7 @@ async fn lockouts(admin: &Admin, query: &Query) -> Response<Body> {
         }
         Err(error) => json(
             StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"error": "limiter_unavailable", "message": error}),
+            serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
         ),
     }
 }

@@ -27,6 +27,7 @@ mod model;
 mod positions;
 mod raw;
 mod shadow;
+pub mod template;
 #[cfg(test)]
 mod tests;
 pub mod units;
@@ -39,6 +40,7 @@ use sha2::{Digest, Sha256};
 pub use error::{ConfigError, Location};
 pub use model::*;
 pub use shadow::warnings_for_shadowed_routes;
+pub use template::Template;
 
 use positions::Positions;
 
@@ -81,9 +83,8 @@ impl Source {
     }
 }
 
-/// Parses and validates config text. `file` names the file in error messages
-/// and anchors relative paths (certificates, CA bundles) at its directory; no
-/// file is read.
+/// Parses and validates config text. `file` names the file in error
+/// messages; no file is read.
 pub fn parse(text: &str, file: &str) -> Result<Loaded, ConfigError> {
     parse_with_env(text, file, &|name| std::env::var(name).ok())
 }

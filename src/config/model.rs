@@ -6,7 +6,6 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use ipnet::IpNet;
 use serde::de::{Deserialize, Deserializer};
 
+use super::template::Template;
 use super::units::{deserialize_from_str, Cidr};
 pub use super::units::{Rate, Window};
 use super::{HeaderMatch, PathMatch};
@@ -52,10 +52,10 @@ impl Config {
 /// `server:`: the traffic side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
-    /// Plain (HTTP/1.1 and h2c) listeners; empty only when `tls` has some.
+    /// Plain (HTTP/1.1 and h2c) listeners (at least one).
     pub listen: Vec<SocketAddr>,
-    /// TLS listeners and their certificates.
-    pub tls: Option<TlsConfig>,
+    /// The rejection routes use unless they say otherwise.
+    pub limit_response: LimitResponse,
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<IpNet>,
     /// Clients answered 403 before any route.
@@ -74,25 +74,6 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long in-flight requests may finish after SIGTERM.
     pub shutdown_grace: Duration,
-}
-
-/// `server.tls:`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsConfig {
-    /// TLS listeners (at least one).
-    pub listen: Vec<SocketAddr>,
-    /// Certificates chosen by SNI; the first is the default (at least one).
-    pub certificates: Vec<CertificateConfig>,
-}
-
-/// One certificate and its key; relative paths are resolved against the
-/// config file's directory. The files are not read while parsing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertificateConfig {
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key.
-    pub key: PathBuf,
 }
 
 /// `admin:`.
@@ -129,11 +110,6 @@ pub enum StoreBackend {
         /// `redis://` or `rediss://` URL, credentials allowed.
         url: String,
     },
-    /// A Redis Cluster.
-    RedisCluster {
-        /// Seed node URLs (at least one).
-        urls: Vec<String>,
-    },
 }
 
 impl StoreBackend {
@@ -142,7 +118,6 @@ impl StoreBackend {
         match self {
             StoreBackend::Memory => "memory",
             StoreBackend::Redis { .. } => "redis",
-            StoreBackend::RedisCluster { .. } => "redis_cluster",
         }
     }
 }
@@ -184,10 +159,8 @@ pub struct UpstreamConfig {
     pub timeout: Duration,
     /// Retries on another target.
     pub retries: u32,
-    /// Speak HTTP/2 to the targets.
+    /// Speak HTTP/2 (h2c, prior knowledge) to the targets.
     pub http2: bool,
-    /// TLS settings for `https://` targets.
-    pub tls: Option<UpstreamTls>,
     /// Health checking.
     pub health: HealthConfig,
 }
@@ -215,24 +188,11 @@ pub enum Balance {
     Hash,
 }
 
-/// `upstreams.*.tls`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamTls {
-    /// CA bundle to verify targets with, instead of the system roots.
-    pub ca: Option<PathBuf>,
-    /// Verify the target's certificate (default true).
-    pub verify: bool,
-    /// SNI and verification name, instead of the target's host.
-    pub server_name: Option<String>,
-}
-
 /// `upstreams.*.health`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HealthConfig {
     /// Ejection after consecutive failures of real requests.
     pub passive: Option<PassiveHealth>,
-    /// Periodic probes.
-    pub active: Option<ActiveHealth>,
 }
 
 /// `health.passive`.
@@ -242,21 +202,6 @@ pub struct PassiveHealth {
     pub failures: u32,
     /// How long an ejected target stays out.
     pub eject: Duration,
-}
-
-/// `health.active`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActiveHealth {
-    /// Probe path (starts with `/`).
-    pub path: String,
-    /// Time between probes.
-    pub interval: Duration,
-    /// Deadline of one probe.
-    pub timeout: Duration,
-    /// Successes that bring a target back (at least 1).
-    pub healthy: u32,
-    /// Failures that take a target out (at least 1).
-    pub unhealthy: u32,
 }
 
 /// One limit: a named policy or a route's inline limit.
@@ -489,13 +434,21 @@ pub struct RespondConfig {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
-/// `limit_response:`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `limit_response:` (SPEC §5.4): a route's, or the server-wide default
+/// for what a route leaves out.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitResponse {
     /// Status of a rejection (default 429).
     pub status: StatusCode,
     /// Which rate-limit headers are sent.
     pub headers: HeaderStyle,
+    /// The body of a rejection; `None`: the JSON body of SPEC §5.4.
+    pub body: Option<Template>,
+    /// The body of a `locked_out` rejection; `None`: `body`.
+    pub locked_body: Option<Template>,
+    /// The body's content type; `None`: `application/json` for the JSON
+    /// body, `text/plain; charset=utf-8` for a custom one.
+    pub content_type: Option<HeaderValue>,
 }
 
 impl Default for LimitResponse {
@@ -503,6 +456,9 @@ impl Default for LimitResponse {
         LimitResponse {
             status: StatusCode::TOO_MANY_REQUESTS,
             headers: HeaderStyle::Standard,
+            body: None,
+            locked_body: None,
+            content_type: None,
         }
     }
 }

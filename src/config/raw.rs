@@ -4,10 +4,9 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::path::PathBuf;
 
 use serde::de::value::MapAccessDeserializer;
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::model::{
@@ -33,7 +32,8 @@ pub(crate) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawServer {
     pub listen: Option<Vec<Addr>>,
-    pub tls: Option<RawServerTls>,
+    /// Not in this build: refused by `validate`, whatever it holds.
+    pub tls: Option<IgnoredAny>,
     pub trusted_proxies: Option<Vec<Cidr>>,
     pub deny: Option<Vec<Cidr>>,
     pub ipv6_prefix: Option<u8>,
@@ -42,20 +42,17 @@ pub(crate) struct RawServer {
     pub max_body_bytes: Option<Size>,
     pub max_connections: Option<usize>,
     pub shutdown_grace: Option<Dur>,
+    pub escaped_slashes: Option<EscapedSlashes>,
+    pub limit_response: Option<RawLimitResponse>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawServerTls {
-    pub listen: Option<Vec<Addr>>,
-    pub certificates: Option<Vec<RawCertificate>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawCertificate {
-    pub cert: PathBuf,
-    pub key: PathBuf,
+/// `server.escaped_slashes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EscapedSlashes {
+    Reject,
+    Decode,
+    Keep,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -63,6 +60,8 @@ pub(crate) struct RawCertificate {
 pub(crate) struct RawTimeouts {
     pub header_read: Option<Dur>,
     pub idle: Option<Dur>,
+    pub body_read: Option<Dur>,
+    pub send: Option<Dur>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -114,6 +113,9 @@ pub(crate) struct RawStore {
     pub backend: Option<RawBackend>,
     pub url: Option<String>,
     pub urls: Option<Vec<String>>,
+    pub master_name: Option<String>,
+    /// Not in this build: refused by `validate`.
+    pub tls: Option<IgnoredAny>,
     pub prefix: Option<String>,
     pub timeout: Option<Dur>,
     pub on_error: Option<OnError>,
@@ -125,6 +127,7 @@ pub(crate) struct RawStore {
 pub(crate) enum RawBackend {
     Memory,
     Redis,
+    RedisSentinel,
     RedisCluster,
 }
 
@@ -137,7 +140,8 @@ pub(crate) struct RawUpstream {
     pub timeout: Option<Dur>,
     pub retries: Option<u32>,
     pub http2: Option<bool>,
-    pub tls: Option<RawUpstreamTls>,
+    /// Not in this build: refused by `validate`.
+    pub tls: Option<IgnoredAny>,
     pub health: Option<RawHealth>,
 }
 
@@ -181,19 +185,12 @@ impl<'de> Deserialize<'de> for RawTarget {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawUpstreamTls {
-    pub ca: Option<PathBuf>,
-    pub verify: Option<bool>,
-    pub server_name: Option<String>,
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawHealth {
     pub passive: Option<RawPassive>,
-    pub active: Option<RawActive>,
+    /// Not in this build: refused by `validate`.
+    pub active: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,16 +198,6 @@ pub(crate) struct RawHealth {
 pub(crate) struct RawPassive {
     pub failures: Option<u32>,
     pub eject: Option<Dur>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawActive {
-    pub path: Option<String>,
-    pub interval: Option<Dur>,
-    pub timeout: Option<Dur>,
-    pub healthy: Option<u32>,
-    pub unhealthy: Option<u32>,
 }
 
 /// The algorithm names.
@@ -279,6 +266,7 @@ pub(crate) struct RawRoute {
     pub upstream: Option<String>,
     pub respond: Option<RawRespond>,
     pub strip_prefix: Option<bool>,
+    pub rewrite_location: Option<bool>,
     pub preserve_host: Option<bool>,
     pub timeout: Option<Dur>,
     pub limits: Option<Vec<RawRouteLimit>>,
@@ -311,6 +299,9 @@ pub(crate) struct RawRespond {
 pub(crate) struct RawLimitResponse {
     pub status: Option<u16>,
     pub headers: Option<HeaderStyle>,
+    pub body: Option<String>,
+    pub content_type: Option<String>,
+    pub locked_body: Option<String>,
 }
 
 /// A route's `limits:` entry: a policy name or an inline limit.

@@ -1,7 +1,7 @@
 //! End-to-end tests of `parse`: the SPEC example, defaults, naming, and one
 //! test per kind of error, each pinning the field path and line.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
@@ -73,24 +73,61 @@ routes:
 
 // ----- the SPEC example -----
 
+/// `text` without the line `line` (1-based) and the block under it.
+fn without_block(text: &str, line: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let top = indent(lines[line - 1]);
+    let mut end = line;
+    while end < lines.len() && (lines[end].trim().is_empty() || indent(lines[end]) > top) {
+        end += 1;
+    }
+    let mut out: Vec<&str> = lines[..line - 1].to_vec();
+    out.extend_from_slice(&lines[end..]);
+    out.join("\n") + "\n"
+}
+
+/// The fields of the SPEC's example this build does not implement, in file
+/// order: each is refused with "not supported yet", never accepted and
+/// ignored.
+const NOT_IN_THIS_BUILD: [&str; 9] = [
+    "server.tls",
+    "server.timeouts.body_read",
+    "server.timeouts.send",
+    "server.escaped_slashes",
+    "store.master_name",
+    "store.tls",
+    "upstreams.users.tls",
+    "upstreams.users.health.active",
+    "routes[0].rewrite_location",
+];
+
+/// The SPEC's example with the fields of [`NOT_IN_THIS_BUILD`] taken out,
+/// checking on the way that each is refused, by its path and line.
+fn spec_example_supported() -> String {
+    let mut text = SPEC_EXAMPLE.to_owned();
+    for field in NOT_IN_THIS_BUILD {
+        let e = match parse_with_env(&text, "gateway.yaml", &env) {
+            Ok(_) => panic!("{field} was accepted"),
+            Err(e) => e,
+        };
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.message.starts_with("not supported yet: "), "{e}");
+        text = without_block(&text, e.line.expect("a line"));
+    }
+    text
+}
+
 #[test]
-fn spec_example_parses() {
-    let loaded = match parse_with_env(SPEC_EXAMPLE, "/etc/tollgate/gateway.yaml", &env) {
+fn spec_example_parses_but_for_what_this_build_lacks() {
+    let text = spec_example_supported();
+    let loaded = match parse_with_env(&text, "/etc/tollgate/gateway.yaml", &env) {
         Ok(loaded) => loaded,
         Err(e) => panic!("{e}"),
     };
     let c = &loaded.config;
 
     assert_eq!(c.server.listen, vec!["0.0.0.0:8080".parse().expect("addr")]);
-    let tls = c.server.tls.as_ref().expect("tls");
-    assert_eq!(tls.listen, vec!["0.0.0.0:8443".parse().expect("addr")]);
-    assert_eq!(
-        tls.certificates,
-        vec![CertificateConfig {
-            cert: PathBuf::from("/etc/tollgate/certs/api.pem"),
-            key: PathBuf::from("/etc/tollgate/certs/api.key"),
-        }]
-    );
     assert!(c.server.trusted_proxies.is_empty() && c.server.deny.is_empty());
     assert_eq!(c.server.ipv6_prefix, 64);
     assert_eq!(c.server.header_read_timeout, secs(10));
@@ -126,28 +163,10 @@ fn spec_example_parses() {
     assert_eq!(users.retries, 1);
     assert!(!users.http2);
     assert_eq!(
-        users.tls,
-        Some(UpstreamTls {
-            ca: Some(PathBuf::from("/etc/tollgate/certs/ca.pem")),
-            verify: true,
-            server_name: Some("users.internal".into()),
-        })
-    );
-    assert_eq!(
         users.health.passive,
         Some(PassiveHealth {
             failures: 5,
             eject: secs(30)
-        })
-    );
-    assert_eq!(
-        users.health.active,
-        Some(ActiveHealth {
-            path: "/healthz".into(),
-            interval: secs(5),
-            timeout: secs(1),
-            healthy: 2,
-            unhealthy: 3,
         })
     );
 
@@ -231,7 +250,8 @@ fn spec_example_parses() {
     assert_eq!(r.timeout, Some(secs(10)));
     assert_eq!(r.limits, ["per_client", "login"]);
     assert_eq!(r.limit_response, LimitResponse::default());
-    assert_eq!(r.line, 65);
+    let line_of = |needle: &str| text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    assert_eq!(r.line, line_of("- name: users"));
     let h = &c.routes[1];
     assert_eq!(h.name, "hello");
     assert!(matches!(&h.path, PathMatch::Exact(p) if p == "/hello"));
@@ -244,13 +264,13 @@ fn spec_example_parses() {
     assert_eq!(respond.headers[0].0, "content-type");
     assert_eq!(respond.headers[0].1, "text/plain");
     assert_eq!(h.limits, ["hello.0"]);
-    assert_eq!(h.line, 77);
+    assert_eq!(h.line, line_of("- name: hello"));
 
     assert_eq!(
         loaded.warnings,
         [
+            "store.url has no effect with backend: memory",
             "store.on_error: local has no effect with backend: memory (the memory store does not fail)",
-            "upstreams.users.tls has no effect: the upstream has no https:// target",
         ]
     );
     assert_eq!(loaded.sha256.len(), 64);
@@ -260,14 +280,20 @@ fn spec_example_parses() {
 fn spec_example_loads_from_its_file() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config/spec_example.yaml");
-    let loaded = load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let e = load(&path).expect_err("server.tls is not in this build");
+    assert_eq!(e.field, "server.tls");
+    assert_eq!(e.file, path.display().to_string());
+    let dir = std::env::temp_dir().join(format!("tollgate-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let supported = dir.join("gateway.yaml");
+    std::fs::write(&supported, spec_example_supported()).expect("write");
+    let loaded = load(&supported).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.config.routes.len(), 2);
     // sha256 of the bytes on disk, before expansion.
     use sha2::{Digest, Sha256};
-    let bytes = std::fs::read(&path).expect("fixture");
+    let bytes = std::fs::read(&supported).expect("fixture");
     assert_eq!(loaded.sha256, hex::encode(Sha256::digest(bytes)));
-    let cert = &loaded.config.server.tls.as_ref().expect("tls").certificates[0].cert;
-    assert_eq!(cert, &path.parent().expect("dir").join("certs/api.pem"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -298,7 +324,6 @@ fn empty_file_is_all_defaults() {
     let loaded = ok("");
     let c = &loaded.config;
     assert_eq!(c.server.listen, vec!["0.0.0.0:8080".parse().expect("addr")]);
-    assert_eq!(c.server.tls, None);
     assert_eq!(
         c.admin.listen,
         Some("127.0.0.1:9901".parse().expect("addr"))
@@ -317,7 +342,7 @@ fn empty_file_is_all_defaults() {
 fn route_and_limit_defaults() {
     let c = ok("\
 upstreams:
-  u: { targets: [\"https://u.internal\"] }
+  u: { targets: [\"http://u.internal\"] }
 routes:
   - name: r
     upstream: u
@@ -359,7 +384,6 @@ routes:
     );
     let u = &c.upstreams[0];
     assert_eq!(u.health, HealthConfig::default());
-    assert_eq!(u.tls, None);
 }
 
 #[test]
@@ -396,16 +420,20 @@ store:
             url: "redis://127.0.0.1:6379/0".into()
         }
     );
-    assert_eq!(
-        ok("store: { backend: redis_cluster, urls: [\"redis://a:7000\", \"rediss://b:7001\"] }\n")
-            .config
-            .store
-            .backend,
-        StoreBackend::RedisCluster {
-            urls: vec!["redis://a:7000".into(), "rediss://b:7001".into()]
-        }
-    );
-    err_at("store:\n  backend: redis_cluster\n", "store.urls", 2);
+    for (text, field, line) in [
+        ("store:\n  backend: redis_cluster\n", "store.backend", 2),
+        ("store:\n  backend: redis_sentinel\n", "store.backend", 2),
+        ("store:\n  urls: [\"redis://a:7000\"]\n", "store.urls", 2),
+        (
+            "store:\n  backend: redis\n  url: rediss://a:6380\n",
+            "store.url",
+            3,
+        ),
+        ("store:\n  tls: { ca: ca.pem }\n", "store.tls", 2),
+    ] {
+        let e = err_at(text, field, line);
+        assert!(e.message.starts_with("not supported yet: "), "{e}");
+    }
 }
 
 #[test]
@@ -422,10 +450,7 @@ fn on_error_local_with_memory_warns_only_when_written() {
 fn server_settings() {
     let c = ok("\
 server:
-  listen: []
-  tls:
-    listen: [\"[::]:8443\"]
-    certificates: [{ cert: /abs/c.pem, key: k.pem }]
+  listen: [\"[::]:8080\"]
   trusted_proxies: [\"10.0.0.0/8\", \"192.168.1.1\"]
   deny: [\"2001:db8::/32\"]
   ipv6_prefix: 56
@@ -437,10 +462,7 @@ server:
 ")
     .config;
     let s = &c.server;
-    assert!(s.listen.is_empty());
-    let tls = s.tls.as_ref().expect("tls");
-    assert_eq!(tls.certificates[0].cert, PathBuf::from("/abs/c.pem"));
-    assert_eq!(tls.certificates[0].key, PathBuf::from("k.pem"));
+    assert_eq!(s.listen, vec!["[::]:8080".parse().expect("addr")]);
     assert_eq!(
         s.trusted_proxies,
         vec![

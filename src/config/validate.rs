@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
@@ -13,6 +12,7 @@ use super::error::ConfigError;
 use super::model::*;
 use super::positions::Positions;
 use super::raw::*;
+use super::template::Template;
 use super::units::{format_duration, Rate, Window};
 use super::{HeaderMatch, PathMatch};
 use crate::algorithm::{
@@ -34,10 +34,6 @@ pub(crate) fn validate(
     let mut ctx = Ctx {
         file,
         positions,
-        base_dir: Path::new(file)
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default(),
         warnings: Vec::new(),
     };
     let server = ctx.server(raw.server.unwrap_or_default())?;
@@ -46,7 +42,12 @@ pub(crate) fn validate(
     let upstreams = ctx.upstreams(raw.upstreams)?;
     let mut limits = ctx.policies(raw.limits)?;
     let policy_count = limits.len();
-    let routes = ctx.routes(raw.routes.unwrap_or_default(), &upstreams, &mut limits)?;
+    let routes = ctx.routes(
+        raw.routes.unwrap_or_default(),
+        &server,
+        &upstreams,
+        &mut limits,
+    )?;
 
     for upstream in &upstreams {
         let used = routes
@@ -85,8 +86,6 @@ pub(crate) fn validate(
 struct Ctx<'a> {
     file: &'a str,
     positions: &'a Positions,
-    /// The config file's directory, for relative paths.
-    base_dir: PathBuf,
     warnings: Vec<String>,
 }
 
@@ -100,14 +99,6 @@ impl Ctx<'_> {
             column: pos.map(|p| p.1),
             field: field.to_owned(),
             message: message.into(),
-        }
-    }
-
-    fn resolve(&self, path: PathBuf) -> PathBuf {
-        if path.is_absolute() {
-            path
-        } else {
-            self.base_dir.join(path)
         }
     }
 
@@ -161,52 +152,20 @@ impl Ctx<'_> {
             None => vec![SocketAddr::from(([0, 0, 0, 0], 8080))],
             Some(list) => list.into_iter().map(|a| a.0).collect(),
         };
-        let tls = match raw.tls {
-            None => None,
-            Some(tls) => {
-                let tls_listen: Vec<SocketAddr> = tls
-                    .listen
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|a| a.0)
-                    .collect();
-                if tls_listen.is_empty() {
-                    return Err(self.err(
-                        "server.tls.listen",
-                        "TLS needs at least one listener address",
-                    ));
-                }
-                let certificates: Vec<CertificateConfig> = tls
-                    .certificates
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|c| CertificateConfig {
-                        cert: self.resolve(c.cert),
-                        key: self.resolve(c.key),
-                    })
-                    .collect();
-                if certificates.is_empty() {
-                    return Err(self.err(
-                        "server.tls.certificates",
-                        "TLS needs at least one certificate",
-                    ));
-                }
-                Some(TlsConfig {
-                    listen: tls_listen,
-                    certificates,
-                })
-            }
-        };
-        if listen.is_empty() && tls.is_none() {
+        if raw.tls.is_some() {
+            return Err(self.unsupported(
+                "server.tls",
+                "this build has no TLS listeners; terminate TLS in front of tollgate",
+            ));
+        }
+        if listen.is_empty() {
             return Err(self.err("server.listen", "at least one listener is required"));
         }
         let mut seen: Vec<(String, SocketAddr)> = Vec::new();
-        let tls_addrs = tls.iter().flat_map(|t| t.listen.iter().enumerate());
         let all = listen
             .iter()
             .enumerate()
-            .map(|(i, a)| (format!("server.listen[{i}]"), *a))
-            .chain(tls_addrs.map(|(i, a)| (format!("server.tls.listen[{i}]"), *a)));
+            .map(|(i, a)| (format!("server.listen[{i}]"), *a));
         for (field, addr) in all {
             if let Some((other, _)) = seen.iter().find(|(_, a)| overlaps(*a, addr)) {
                 return Err(self.err(&field, format!("{addr} is already a listener ({other})")));
@@ -222,6 +181,33 @@ impl Ctx<'_> {
             ));
         }
         let timeouts = raw.timeouts.unwrap_or_default();
+        if timeouts.body_read.is_some() {
+            return Err(self.unsupported(
+                "server.timeouts.body_read",
+                "this build bounds a request body only by the upstream's timeout",
+            ));
+        }
+        if timeouts.send.is_some() {
+            return Err(self.unsupported(
+                "server.timeouts.send",
+                "this build bounds a response only by `timeouts.idle`",
+            ));
+        }
+        if matches!(
+            raw.escaped_slashes,
+            Some(EscapedSlashes::Reject | EscapedSlashes::Decode)
+        ) {
+            return Err(self.unsupported(
+                "server.escaped_slashes",
+                "this build keeps %2F and %5C encoded in paths (`keep`), the only mode it has",
+            ));
+        }
+        let limit_response = match raw.limit_response {
+            Some(r) => {
+                self.limit_response("server.limit_response", r, &LimitResponse::default())?
+            }
+            None => LimitResponse::default(),
+        };
         let header_read_timeout = self.positive(
             "server.timeouts.header_read",
             timeouts.header_read.map(|d| d.0),
@@ -246,7 +232,7 @@ impl Ctx<'_> {
             self.at_least_one("server.max_connections", raw.max_connections, 10_000)?;
         Ok(ServerConfig {
             listen,
-            tls,
+            limit_response,
             trusted_proxies: cidrs(raw.trusted_proxies),
             deny: cidrs(raw.deny),
             ipv6_prefix,
@@ -266,11 +252,7 @@ impl Ctx<'_> {
             AdminListen::At(addr) => Some(addr.0),
         };
         if let Some(addr) = listen {
-            let traffic = server
-                .listen
-                .iter()
-                .chain(server.tls.iter().flat_map(|t| t.listen.iter()));
-            if let Some(other) = traffic.into_iter().find(|t| overlaps(**t, addr)) {
+            if let Some(other) = server.listen.iter().find(|t| overlaps(**t, addr)) {
                 return Err(self.err(
                     "admin.listen",
                     format!(
@@ -288,27 +270,49 @@ impl Ctx<'_> {
     fn store(&mut self, raw: RawStore) -> Result<StoreConfig> {
         if let Some(url) = &raw.url {
             check_redis_url(url).map_err(|m| self.err("store.url", m))?;
-        }
-        let urls = raw.urls.unwrap_or_default();
-        for (i, url) in urls.iter().enumerate() {
-            check_redis_url(url).map_err(|m| self.err(&format!("store.urls[{i}]"), m))?;
+            if url.starts_with("rediss://") {
+                return Err(self.unsupported(
+                    "store.url",
+                    "rediss:// (TLS to Redis); use redis:// over a trusted network or a TLS tunnel",
+                ));
+            }
         }
         let backend_kind = raw.backend.unwrap_or(RawBackend::Memory);
+        if matches!(
+            backend_kind,
+            RawBackend::RedisSentinel | RawBackend::RedisCluster
+        ) {
+            return Err(self.unsupported(
+                "store.backend",
+                "this build has the memory and redis (one server) backends",
+            ));
+        }
+        if raw.urls.as_ref().is_some_and(|u| !u.is_empty()) {
+            return Err(self.unsupported(
+                "store.urls",
+                "seed nodes and sentinels are for redis_cluster and redis_sentinel; use `url`",
+            ));
+        }
+        if raw.master_name.is_some() {
+            return Err(
+                self.unsupported("store.master_name", "redis_sentinel is not in this build")
+            );
+        }
+        if raw.tls.is_some() {
+            return Err(self.unsupported("store.tls", "TLS to Redis is not in this build"));
+        }
         let backend = match backend_kind {
-            RawBackend::Memory => StoreBackend::Memory,
             RawBackend::Redis => StoreBackend::Redis {
                 url: raw
                     .url
                     .unwrap_or_else(|| "redis://127.0.0.1:6379/0".to_owned()),
             },
-            RawBackend::RedisCluster => {
-                if urls.is_empty() {
-                    return Err(self.err(
-                        "store.urls",
-                        "backend redis_cluster needs at least one seed node URL in `urls`",
-                    ));
+            _ => {
+                if raw.url.is_some() {
+                    self.warnings
+                        .push("store.url has no effect with backend: memory".to_owned());
                 }
-                StoreBackend::RedisCluster { urls }
+                StoreBackend::Memory
             }
         };
         let prefix = raw.prefix.unwrap_or_else(|| "tollgate".to_owned());
@@ -335,6 +339,61 @@ impl Ctx<'_> {
             timeout,
             on_error: raw.on_error.unwrap_or(OnError::Local),
             clock: raw.clock.unwrap_or(Clock::Store),
+        })
+    }
+
+    /// An error for a field this build does not implement: refused, never
+    /// accepted and ignored.
+    fn unsupported(&self, field: &str, what: &str) -> ConfigError {
+        let pos = self.positions.lookup_key(field);
+        ConfigError {
+            file: self.file.to_owned(),
+            line: pos.map(|p| p.0),
+            column: pos.map(|p| p.1),
+            field: field.to_owned(),
+            message: format!("not supported yet: {what}"),
+        }
+    }
+
+    /// A `limit_response` at `path`; what it leaves out comes from `base`
+    /// (the server-wide one, or the defaults).
+    fn limit_response(
+        &self,
+        path: &str,
+        raw: RawLimitResponse,
+        base: &LimitResponse,
+    ) -> Result<LimitResponse> {
+        let status = match raw.status {
+            None => base.status,
+            Some(status) if (400..=599).contains(&status) => status_code(status),
+            Some(status) => {
+                return Err(self.err(
+                    &format!("{path}.status"),
+                    format!("a rejection status must be between 400 and 599, got {status}"),
+                ))
+            }
+        };
+        let content_type = match raw.content_type {
+            None => base.content_type.clone(),
+            Some(ct) => Some(HeaderValue::from_str(ct.trim()).map_err(|_| {
+                self.err(
+                    &format!("{path}.content_type"),
+                    format!("\"{ct}\" is not a valid header value"),
+                )
+            })?),
+        };
+        let template = |field: &str, text: Option<String>, base: &Option<Template>| match text {
+            None => Ok(base.clone()),
+            Some(text) => Template::parse(&text)
+                .map(Some)
+                .map_err(|m| self.err(&format!("{path}.{field}"), m)),
+        };
+        Ok(LimitResponse {
+            status,
+            headers: raw.headers.unwrap_or(base.headers),
+            body: template("body", raw.body, &base.body)?,
+            locked_body: template("locked_body", raw.locked_body, &base.locked_body)?,
+            content_type,
         })
     }
 
@@ -371,17 +430,19 @@ impl Ctx<'_> {
                 field.clone()
             };
             let url = target_url(&t.url).map_err(|m| self.err(&url_field, m))?;
+            if url.scheme_str() == Some("https") {
+                return Err(self.unsupported(
+                    &url_field,
+                    "https:// targets (upstream TLS); use http:// targets",
+                ));
+            }
             let weight = self.at_least_one(&format!("{field}.weight"), t.weight, 1)?;
             targets.push(TargetConfig { url, weight });
         }
-        let tls = raw.tls.map(|t| UpstreamTls {
-            ca: t.ca.map(|p| self.resolve(p)),
-            verify: t.verify.unwrap_or(true),
-            server_name: t.server_name.filter(|s| !s.is_empty()),
-        });
-        if tls.is_some() && !targets.iter().any(|t| t.url.scheme_str() == Some("https")) {
-            self.warnings.push(format!(
-                "{path}.tls has no effect: the upstream has no https:// target"
+        if raw.tls.is_some() {
+            return Err(self.unsupported(
+                &format!("{path}.tls"),
+                "upstream TLS is not in this build (targets are http://)",
             ));
         }
         let health = raw.health.unwrap_or_default();
@@ -400,34 +461,12 @@ impl Ctx<'_> {
                 )?,
             }),
         };
-        let active = match health.active {
-            None => None,
-            Some(a) => {
-                let hpath = format!("{path}.health.active");
-                let probe = a.path.unwrap_or_else(|| "/healthz".to_owned());
-                if !probe.starts_with('/') {
-                    return Err(self.err(
-                        &format!("{hpath}.path"),
-                        format!("a path must start with \"/\", got \"{probe}\""),
-                    ));
-                }
-                Some(ActiveHealth {
-                    path: probe,
-                    interval: self.positive(
-                        &format!("{hpath}.interval"),
-                        a.interval.map(|d| d.0),
-                        5 * SECOND,
-                    )?,
-                    timeout: self.positive(
-                        &format!("{hpath}.timeout"),
-                        a.timeout.map(|d| d.0),
-                        SECOND,
-                    )?,
-                    healthy: self.at_least_one(&format!("{hpath}.healthy"), a.healthy, 2)?,
-                    unhealthy: self.at_least_one(&format!("{hpath}.unhealthy"), a.unhealthy, 3)?,
-                })
-            }
-        };
+        if health.active.is_some() {
+            return Err(self.unsupported(
+                &format!("{path}.health.active"),
+                "active health checks are not in this build; `passive` is",
+            ));
+        }
         Ok(UpstreamConfig {
             name,
             targets,
@@ -444,8 +483,7 @@ impl Ctx<'_> {
             )?,
             retries: raw.retries.unwrap_or(1),
             http2: raw.http2.unwrap_or(false),
-            tls,
-            health: HealthConfig { passive, active },
+            health: HealthConfig { passive },
         })
     }
 
@@ -772,6 +810,7 @@ impl Ctx<'_> {
     fn routes(
         &mut self,
         raw: Vec<RawRoute>,
+        server: &ServerConfig,
         upstreams: &[UpstreamConfig],
         limits: &mut Vec<LimitConfig>,
     ) -> Result<Vec<RouteConfig>> {
@@ -832,6 +871,12 @@ impl Ctx<'_> {
                     "strip_prefix needs a `path` prefix matcher in `match`",
                 ));
             }
+            if route.rewrite_location == Some(true) {
+                return Err(self.unsupported(
+                    &format!("{path}.rewrite_location"),
+                    "this build forwards an upstream's Location as it is (`rewrite_location: false`)",
+                ));
+            }
             let timeout = match route.timeout {
                 None => None,
                 Some(d) => Some(self.positive(&format!("{path}.timeout"), Some(d.0), d.0)?),
@@ -886,20 +931,12 @@ impl Ctx<'_> {
             }
 
             let limit_response = match route.limit_response {
-                None => LimitResponse::default(),
-                Some(r) => {
-                    let status = r.status.unwrap_or(429);
-                    if !(400..=599).contains(&status) {
-                        return Err(self.err(
-                            &format!("{path}.limit_response.status"),
-                            format!("a rejection status must be between 400 and 599, got {status}"),
-                        ));
-                    }
-                    LimitResponse {
-                        status: status_code(status),
-                        headers: r.headers.unwrap_or(HeaderStyle::Standard),
-                    }
-                }
+                None => server.limit_response.clone(),
+                Some(r) => self.limit_response(
+                    &format!("{path}.limit_response"),
+                    r,
+                    &server.limit_response,
+                )?,
             };
 
             routes.push(RouteConfig {

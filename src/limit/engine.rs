@@ -1,32 +1,27 @@
 //! The limiter: what the pipeline calls between "match route" and
-//! "forward". It turns a route's limits into [`Check`]s for this client
-//! (keys, exemptions, overrides), answers from the local deny cache when it
-//! can, otherwise makes the one store call, applies `on_error` when the store
-//! cannot answer, and remembers rejections in the deny cache.
+//! "forward". It plans a route's limits for this client ([`plan`]: keys,
+//! exemptions, overrides), answers from the local deny cache when it can,
+//! otherwise makes the one store call, applies `on_error` when the store
+//! cannot answer, reads the outcomes ([`verdict`]) and remembers rejections
+//! in the deny cache. Time comes from an injected [`Clock`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use crate::config::{OnError, StoreBackend, StoreConfig};
+use crate::limit::clock::{Clock, SystemClock};
 use crate::limit::deny_cache::DenyCache;
-use crate::limit::key::{client_matches, KeyOutcome, RequestView};
+use crate::limit::key::RequestView;
+use crate::limit::plan::{plan, verdict, Plan, Verdict};
 use crate::limit::policy::Policy;
 use crate::limit::store::memory::MemoryStore;
-use crate::limit::store::redis::RedisStore;
+use crate::limit::store::redis::{RedisStore, StoreError};
 use crate::limit::{Check, Micros, Outcome, Status, StoreKey};
 use crate::metrics::Metrics;
 
 /// How many (limit, client) rejections the deny cache remembers at most.
 const DENY_CACHE_CAPACITY: usize = 100_000;
-
-/// The wall clock in microseconds since the Unix epoch.
-pub fn now_micros() -> Micros {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// One limit's figures for the rate-limit headers.
 #[derive(Debug, Clone)]
@@ -87,7 +82,7 @@ pub struct Snapshot {
 /// moved on to `now`.
 fn cached_rejection(
     snapshot: &Snapshot,
-    applied: &[&Arc<Policy>],
+    plan: &Plan<'_>,
     policy: &Arc<Policy>,
     until: Micros,
     locked_out: bool,
@@ -95,8 +90,8 @@ fn cached_rejection(
 ) -> Decision {
     let elapsed = now.saturating_sub(snapshot.at);
     let left = until.saturating_sub(now);
-    let figures = applied
-        .iter()
+    let figures = plan
+        .policies()
         .filter_map(|p| snapshot.figures.iter().find(|f| f.name == p.name))
         .map(|f| {
             let mut f = f.clone();
@@ -136,6 +131,7 @@ enum Backend {
 /// `store:` section is unchanged, so limit state survives them.
 pub struct Limiter {
     config: StoreConfig,
+    clock: Arc<dyn Clock>,
     backend: Backend,
     /// The memory backend, or `on_error: local`'s fallback.
     local: Arc<MemoryStore>,
@@ -164,7 +160,7 @@ pub struct Leases {
 
 impl Drop for Leases {
     fn drop(&mut self) {
-        let now = now_micros();
+        let now = self.limiter.clock.now();
         let checks = std::mem::take(&mut self.checks);
         match (&self.limiter.backend, self.local) {
             (Backend::Redis(redis), false) => {
@@ -189,44 +185,42 @@ impl Drop for Leases {
     }
 }
 
-/// Why a limiter could not be built.
-#[derive(Debug, thiserror::Error)]
-#[error("store: {0}")]
-pub struct LimiterError(String);
-
 impl Limiter {
-    /// The limiter for `config`; reuses `previous` when its store config is
-    /// the same. Never waits on Redis: an unreachable Redis is the
-    /// `on_error` policy's business, not a start-up failure.
+    /// The limiter for `config`, on the wall clock; reuses `previous` when
+    /// its store config is the same. Never waits on Redis: an unreachable
+    /// Redis is the `on_error` policy's business, not a start-up failure.
     pub fn build(
         config: &StoreConfig,
         previous: Option<&Arc<Limiter>>,
-    ) -> Result<Arc<Limiter>, LimiterError> {
+    ) -> Result<Arc<Limiter>, StoreError> {
         if let Some(p) = previous.filter(|p| p.config == *config) {
             return Ok(p.clone());
         }
+        Self::with_clock(config, previous, Arc::new(SystemClock))
+    }
+
+    /// A new limiter for `config` that reads the time from `clock` (tests
+    /// drive it); keeps `previous`'s memory store.
+    pub fn with_clock(
+        config: &StoreConfig,
+        previous: Option<&Arc<Limiter>>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Limiter>, StoreError> {
         let backend = match &config.backend {
             StoreBackend::Memory => Backend::Memory,
-            StoreBackend::Redis { url } => Backend::Redis(Arc::new(
-                RedisStore::new(
-                    url,
-                    &config.prefix,
-                    config.timeout,
-                    config.clock == crate::config::Clock::Local,
-                )
-                .map_err(|e| LimiterError(e.to_string()))?,
-            )),
-            StoreBackend::RedisCluster { .. } => {
-                return Err(LimiterError(
-                    "backend redis_cluster is not supported yet; use redis".into(),
-                ))
-            }
+            StoreBackend::Redis { url } => Backend::Redis(Arc::new(RedisStore::new(
+                url,
+                &config.prefix,
+                config.timeout,
+                config.clock == crate::config::Clock::Local,
+            )?)),
         };
         // The memory store outlives a change of the rest of `store:` (a new
         // timeout must not wipe every counter).
         let local = previous.map_or_else(|| Arc::new(MemoryStore::new()), |p| p.local.clone());
         let limiter = Arc::new(Limiter {
             config: config.clone(),
+            clock,
             backend,
             local,
             deny: DenyCache::new(DENY_CACHE_CAPACITY),
@@ -251,8 +245,9 @@ impl Limiter {
                     return;
                 };
                 let local = limiter.local.clone();
+                let now = limiter.clock.now();
                 drop(limiter);
-                let _ = tokio::task::spawn_blocking(move || local.sweep(now_micros())).await;
+                let _ = tokio::task::spawn_blocking(move || local.sweep(now)).await;
             }
         });
         if let Backend::Redis(redis) = &self.backend {
@@ -272,70 +267,44 @@ impl Limiter {
         }
     }
 
-    /// Decide a request against its route's limits.
+    /// Decide a request against its route's `limits`.
     pub async fn check(
         self: &Arc<Self>,
-        plan: &[Arc<Policy>],
+        limits: &[Arc<Policy>],
         view: &RequestView<'_>,
         metrics: &Metrics,
     ) -> Decision {
-        let now = now_micros();
-        let mut checks = Vec::with_capacity(plan.len());
-        let mut applied: Vec<&Arc<Policy>> = Vec::with_capacity(plan.len());
-        for policy in plan {
-            if policy.exempt.iter().any(|m| client_matches(m, view)) {
-                continue;
-            }
-            let key = match policy.store_key(view) {
-                KeyOutcome::Key(key) => key,
-                KeyOutcome::Skip => continue,
-                KeyOutcome::Deny => {
-                    return Decision::Reject {
-                        locked_out: false,
-                        limit: policy.name.clone(),
-                        retry_after: 0,
-                        figures: Vec::new(),
-                    }
+        let now = self.clock.now();
+        let plan = match plan(limits, view, || fastrand::u64(1..)) {
+            Ok(plan) => plan,
+            Err(denied) => {
+                return Decision::Reject {
+                    locked_out: false,
+                    limit: denied.policy.name.clone(),
+                    retry_after: 0,
+                    figures: Vec::new(),
                 }
-            };
-            let params = policy
-                .overrides
-                .iter()
-                .find(|(m, _)| client_matches(m, view))
-                .map_or_else(|| policy.params.clone(), |(_, p)| p.clone());
-            checks.push(Check {
-                key,
-                params,
-                cost: policy.cost,
-                lockout: if policy.shadow { None } else { policy.lockout },
-                shadow: policy.shadow,
-                lease: if policy.is_concurrency() {
-                    fastrand::u64(1..)
-                } else {
-                    0
-                },
-            });
-            applied.push(policy);
-        }
-        if checks.is_empty() {
+            }
+        };
+        if plan.checks.is_empty() {
             return Decision::NotApplied;
         }
 
         // The local deny cache: no store call for a client known rejected.
-        for (check, policy) in checks.iter().zip(&applied) {
+        for (check, policy) in plan.checks.iter().zip(plan.policies()) {
             if let Some((until, locked_out, snapshot)) = self.deny.get_with(&check.key, now) {
-                return cached_rejection(&snapshot, &applied, policy, until, locked_out, now);
+                return cached_rejection(&snapshot, &plan, policy, until, locked_out, now);
             }
         }
 
         let started = Instant::now();
         let (outcomes, local) = match &self.backend {
             Backend::Memory => {
-                let outcomes = self.local.decide(&checks, now);
+                let outcomes = self.local.decide(&plan.checks, now);
                 metrics.store_call("memory", true, started.elapsed());
                 (outcomes, true)
             }
-            Backend::Redis(redis) => match redis.decide(&checks, now).await {
+            Backend::Redis(redis) => match redis.decide(&plan.checks, now).await {
                 Ok(outcomes) => {
                     metrics.store_call("redis", true, started.elapsed());
                     (outcomes, false)
@@ -344,7 +313,7 @@ impl Limiter {
                     metrics.store_call("redis", false, started.elapsed());
                     tracing::warn!(%error, policy = ?self.config.on_error, "limit store unavailable");
                     match self.config.on_error {
-                        OnError::Local => (self.local.decide(&checks, now), true),
+                        OnError::Local => (self.local.decide(&plan.checks, now), true),
                         OnError::Allow => {
                             return Decision::Allow {
                                 delay: 0,
@@ -358,7 +327,7 @@ impl Limiter {
                 }
             },
         };
-        self.conclude(checks, &applied, view, outcomes, now, local)
+        self.conclude(plan, view, outcomes, now, local)
     }
 
     /// Turn the store's outcomes into a decision, and feed the deny cache.
@@ -366,8 +335,7 @@ impl Limiter {
     /// starts needs its display key).
     fn conclude(
         self: &Arc<Self>,
-        checks: Vec<Check>,
-        applied: &[&Arc<Policy>],
+        plan: Plan<'_>,
         view: &RequestView<'_>,
         outcomes: Vec<Outcome>,
         now: Micros,
@@ -375,7 +343,7 @@ impl Limiter {
     ) -> Decision {
         let figures: Vec<Figure> = outcomes
             .iter()
-            .zip(applied)
+            .zip(plan.policies())
             .map(|(outcome, policy)| Figure {
                 name: policy.name.clone(),
                 outcome: *outcome,
@@ -383,66 +351,72 @@ impl Limiter {
             })
             .collect();
         let mut snapshot: Option<Arc<Snapshot>> = None;
-        let mut worst: Option<(usize, Micros)> = None;
-        let mut delay = 0;
-        let mut shadow_rejected = false;
-        for (i, (outcome, policy)) in outcomes.iter().zip(applied).enumerate() {
-            match outcome.status {
-                Status::Rejected | Status::LockedOut => {
-                    // A concurrency slot can free up any moment (a response
-                    // ends), so its rejection is never cached.
-                    let cacheable = outcome.status == Status::LockedOut
-                        || (policy.lockout.is_none() && !policy.is_concurrency());
-                    if cacheable && outcome.retry_after > 0 {
-                        let snapshot = snapshot
-                            .get_or_insert_with(|| {
-                                Arc::new(Snapshot {
-                                    at: now,
-                                    figures: figures.clone(),
-                                })
-                            })
-                            .clone();
-                        self.deny.insert_with(
-                            checks[i].key,
-                            now.saturating_add(outcome.retry_after),
-                            outcome.status == Status::LockedOut,
-                            snapshot,
-                        );
-                    }
-                    if outcome.lock_started {
-                        let key = checks[i].key;
-                        // The same walk that gave `key`, so it always has a
-                        // display form.
-                        let display = policy.display_key(view).unwrap_or_default();
-                        self.label(key, &policy.name, &display, now, outcome.retry_after);
-                    }
-                    if worst.is_none_or(|(_, r)| outcome.retry_after > r) {
-                        worst = Some((i, outcome.retry_after));
-                    }
-                }
-                Status::ShadowRejected => shadow_rejected = true,
-                Status::Allowed | Status::NotConsumed => delay = delay.max(outcome.delay),
+        for (i, (outcome, policy)) in outcomes.iter().zip(plan.policies()).enumerate() {
+            if !matches!(outcome.status, Status::Rejected | Status::LockedOut) {
+                continue;
+            }
+            // A concurrency slot can free up any moment (a response ends),
+            // so its rejection is never cached.
+            let cacheable = outcome.status == Status::LockedOut
+                || (policy.lockout.is_none() && !policy.is_concurrency());
+            if cacheable && outcome.retry_after > 0 {
+                let snapshot = snapshot
+                    .get_or_insert_with(|| {
+                        Arc::new(Snapshot {
+                            at: now,
+                            figures: figures.clone(),
+                        })
+                    })
+                    .clone();
+                self.deny.insert_with(
+                    plan.checks[i].key,
+                    now.saturating_add(outcome.retry_after),
+                    outcome.status == Status::LockedOut,
+                    snapshot,
+                );
+            }
+            if outcome.lock_started {
+                // The same walk that gave the key, so it always has a
+                // display form.
+                let display = policy.display_key(view).unwrap_or_default();
+                self.label(
+                    plan.checks[i].key,
+                    &policy.name,
+                    &display,
+                    now,
+                    outcome.retry_after,
+                );
             }
         }
-        if let Some((i, retry_after)) = worst {
-            return Decision::Reject {
-                locked_out: outcomes[i].status == Status::LockedOut,
-                limit: applied[i].name.clone(),
+        match verdict(&outcomes) {
+            Verdict::Reject {
+                index,
+                locked_out,
+                retry_after,
+            } => Decision::Reject {
+                locked_out,
+                limit: plan.policy(index).name.clone(),
                 retry_after,
                 figures,
-            };
-        }
-        let lease_checks: Vec<Check> = checks.into_iter().filter(|c| c.lease != 0).collect();
-        let leases = (!lease_checks.is_empty()).then(|| Leases {
-            limiter: self.clone(),
-            checks: lease_checks,
-            local,
-        });
-        Decision::Allow {
-            delay,
-            figures,
-            leases,
-            shadow_rejected,
+            },
+            Verdict::Allow {
+                delay,
+                shadow_rejected,
+            } => {
+                let lease_checks: Vec<Check> =
+                    plan.checks.into_iter().filter(|c| c.lease != 0).collect();
+                let leases = (!lease_checks.is_empty()).then(|| Leases {
+                    limiter: self.clone(),
+                    checks: lease_checks,
+                    local,
+                });
+                Decision::Allow {
+                    delay,
+                    figures,
+                    leases,
+                    shadow_rejected,
+                }
+            }
         }
     }
 
@@ -483,15 +457,15 @@ impl Limiter {
 
     /// Reset one key on every instance: the store, this deny cache, and
     /// (through Redis pub/sub) the other instances' deny caches.
-    pub async fn reset(&self, key: &StoreKey) -> Result<(), String> {
+    pub async fn reset(&self, key: &StoreKey) -> Result<(), StoreError> {
         self.deny.remove(key);
         if let Ok(mut labels) = self.labels.lock() {
             labels.remove(key);
         }
         self.local.reset(key);
         if let Backend::Redis(redis) = &self.backend {
-            redis.reset(key).await.map_err(|e| e.to_string())?;
-            redis.publish_reset(key).await.map_err(|e| e.to_string())?;
+            redis.reset(key).await?;
+            redis.publish_reset(key).await?;
         }
         Ok(())
     }
@@ -500,24 +474,27 @@ impl Limiter {
     pub async fn inspect(
         &self,
         check: &Check,
-    ) -> Result<(Option<crate::limit::AlgoState>, crate::limit::LockState), String> {
-        let now = now_micros();
+    ) -> Result<(Option<crate::limit::AlgoState>, crate::limit::LockState), StoreError> {
+        let now = self.clock.now();
         match &self.backend {
             Backend::Memory => Ok(self.local.inspect(&check.key, now)),
-            Backend::Redis(redis) => redis.inspect(check, now).await.map_err(|e| e.to_string()),
+            Backend::Redis(redis) => redis.inspect(check, now).await,
         }
     }
 
     /// Every client locked out now: its (limit, display key) when an
     /// instance recorded it, its store key, and the lock's remaining time.
-    pub async fn lockouts(&self) -> Result<Vec<LockedClient>, String> {
-        let now = now_micros();
+    pub async fn lockouts(&self) -> Result<Vec<LockedClient>, StoreError> {
+        let now = self.clock.now();
         let list = match &self.backend {
             Backend::Memory => self.local.lockouts(now),
-            Backend::Redis(redis) => redis.lockouts(now).await.map_err(|e| e.to_string())?,
+            Backend::Redis(redis) => redis.lockouts(now).await?,
         };
         let mut named: Vec<LockedClient> = {
-            let labels = self.labels.lock().map_err(|e| e.to_string())?;
+            let labels = self
+                .labels
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             list.into_iter()
                 .map(|(key, remaining)| LockedClient {
                     label: labels
@@ -535,11 +512,7 @@ impl Limiter {
                 .map(|c| c.key)
                 .collect();
             if !unknown.is_empty() {
-                let mut found = redis
-                    .labels(&unknown)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_iter();
+                let mut found = redis.labels(&unknown).await?.into_iter();
                 for client in named.iter_mut().filter(|c| c.label.is_none()) {
                     let text = found.next().flatten();
                     client.label = text

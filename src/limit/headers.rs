@@ -15,15 +15,13 @@
 //! upstream, so a client never sees two answers for one quota.
 
 use std::cmp::Reverse;
-use std::fmt::Write as _;
 
 use bytes::Bytes;
-use http::header::{HeaderName, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::header::{HeaderName, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue};
 
 use super::{Micros, Outcome};
 use crate::algorithm::SECOND;
-use crate::body::{self, Body};
 use crate::config::HeaderStyle;
 
 /// `RateLimit-Policy`.
@@ -36,14 +34,6 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-/// `grpc-status`.
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-/// `grpc-message`.
-const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
-
-/// gRPC `RESOURCE_EXHAUSTED`.
-const GRPC_RESOURCE_EXHAUSTED: &str = "8";
-
 /// The largest RFC 9651 Integer.
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
@@ -160,11 +150,6 @@ fn add_legacy(headers: &mut HeaderMap, limits: &[LimitFigures<'_>]) {
     headers.insert(X_RATELIMIT_RESET, HeaderValue::from(most.reset()));
 }
 
-/// Moves `value` into a header value without copying it.
-fn insert_string(headers: &mut HeaderMap, name: HeaderName, value: String) {
-    insert_bytes(headers, name, Bytes::from(value));
-}
-
 /// Makes `value` a header value without copying it.
 fn insert_bytes(headers: &mut HeaderMap, name: HeaderName, value: Bytes) {
     // Only visible ASCII is ever written, so this cannot fail; if it did,
@@ -216,94 +201,10 @@ pub fn is_grpc(headers: &HeaderMap) -> bool {
     })
 }
 
-/// The JSON body of a rejection.
-#[derive(serde::Serialize)]
-struct RejectionBody<'a> {
-    error: &'a str,
-    limit: &'a str,
-    retry_after: u64,
-    request_id: &'a str,
-}
-
-/// The rejection: `status` (`limit_response.status`, default 429), a JSON
-/// body `{"error": "rate_limited"|"locked_out", "limit": NAME,
-/// "retry_after": SECONDS, "request_id": ...}`, `Retry-After` (whole
-/// seconds, rounded up, at least 1), `Cache-Control: no-store`,
-/// `content-type: application/json`.
-///
-/// `retry_after` is the rejecting outcome's [`Outcome::retry_after`], which
-/// is never less than its `reset`, so `Retry-After` is never earlier than
-/// the `t` [`add_headers`] reports for that limit (both round up).
-///
-/// gRPC requests get HTTP 200 with `content-type: application/grpc`,
-/// `grpc-status: 8` (RESOURCE_EXHAUSTED), a `grpc-message`, the same
-/// `Retry-After` and `Cache-Control`, and no body (a trailers-only answer).
-/// Rate-limit fields are added by the caller with [`add_headers`].
-pub fn rejection(
-    status: StatusCode,
-    locked_out: bool,
-    limit: &str,
-    retry_after: Micros,
-    request_id: &HeaderValue,
-    grpc: bool,
-) -> Response<Body> {
-    let secs = secs_ceil(retry_after).max(1);
-    let error = if locked_out {
-        "locked_out"
-    } else {
-        "rate_limited"
-    };
-    let mut response = if grpc {
-        let mut message = String::with_capacity(limit.len() + 40);
-        let _ = write!(message, "{error}: limit {limit}, retry after {secs}s");
-        let mut r = Response::new(body::empty());
-        let h = r.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        h.insert(
-            GRPC_STATUS,
-            HeaderValue::from_static(GRPC_RESOURCE_EXHAUSTED),
-        );
-        insert_string(h, GRPC_MESSAGE, grpc_percent_encode(&message));
-        r
-    } else {
-        let body = RejectionBody {
-            error,
-            limit,
-            retry_after: secs,
-            request_id: request_id.to_str().unwrap_or_default(),
-        };
-        let json = serde_json::to_vec(&body).unwrap_or_default();
-        let mut r = Response::new(body::full(json));
-        *r.status_mut() = status;
-        r.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        r
-    };
-    let h = response.headers_mut();
-    h.insert(RETRY_AFTER, HeaderValue::from(secs));
-    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
-}
-
-/// gRPC's `grpc-message` encoding: bytes outside visible ASCII and space,
-/// and `%`, as `%XX`.
-fn grpc_percent_encode(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    for &b in message.as_bytes() {
-        if (b' '..=b'~').contains(&b) && b != b'%' {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::limit::Status;
-    use http_body_util::BodyExt;
     use sfv::{BareItem, List, ListEntry, Parser};
 
     fn outcome(limit: u64, window: Micros, remaining: u64, reset: Micros) -> Outcome {
@@ -521,6 +422,7 @@ mod tests {
             }
             out.push('"');
         }
+        use std::fmt::Write as _;
         let mut policy = String::new();
         let mut state = String::new();
         for (i, l) in limits.iter().enumerate() {
@@ -608,47 +510,8 @@ mod tests {
         assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "1");
     }
 
-    async fn body_json(r: Response<Body>) -> serde_json::Value {
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap()
-    }
-
-    #[tokio::test]
-    async fn rejection_response() {
-        let id = HeaderValue::from_static("req-1");
-        let r = rejection(
-            StatusCode::TOO_MANY_REQUESTS,
-            false,
-            "per_client",
-            1_200_000,
-            &id,
-            false,
-        );
-        assert_eq!(r.status(), 429);
-        assert_eq!(r.headers()[RETRY_AFTER], "2");
-        assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
-        assert_eq!(
-            body_json(r).await,
-            serde_json::json!({"error": "rate_limited", "limit": "per_client", "retry_after": 2, "request_id": "req-1"})
-        );
-        let r = rejection(
-            StatusCode::SERVICE_UNAVAILABLE,
-            true,
-            "login",
-            0,
-            &id,
-            false,
-        );
-        assert_eq!(r.status(), 503);
-        assert_eq!(r.headers()[RETRY_AFTER], "1", "never less than 1");
-        let j = body_json(r).await;
-        assert_eq!(j["error"], "locked_out");
-        assert_eq!(j["retry_after"], 1);
-    }
-
-    #[tokio::test]
-    async fn grpc_rejection() {
+    #[test]
+    fn grpc_requests_are_told_by_their_content_type() {
         let mut req = HeaderMap::new();
         for (ct, grpc) in [
             ("application/grpc", true),
@@ -663,76 +526,5 @@ mod tests {
             assert_eq!(is_grpc(&req), grpc, "{ct}");
         }
         assert!(!is_grpc(&HeaderMap::new()));
-
-        let id = HeaderValue::from_static("req-2");
-        let mut r = rejection(
-            StatusCode::TOO_MANY_REQUESTS,
-            true,
-            "login",
-            42 * SECOND,
-            &id,
-            true,
-        );
-        let o = Outcome {
-            status: Status::LockedOut,
-            retry_after: 42 * SECOND,
-            ..outcome(5, 60 * SECOND, 0, 42 * SECOND)
-        };
-        add_headers(
-            r.headers_mut(),
-            HeaderStyle::Standard,
-            &[LimitFigures {
-                name: "login",
-                outcome: &o,
-                concurrency: false,
-            }],
-        );
-        assert_eq!(r.status(), 200);
-        let h = r.headers();
-        assert_eq!(h[CONTENT_TYPE], "application/grpc");
-        assert_eq!(h["grpc-status"], "8");
-        assert_eq!(
-            h["grpc-message"],
-            "locked_out: limit login, retry after 42s"
-        );
-        assert_eq!(h[RETRY_AFTER], "42");
-        assert_eq!(h[CACHE_CONTROL], "no-store");
-        assert_eq!(h[RATELIMIT], "\"login\";r=0;t=42");
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        assert!(bytes.is_empty());
-        assert_eq!(grpc_percent_encode("a%b\né"), "a%25b%0A%C3%A9");
-    }
-
-    proptest::proptest! {
-        /// Retry-After is never earlier than the `t` reported, and both
-        /// fields stay valid structured fields.
-        #[test]
-        fn retry_after_never_before_t(
-            window in 0u64..10_000 * SECOND,
-            reset_frac in 0u64..=1000,
-            extra in 0u64..100 * SECOND,
-            remaining in 0u64..100,
-        ) {
-            let reset = window / 1000 * reset_frac;
-            let o = Outcome {
-                status: Status::Rejected,
-                retry_after: reset + extra,
-                ..outcome(100, window, remaining, reset)
-            };
-            let id = HeaderValue::from_static("x");
-            let mut r = rejection(StatusCode::TOO_MANY_REQUESTS, false, "l", o.retry_after, &id, false);
-            let l = [LimitFigures { name: "l", outcome: &o, concurrency: false }];
-            add_headers(r.headers_mut(), HeaderStyle::Both, &l);
-            let retry: u64 = r.headers()[RETRY_AFTER].to_str().unwrap().parse().unwrap();
-            let st = items(&parse(r.headers(), &RATELIMIT));
-            let pol = items(&parse(r.headers(), &RATELIMIT_POLICY));
-            let t: u64 = st[0].1[1].1.parse().unwrap();
-            let w: u64 = pol[0].1[1].1.parse().unwrap();
-            proptest::prop_assert!(retry >= 1);
-            proptest::prop_assert!(retry >= t);
-            proptest::prop_assert!(t <= w && w >= 1);
-            let legacy: u64 = r.headers()[X_RATELIMIT_RESET].to_str().unwrap().parse().unwrap();
-            proptest::prop_assert_eq!(legacy, t);
-        }
     }
 }

@@ -17,11 +17,13 @@
 //! A store receives a request's [`Check`]s (one per limit of its route) and
 //! answers one [`Outcome`] per check, in one atomic step.
 
+pub mod clock;
 pub mod decide;
 pub mod deny_cache;
 pub mod engine;
 pub mod headers;
 pub mod key;
+pub mod plan;
 pub mod policy;
 pub mod store;
 

@@ -108,8 +108,7 @@ pub async fn forward(
         };
         let host_value = match (&host, preserve_host) {
             (Some(h), true) => h.clone(),
-            _ => HeaderValue::from_str(t.authority.as_str())
-                .map_err(|_| GatewayError::UpstreamUnavailable("bad target authority".into()))?,
+            _ => t.host.clone(),
         };
         // Keep the headers for a possible retry only when one could happen.
         let last_chance = tried.len() == attempts;
@@ -149,8 +148,9 @@ pub async fn forward(
                 }
                 pool.record(target, false);
                 tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
-                last_error = GatewayError::UpstreamUnavailable(error.to_string());
-                if !(error.is_connect() || idempotent(&method)) {
+                let retry = error.is_connect() || idempotent(&method);
+                last_error = GatewayError::UpstreamUnavailable(Arc::new(error));
+                if !retry {
                     break;
                 }
                 match slot.take_back() {

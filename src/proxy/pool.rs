@@ -10,6 +10,7 @@ use super::balance::Balancer;
 use super::client::Client;
 use crate::config::UpstreamConfig;
 use http::uri::{Authority, Scheme};
+use http::HeaderValue;
 
 /// How long an idle pooled upstream connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
@@ -21,6 +22,8 @@ pub struct Target {
     pub scheme: Scheme,
     /// `host:port` to connect to.
     pub authority: Authority,
+    /// `authority` as a Host value (`preserve_host: false`).
+    pub host: HeaderValue,
     /// `scheme://authority`, for logs and metrics.
     pub label: Arc<str>,
     /// Requests to this target whose response has not finished.
@@ -72,17 +75,19 @@ impl UpstreamPool {
                 .scheme()
                 .cloned()
                 .ok_or_else(|| err("missing scheme"))?;
+            // Validation refuses https:// (not in this build).
             if scheme != Scheme::HTTP {
-                return Err(err(
-                    "https targets are not supported yet; use http:// (upstream TLS is planned)",
-                ));
+                return Err(err("only http:// targets are supported"));
             }
             let authority = t
                 .url
                 .authority()
                 .cloned()
                 .ok_or_else(|| err("missing host"))?;
+            let host = HeaderValue::from_str(authority.as_str())
+                .map_err(|_| err("the host is not a valid Host value"))?;
             targets.push(Target {
+                host,
                 label: format!("{scheme}://{authority}").into(),
                 scheme,
                 authority,

@@ -11,55 +11,41 @@ use http::{HeaderMap, Method};
 use matcher::RequestMatcher;
 
 /// The compiled route table of one config generation: matchers in file
-/// order, each with the index of its route in the config.
+/// order, each with its route (`T`: the runtime's compiled route).
 ///
 /// A linear scan: route tables are short, and each matcher is compiled so a
 /// miss costs a few byte comparisons.
-#[derive(Debug, Clone, Default)]
-pub struct Router {
-    routes: Vec<(RequestMatcher, usize)>,
+#[derive(Debug, Clone)]
+pub struct Router<T> {
+    routes: Vec<(RequestMatcher, T)>,
 }
 
-impl Router {
-    /// Build the table; the matcher at position `i` belongs to route `i`.
-    pub fn new(matchers: Vec<RequestMatcher>) -> Router {
-        Router {
-            routes: matchers
-                .into_iter()
-                .enumerate()
-                .map(|(i, m)| (m, i))
-                .collect(),
-        }
+impl<T> Default for Router<T> {
+    fn default() -> Self {
+        Router { routes: Vec::new() }
+    }
+}
+
+impl<T> Router<T> {
+    /// Build the table from `(matcher, route)` pairs in the order they are
+    /// tried.
+    pub fn new(routes: Vec<(RequestMatcher, T)>) -> Router<T> {
+        Router { routes }
     }
 
-    /// The index of the first route that matches the request, if any.
-    /// `path` must already be normalised.
+    /// The first route that matches the request, if any. `path` must
+    /// already be normalised.
     pub fn find(
         &self,
         host: Option<&str>,
         method: &Method,
         path: &str,
         headers: &HeaderMap,
-    ) -> Option<usize> {
+    ) -> Option<&T> {
         self.routes
             .iter()
             .find(|(m, _)| m.matches(host, method, path, headers))
-            .map(|&(_, i)| i)
-    }
-
-    /// The number of routes.
-    pub fn len(&self) -> usize {
-        self.routes.len()
-    }
-
-    /// Whether there are no routes (every request is a 404).
-    pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
-    }
-
-    /// The matchers in order, for `tollgate check`'s shadowing warnings.
-    pub fn matchers(&self) -> impl Iterator<Item = &RequestMatcher> {
-        self.routes.iter().map(|(m, _)| m)
+            .map(|(_, route)| route)
     }
 }
 
@@ -81,26 +67,29 @@ mod tests {
     #[test]
     fn first_match_wins() {
         let r = Router::new(vec![
-            route(&["api.example.com"], PathMatch::Prefix("/users".into())),
-            route(&[], PathMatch::Exact("/users/me".into())),
-            route(&[], PathMatch::Prefix("/".into())),
+            (
+                route(&["api.example.com"], PathMatch::Prefix("/users".into())),
+                0,
+            ),
+            (route(&[], PathMatch::Exact("/users/me".into())), 1),
+            (route(&[], PathMatch::Prefix("/".into())), 2),
         ]);
         let h = HeaderMap::new();
         let get = Method::GET;
         assert_eq!(
             r.find(Some("api.example.com"), &get, "/users/me", &h),
-            Some(0)
+            Some(&0)
         );
-        assert_eq!(r.find(Some("other"), &get, "/users/me", &h), Some(1));
-        assert_eq!(r.find(None, &get, "/users/me", &h), Some(1));
-        assert_eq!(r.find(None, &get, "/x", &h), Some(2));
-        assert_eq!(r.len(), 3);
+        assert_eq!(r.find(Some("other"), &get, "/users/me", &h), Some(&1));
+        assert_eq!(r.find(None, &get, "/users/me", &h), Some(&1));
+        assert_eq!(r.find(None, &get, "/x", &h), Some(&2));
     }
 
     #[test]
     fn no_match_is_none() {
-        let r = Router::new(vec![route(&[], PathMatch::Exact("/a".into()))]);
+        let r = Router::new(vec![(route(&[], PathMatch::Exact("/a".into())), ())]);
         assert_eq!(r.find(None, &Method::GET, "/b", &HeaderMap::new()), None);
-        assert!(Router::default().is_empty());
+        let empty: Router<()> = Router::default();
+        assert_eq!(empty.find(None, &Method::GET, "/", &HeaderMap::new()), None);
     }
 }

@@ -2,15 +2,21 @@
 //! routes and limits on a virtual clock, and report what the config would
 //! have throttled, before it goes live.
 //!
-//! Each request of the log goes through the gateway's own stages, with the
-//! gateway's own functions: client address (trusted proxies and
-//! `X-Forwarded-For`, [`identity::client_addr`]), `server.deny`, path
-//! normalisation, [`Router::find`](crate::route::Router::find), then the
-//! route's limits as the limiter builds them (exemptions, client keys,
-//! `on_missing_key`, overrides; see [`crate::limit::engine`]), decided by a
-//! fresh [`MemoryStore`] in one all-or-nothing step. Whatever `store:` the
-//! config names, the replay uses the memory store: both stores give the
-//! same decisions (SPEC §6).
+//! Each request of the log goes through the gateway's own functions, not a
+//! copy of them: the client's identity ([`Client::identify`]: trusted
+//! proxies, `X-Forwarded-For`), admission ([`admission::admit`]: deny list,
+//! Host, method, request-target, path normalisation, the route), the
+//! declared body size, then the route's limits as the limiter plans them
+//! ([`plan::plan`]: exemptions, client keys, `on_missing_key`, overrides),
+//! decided by a fresh [`MemoryStore`] in one all-or-nothing step and read
+//! back by [`plan::verdict`]. Whatever `store:` the config names, the
+//! replay uses the memory store: both stores give the same decisions (SPEC
+//! §6).
+//!
+//! A line becomes an HTTP/1.1 request with its `host` as `Host` (HTTP/1.0,
+//! which may omit it, when the line has none), its `path` as the
+//! request-target and its `headers`; `--decisions` prints what the gateway
+//! would answer each one.
 //!
 //! # The virtual clock
 //!
@@ -38,8 +44,9 @@
 //! shadow limit would have rejected), rejected (`rate_limited`), locked out,
 //! distinct clients and distinct clients locked out, and the busiest
 //! clients. Requests that match no route count under `(no route)`; requests
-//! answered before routing count as `denied` (`server.deny`) or
-//! `invalid_path` (a path the gateway answers 400).
+//! answered before routing count as `denied` (`server.deny`),
+//! `invalid_path` (a request-target or path the gateway answers 400) or
+//! `refused` (`TRACE`/`CONNECT`, Host, head size).
 //!
 //! Per limit (a limit shared by several routes is one state, one line):
 //! requests it decided, allowed (of which exempt, skipped by
@@ -59,15 +66,17 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{header, HeaderName, HeaderValue, Method, Uri, Version};
 
+use crate::admission;
 use crate::config::{Config, StoreBackend};
-use crate::identity;
-use crate::limit::key::{client_matches, KeyOutcome, RequestView};
+use crate::error::GatewayError;
+use crate::identity::Client;
+use crate::limit::key::RequestView;
+use crate::limit::plan::{self, NotApplied, Verdict};
 use crate::limit::store::memory::MemoryStore;
-use crate::limit::{Check, Micros, Status, StoreKey};
-use crate::route::normalise::normalise_path;
-use crate::runtime::Runtime;
+use crate::limit::{Micros, Status, StoreKey};
+use crate::runtime::{Action, Runtime};
 
 pub use input::{parse_line, parse_rfc3339, Line, LineError, Request};
 pub use report::{Busy, LimitReport, LineReport, Report, RouteReport};
@@ -138,12 +147,35 @@ struct LimitStats {
     keys: HashMap<StoreKey, KeyStats>,
 }
 
-/// What became of one limit of the request being replayed.
-enum Pending {
-    Exempt,
-    Skipped,
-    /// Decided by the store: the check's index and the key's display form.
-    Checked(usize, String),
+/// What the gateway would answer one request of the log.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Answer {
+    /// The line's number (1-based).
+    pub line: u64,
+    /// The route it matched.
+    pub route: Option<String>,
+    /// Forwarded to the route's upstream (which then answers).
+    pub upstream: bool,
+    /// The status the gateway answers itself (`None` when forwarded).
+    pub status: Option<u16>,
+    /// The gateway's `error` string, when it refuses the request.
+    pub error: Option<&'static str>,
+    /// The limit that rejected it.
+    pub limit: Option<String>,
+}
+
+impl Answer {
+    fn refused(line: u64, error: &GatewayError) -> Answer {
+        let (status, code) = error.status_and_code();
+        Answer {
+            line,
+            route: None,
+            upstream: false,
+            status: Some(status.as_u16()),
+            error: Some(code),
+            limit: None,
+        }
+    }
 }
 
 /// The virtual clock: never runs backwards.
@@ -191,22 +223,45 @@ pub struct Simulator {
     errors: Vec<LineReport>,
     denied: u64,
     invalid_path: u64,
+    refused: u64,
     next_lease: u64,
-    // Reused per request, so a line costs no allocation for them.
-    headers: HeaderMap,
-    checks: Vec<Check>,
-    pending: Vec<(usize, Pending)>,
+    // Reused per line, so its header map is allocated once.
+    req: http::Request<()>,
 }
 
 /// Why a simulation could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
     /// The config is invalid.
-    #[error("{0}")]
-    Config(String),
-    /// The log could not be opened or read.
-    #[error("{0}")]
-    Log(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The runtime could not be built from the config.
+    #[error("{file}: {source}")]
+    Build {
+        /// The config file.
+        file: String,
+        /// What failed.
+        #[source]
+        source: crate::runtime::BuildError,
+    },
+    /// The log could not be opened.
+    #[error("cannot open {log}: {error}")]
+    Open {
+        /// The log as named.
+        log: String,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The log could not be read.
+    #[error("cannot read {log}: {error}")]
+    Log {
+        /// The log as named.
+        log: String,
+        /// Why.
+        #[source]
+        error: std::io::Error,
+    },
     /// The report could not be written.
     #[error("cannot write the report: {0}")]
     Output(std::io::Error),
@@ -218,8 +273,12 @@ impl Simulator {
     pub fn new(mut config: Config) -> Result<Simulator, SimulateError> {
         // The memory store needs no network and no async runtime.
         config.store.backend = StoreBackend::Memory;
-        let runtime = Runtime::build(config, String::new(), 0, None)
-            .map_err(|e| SimulateError::Config(e.to_string()))?;
+        let runtime = Runtime::build(config, String::new(), 0, None).map_err(|source| {
+            SimulateError::Build {
+                file: String::new(),
+                source,
+            }
+        })?;
         let cfg = runtime.config.clone();
         let mut limits: Vec<LimitStats> = cfg
             .limits
@@ -248,9 +307,12 @@ impl Simulator {
         for route in &runtime.routes {
             let mut ids = Vec::with_capacity(route.limits.len());
             for policy in &route.limits {
-                let i = *index.get(&policy.name).ok_or_else(|| {
-                    SimulateError::Config(format!("unknown limit {:?}", policy.name))
-                })?;
+                let i = *index
+                    .get(&policy.name)
+                    .ok_or_else(|| SimulateError::Build {
+                        file: String::new(),
+                        source: crate::runtime::BuildError::UnknownLimit(policy.name.to_string()),
+                    })?;
                 if !limits[i].routes.iter().any(|r| **r == *route.name) {
                     limits[i].routes.push(route.name.to_string());
                 }
@@ -278,10 +340,9 @@ impl Simulator {
             errors: Vec::new(),
             denied: 0,
             invalid_path: 0,
+            refused: 0,
             next_lease: 0,
-            headers: HeaderMap::new(),
-            checks: Vec::new(),
-            pending: Vec::new(),
+            req: http::Request::new(()),
         })
     }
 
@@ -292,6 +353,7 @@ impl Simulator {
         &mut self,
         mut reader: R,
         mut on_error: impl FnMut(u64, &LineError),
+        mut on_answer: impl FnMut(&Answer),
     ) -> std::io::Result<()> {
         let mut buf = Vec::with_capacity(4096);
         loop {
@@ -299,28 +361,31 @@ impl Simulator {
             if reader.read_until(b'\n', &mut buf)? == 0 {
                 return Ok(());
             }
-            if let Err(e) = self.feed(&buf) {
-                on_error(self.lines, &e);
+            match self.feed(&buf) {
+                Ok(Some(answer)) => on_answer(&answer),
+                Ok(None) => {}
+                Err(e) => on_error(self.lines, &e),
             }
         }
     }
 
-    /// Replay one line (its line ending may be included). A malformed line
-    /// is counted, remembered (the first [`ERRORS_KEPT`]) and returned.
-    pub fn feed(&mut self, line: &[u8]) -> Result<(), LineError> {
+    /// Replay one line (its line ending may be included): what the gateway
+    /// would answer, if it is a request. A malformed line is counted,
+    /// remembered (the first [`ERRORS_KEPT`]) and returned.
+    pub fn feed(&mut self, line: &[u8]) -> Result<Option<Answer>, LineError> {
         self.lines += 1;
         let mut line = line.trim_ascii();
         if self.lines == 1 {
             line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
         }
         if line.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let result = match parse_line(line) {
-            Ok(Line::Request(r)) => self.request(&r),
+            Ok(Line::Request(r)) => self.request(&r).map(Some),
             Ok(Line::NotARequest) => {
                 self.not_requests += 1;
-                Ok(())
+                Ok(None)
             }
             Err(e) => Err(e),
         };
@@ -336,19 +401,41 @@ impl Simulator {
         result
     }
 
-    /// Replay one request.
-    fn request(&mut self, r: &Request<'_>) -> Result<(), LineError> {
+    /// Make `r` the request to replay: `self.req`, reused from line to line.
+    fn build(&mut self, r: &Request<'_>) -> Result<(), LineError> {
         let method = Method::from_bytes(r.method.as_bytes())
             .map_err(|_| LineError(format!("`method`: not a method: {:?}", r.method)))?;
-        self.headers.clear();
+        let headers = self.req.headers_mut();
+        headers.clear();
         for (name, value) in &r.headers {
             let n = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| LineError(format!("`headers`: bad header name {name:?}")))?;
             let v = HeaderValue::from_bytes(value.as_bytes())
                 .map_err(|_| LineError(format!("`headers`: bad value of {name:?}")))?;
-            self.headers.append(n, v);
+            headers.append(n, v);
         }
+        let version = match &r.host {
+            Some(host) if !headers.contains_key(header::HOST) => {
+                let v = HeaderValue::from_str(host)
+                    .map_err(|_| LineError(format!("`host`: not a header value: {host:?}")))?;
+                headers.insert(header::HOST, v);
+                Version::HTTP_11
+            }
+            Some(_) => Version::HTTP_11,
+            // A request without Host is one an HTTP/1.0 client may send.
+            None if headers.contains_key(header::HOST) => Version::HTTP_11,
+            None => Version::HTTP_10,
+        };
+        *self.req.method_mut() = method;
+        *self.req.version_mut() = version;
+        Ok(())
+    }
 
+    /// Replay one request: admission, then the route's limits, as the
+    /// gateway runs them.
+    fn request(&mut self, r: &Request<'_>) -> Result<Answer, LineError> {
+        self.build(r)?;
+        let line = self.lines;
         let now = self.clock.tick(r.ts);
         if now >= self.clock.last_sweep.saturating_add(SWEEP_EVERY) {
             self.store.sweep(now);
@@ -357,172 +444,148 @@ impl Simulator {
         self.requests += 1;
 
         let server = &self.runtime.config.server;
-        let peer = identity::canonical_ip(r.client);
-        let client = identity::client_addr(peer, &self.headers, &server.trusted_proxies);
-        if identity::in_any(peer, &server.deny) || identity::in_any(client, &server.deny) {
-            self.denied += 1;
-            return Ok(());
-        }
-        let (raw_path, query) = match r.path.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (r.path.as_ref(), None),
+        let client = Client::identify(r.client, self.req.headers(), &server.trusted_proxies);
+        // A target the gateway's HTTP parser would not take is a 400 too.
+        let Ok(uri) = Uri::try_from(r.path.as_ref()) else {
+            self.invalid_path += 1;
+            let error = GatewayError::BadRequest {
+                reason: "invalid request target",
+                close: false,
+            };
+            return Ok(Answer::refused(line, &error));
         };
-        if raw_path == "*" {
-            // `OPTIONS *`: about the server, never a route.
-            count_unrouted(&mut self.no_route, client);
-            return Ok(());
-        }
-        let path = match raw_path
-            .starts_with('/')
-            .then(|| normalise_path(raw_path).ok())
-            .flatten()
-        {
-            Some(p) => p,
-            None => {
-                self.invalid_path += 1;
-                return Ok(());
+        *self.req.uri_mut() = uri;
+        let admitted = admission::admit(&self.req, &self.runtime, &client, false).and_then(|a| {
+            admission::body_size(self.req.headers(), server.max_body_bytes)?;
+            Ok(a)
+        });
+        let route = match admitted {
+            Ok(admitted) => admitted.route,
+            Err(error) => {
+                match &error {
+                    GatewayError::Denied => self.denied += 1,
+                    GatewayError::NoRoute => count_unrouted(&mut self.no_route, client.addr),
+                    GatewayError::BadRequest { reason, .. }
+                        if reason.contains("path") || reason.contains("target") =>
+                    {
+                        self.invalid_path += 1
+                    }
+                    _ => self.refused += 1,
+                }
+                return Ok(Answer::refused(line, &error));
             }
         };
-        let Some(index) =
-            self.runtime
-                .router
-                .find(r.host.as_deref(), &method, &path, &self.headers)
-        else {
-            count_unrouted(&mut self.no_route, client);
-            return Ok(());
+        let mut answer = Answer {
+            line,
+            route: Some(route.name.to_string()),
+            upstream: matches!(route.action, Action::Upstream(_)),
+            status: match &route.action {
+                Action::Respond { status, .. } => Some(status.as_u16()),
+                Action::Upstream(_) => None,
+            },
+            error: None,
+            limit: None,
         };
-
-        let route = &self.runtime.routes[index];
         let view = RequestView {
-            client,
-            headers: &self.headers,
-            query,
+            client: client.addr,
+            headers: self.req.headers(),
+            query: self.req.uri().query(),
             route: &route.name,
             ipv6_prefix: server.ipv6_prefix,
         };
-        let stats = &mut self.routes[index];
+        let stats = &mut self.routes[route.index];
         stats.counts.requests += 1;
-        let who = stats.clients.entry(client).or_default();
+        let who = stats.clients.entry(client.addr).or_default();
         who.requests += 1;
+        let ids = &self.route_limits[route.index];
 
-        // The route's limits, as the limiter builds them.
-        self.checks.clear();
-        self.pending.clear();
-        for (policy, &li) in route.limits.iter().zip(&self.route_limits[index]) {
-            if policy.exempt.iter().any(|m| client_matches(m, &view)) {
-                self.pending.push((li, Pending::Exempt));
-                continue;
+        // The route's limits, as the limiter plans them.
+        let next_lease = &mut self.next_lease;
+        let planned = plan::plan(&route.limits, &view, || {
+            *next_lease += 1;
+            *next_lease
+        });
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(denied) => {
+                let l = &mut self.limits[ids[denied.index]];
+                l.counts.requests += 1;
+                l.counts.rejected += 1;
+                l.missing_key += 1;
+                stats.counts.rejected += 1;
+                who.rejected += 1;
+                let status = route.limit_response.status.as_u16();
+                answer.upstream = false;
+                answer.status = Some(status);
+                answer.error = Some("rate_limited");
+                answer.limit = Some(denied.policy.name.to_string());
+                return Ok(answer);
             }
-            let key = match policy.client_key(&view) {
-                KeyOutcome::Key(key) => key,
-                KeyOutcome::Skip => {
-                    self.pending.push((li, Pending::Skipped));
-                    continue;
-                }
-                KeyOutcome::Deny => {
-                    let l = &mut self.limits[li];
-                    l.counts.requests += 1;
-                    l.counts.rejected += 1;
-                    l.missing_key += 1;
-                    stats.counts.rejected += 1;
-                    who.rejected += 1;
-                    return Ok(());
-                }
-            };
-            let params = policy
-                .overrides
-                .iter()
-                .find(|(m, _)| client_matches(m, &view))
-                .map_or_else(|| policy.params.clone(), |(_, p)| p.clone());
-            let lease = if policy.is_concurrency() {
-                self.next_lease += 1;
-                self.next_lease
-            } else {
-                0
-            };
-            self.pending
-                .push((li, Pending::Checked(self.checks.len(), key.display)));
-            self.checks.push(Check {
-                key: key.store,
-                params,
-                cost: policy.cost,
-                lockout: if policy.shadow { None } else { policy.lockout },
-                shadow: policy.shadow,
-                lease,
-            });
-        }
-
-        let outcomes = if self.checks.is_empty() {
+        };
+        let outcomes = if plan.checks.is_empty() {
             Vec::new()
         } else {
-            self.store.decide(&self.checks, now)
+            self.store.decide(&plan.checks, now)
         };
-        let blocked = outcomes
-            .iter()
-            .any(|o| matches!(o.status, Status::Rejected | Status::LockedOut));
-        if !blocked {
+        let verdict = plan::verdict(&outcomes);
+        if let Verdict::Allow { .. } = verdict {
             // Leases are held for zero time (see the module doc).
-            for check in self.checks.iter().filter(|c| c.lease != 0) {
+            for check in plan.checks.iter().filter(|c| c.lease != 0) {
                 self.store.release(check, now);
             }
         }
-
-        // The request's decision: the engine's (the rejecting limit with
-        // the longest wait names it; locked out or rate limited).
-        let mut worst: Option<(Status, Micros)> = None;
-        let mut delayed = false;
-        let mut shadow_rejected = false;
-        for o in &outcomes {
-            match o.status {
-                Status::Rejected | Status::LockedOut => {
-                    if worst.is_none_or(|(_, r)| o.retry_after > r) {
-                        worst = Some((o.status, o.retry_after));
-                    }
+        match verdict {
+            Verdict::Reject {
+                index, locked_out, ..
+            } => {
+                if locked_out {
+                    stats.counts.locked_out += 1;
+                    who.locked_out += 1;
+                } else {
+                    stats.counts.rejected += 1;
+                    who.rejected += 1;
                 }
-                Status::ShadowRejected => shadow_rejected = true,
-                Status::Allowed => delayed |= o.delay > 0,
-                Status::NotConsumed => {}
+                answer.upstream = false;
+                answer.status = Some(route.limit_response.status.as_u16());
+                answer.error = Some(if locked_out {
+                    "locked_out"
+                } else {
+                    "rate_limited"
+                });
+                answer.limit = Some(plan.policy(index).name.to_string());
             }
-        }
-        match worst {
-            Some((Status::LockedOut, _)) => {
-                stats.counts.locked_out += 1;
-                who.locked_out += 1;
-            }
-            Some(_) => {
-                stats.counts.rejected += 1;
-                who.rejected += 1;
-            }
-            None => {
+            Verdict::Allow {
+                delay,
+                shadow_rejected,
+            } => {
                 stats.counts.allowed += 1;
-                stats.counts.delayed += u64::from(delayed);
+                stats.counts.delayed += u64::from(delay > 0);
                 stats.counts.shadow_rejected += u64::from(shadow_rejected);
             }
         }
 
         // Each limit's part.
-        for (li, pending) in self.pending.drain(..) {
-            let l = &mut self.limits[li];
+        for &(index, why) in &plan.not_applied {
+            let l = &mut self.limits[ids[index]];
             l.counts.requests += 1;
-            let (i, display) = match pending {
-                Pending::Exempt => {
-                    l.counts.allowed += 1;
-                    l.exempt += 1;
-                    continue;
-                }
-                Pending::Skipped => {
-                    l.counts.allowed += 1;
-                    l.skipped += 1;
-                    continue;
-                }
-                Pending::Checked(i, display) => (i, display),
-            };
-            let o = &outcomes[i];
+            l.counts.allowed += 1;
+            match why {
+                NotApplied::Exempt => l.exempt += 1,
+                NotApplied::Skipped => l.skipped += 1,
+            }
+        }
+        for (i, o) in outcomes.iter().enumerate() {
+            let policy = plan.policy(i);
+            let l = &mut self.limits[ids[plan.applied[i]]];
+            l.counts.requests += 1;
             let key = l
                 .keys
-                .entry(self.checks[i].key)
+                .entry(plan.checks[i].key)
                 .or_insert_with(|| KeyStats {
-                    display: display.into_boxed_str(),
+                    display: policy
+                        .display_key(&view)
+                        .unwrap_or_default()
+                        .into_boxed_str(),
                     counts: ClientCounts::default(),
                 });
             key.counts.requests += 1;
@@ -550,7 +613,7 @@ impl Simulator {
                 }
             }
         }
-        Ok(())
+        Ok(answer)
     }
 
     /// The figures so far. `source` names the log in the report.
@@ -610,6 +673,7 @@ impl Simulator {
             out_of_order_max_seconds: self.clock.max_lag as f64 / 1e6,
             denied: self.denied,
             invalid_path: self.invalid_path,
+            refused: self.refused,
             routes,
             limits,
         }
@@ -646,22 +710,39 @@ fn busiest(clients: impl Iterator<Item = (String, ClientCounts)>) -> Vec<Busy> {
         .collect()
 }
 
+/// What `tollgate simulate` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// The report, as aligned tables.
+    Text,
+    /// The report, as one JSON document (`--json`).
+    Json,
+    /// One JSON line per request with what the gateway would answer it
+    /// (`--decisions`), instead of the report.
+    Decisions,
+}
+
 /// `tollgate simulate`: replay the log at `log` (`-`: standard input)
-/// through the config at `config`, write the report to `out` (a table, or
-/// one JSON document with `json`), and tell `diagnostics` of malformed lines
-/// (the first [`ERRORS_KEPT`], then how many in all) and of a log out of
-/// time order. Fails (exit 1) when the config is invalid or the log cannot
-/// be read; malformed lines are skipped, not fatal.
+/// through the config at `config`, write the report (or each request's
+/// answer) to `out`, and tell `diagnostics` of malformed lines (the first
+/// [`ERRORS_KEPT`], then how many in all) and of a log out of time order.
+/// Fails (exit 1) when the config is invalid or the log cannot be read;
+/// malformed lines are skipped, not fatal.
 pub fn run(
     config: &Path,
     log: &Path,
-    json: bool,
+    output: Output,
     out: &mut dyn Write,
     diagnostics: &mut dyn Write,
 ) -> Result<(), SimulateError> {
-    let loaded = crate::config::load(config).map_err(|e| SimulateError::Config(e.to_string()))?;
-    let mut sim = Simulator::new(loaded.config)
-        .map_err(|e| SimulateError::Config(format!("{}: {e}", config.display())))?;
+    let loaded = crate::config::load(config)?;
+    let mut sim = Simulator::new(loaded.config).map_err(|e| match e {
+        SimulateError::Build { source, .. } => SimulateError::Build {
+            file: config.display().to_string(),
+            source,
+        },
+        e => e,
+    })?;
     let source = log.display().to_string();
     let mut shown = 0usize;
     let mut on_error = |line: u64, e: &LineError| {
@@ -670,19 +751,34 @@ pub fn run(
             let _ = writeln!(diagnostics, "{source}:{line}: {e}");
         }
     };
-    let read_error = |e: std::io::Error| SimulateError::Log(format!("cannot read {source}: {e}"));
+    let mut written = Ok(());
+    let mut on_answer = |answer: &Answer| {
+        if output == Output::Decisions && written.is_ok() {
+            written = serde_json::to_writer(&mut *out, answer)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"));
+        }
+    };
+    let read_error = |error| SimulateError::Log {
+        log: source.clone(),
+        error,
+    };
     if log == Path::new("-") {
-        sim.replay(std::io::stdin().lock(), &mut on_error)
+        sim.replay(std::io::stdin().lock(), &mut on_error, &mut on_answer)
             .map_err(read_error)?;
     } else {
-        let file = std::fs::File::open(log)
-            .map_err(|e| SimulateError::Log(format!("cannot open {source}: {e}")))?;
+        let file = std::fs::File::open(log).map_err(|error| SimulateError::Open {
+            log: source.clone(),
+            error,
+        })?;
         sim.replay(
             std::io::BufReader::with_capacity(1 << 16, file),
             &mut on_error,
+            &mut on_answer,
         )
         .map_err(read_error)?;
     }
+    written.map_err(SimulateError::Output)?;
     let report = sim.report(&source);
     if report.malformed > shown as u64 {
         let _ = writeln!(
@@ -698,13 +794,15 @@ pub fn run(
             report.out_of_order, report.out_of_order_max_seconds
         );
     }
-    let text = if json {
-        let mut s =
-            serde_json::to_string_pretty(&report).map_err(|e| SimulateError::Output(e.into()))?;
-        s.push('\n');
-        s
-    } else {
-        report.to_text()
+    let text = match output {
+        Output::Decisions => String::new(),
+        Output::Json => {
+            let mut s = serde_json::to_string_pretty(&report)
+                .map_err(|e| SimulateError::Output(e.into()))?;
+            s.push('\n');
+            s
+        }
+        Output::Text => report.to_text(),
     };
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())

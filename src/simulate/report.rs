@@ -34,8 +34,12 @@ pub struct Report {
     pub out_of_order_max_seconds: f64,
     /// Requests answered 403 by `server.deny` before any route.
     pub denied: u64,
-    /// Requests answered 400 for their path before any route.
+    /// Requests answered 400 for their request-target or path before any
+    /// route.
     pub invalid_path: u64,
+    /// Requests refused before any route for another reason (`TRACE` or
+    /// `CONNECT`, a bad or missing Host, a head too large).
+    pub refused: u64,
     /// One entry per route, in config order, then `(no route)`.
     pub routes: Vec<RouteReport>,
     /// One entry per limit, in config order (named limits, then inline ones).
@@ -255,6 +259,7 @@ impl Report {
         for (name, count) in [
             ("(denied)", self.denied),
             ("(invalid path)", self.invalid_path),
+            ("(refused)", self.refused),
         ] {
             if count > 0 {
                 let mut row = vec![name.to_owned(), n(count)];

@@ -1,0 +1,371 @@
+//! Admission (SPEC §3, §4): everything the gateway decides about a request
+//! from its head alone, in order:
+//!
+//! ```text
+//! deny list -> head size -> method (TRACE, CONNECT) -> framing and Host
+//!   -> request-target (OPTIONS *) -> normalise the path -> find the route
+//! ```
+//!
+//! [`admit`] is a plain function of the request head, the runtime and the
+//! client, with no I/O, so the gateway's pipeline and `tollgate simulate`
+//! apply the very same rules (and each stage is unit-tested with
+//! `http::Request::builder()`).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use http::{header, HeaderMap, HeaderValue, Method, Request, Version};
+
+use crate::config::ServerConfig;
+use crate::error::GatewayError;
+use crate::identity::{self, Client};
+use crate::route::normalise::normalise_path;
+use crate::runtime::{RouteRuntime, Runtime};
+
+/// A request let in, and where it goes.
+pub struct Admitted<'rt, 'req> {
+    /// The route that matched.
+    pub route: &'rt Arc<RouteRuntime>,
+    /// The normalised path: what was matched, and what is forwarded.
+    pub path: Cow<'req, str>,
+    /// The Host the client asked for (HTTP/2 `:authority`, else `Host`).
+    pub host: Option<HeaderValue>,
+}
+
+/// Admit `req` from `client` under `rt`, or say why not. `ambiguous_framing`
+/// is what the connection's framing watcher saw (hyper drops a
+/// Content-Length sent beside Transfer-Encoding before the request gets
+/// here).
+pub fn admit<'rt, 'req, B>(
+    req: &'req Request<B>,
+    rt: &'rt Runtime,
+    client: &Client,
+    ambiguous_framing: bool,
+) -> Result<Admitted<'rt, 'req>, GatewayError> {
+    let server = &rt.config.server;
+    deny(client, server)?;
+    head_size(req, server.max_header_bytes)?;
+    method(req.method())?;
+    if req.version() < Version::HTTP_2 {
+        if ambiguous_framing {
+            return Err(GatewayError::BadRequest {
+                reason: "both Content-Length and Transfer-Encoding",
+                close: true,
+            });
+        }
+        framing(req.headers())?;
+        single_host(req)?;
+    }
+    let host = request_host(req)?;
+    let path = target_path(req)?;
+    let route = rt
+        .router
+        .find(
+            host.as_ref().and_then(|h| h.to_str().ok()),
+            req.method(),
+            &path,
+            req.headers(),
+        )
+        .ok_or(GatewayError::NoRoute)?;
+    Ok(Admitted { route, path, host })
+}
+
+/// `server.deny`: the peer or the client it speaks for is refused (403).
+pub fn deny(client: &Client, server: &ServerConfig) -> Result<(), GatewayError> {
+    if identity::in_any(client.peer, &server.deny) || identity::in_any(client.addr, &server.deny) {
+        return Err(GatewayError::Denied);
+    }
+    Ok(())
+}
+
+/// The request head within `server.max_header_bytes` (431).
+pub fn head_size<B>(req: &Request<B>, max_header_bytes: usize) -> Result<(), GatewayError> {
+    let head_bytes: usize = req.uri().path().len()
+        + req.uri().query().map_or(0, str::len)
+        + req
+            .headers()
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 4)
+            .sum::<usize>();
+    if head_bytes > max_header_bytes {
+        return Err(GatewayError::HeadTooLarge);
+    }
+    Ok(())
+}
+
+/// `TRACE` and `CONNECT` are answered 405 (SPEC §3), never forwarded.
+pub fn method(method: &Method) -> Result<(), GatewayError> {
+    if method == Method::TRACE || method == Method::CONNECT {
+        return Err(GatewayError::MethodNotAllowed(method.clone()));
+    }
+    Ok(())
+}
+
+/// HTTP/1 framing (SPEC §4): one `chunked` transfer coding and no
+/// Content-Length beside it.
+pub fn framing(headers: &HeaderMap) -> Result<(), GatewayError> {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(first) = codings.next() {
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(GatewayError::BadRequest {
+                reason: "both Content-Length and Transfer-Encoding",
+                close: true,
+            });
+        }
+        if codings.next().is_some()
+            || !first
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"chunked")
+        {
+            return Err(GatewayError::UnsupportedTransferCoding);
+        }
+    }
+    Ok(())
+}
+
+/// HTTP/1: exactly one Host on HTTP/1.1 (HTTP/1.0 may send none).
+pub fn single_host<B>(req: &Request<B>) -> Result<(), GatewayError> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == Version::HTTP_11 => Err(GatewayError::BadRequest {
+            reason: "missing Host",
+            close: false,
+        }),
+        (Some(_), Some(_)) => Err(GatewayError::BadRequest {
+            reason: "several Host fields",
+            close: true,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The Host the client asked for: HTTP/2's `:authority`, else the Host
+/// field. It must be a valid authority without user info.
+pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayError> {
+    let bad = || GatewayError::BadRequest {
+        reason: "invalid Host",
+        close: false,
+    };
+    if req.version() >= Version::HTTP_2 {
+        if let Some(authority) = req.uri().authority() {
+            return HeaderValue::from_str(authority.as_str())
+                .map(Some)
+                .map_err(|_| bad());
+        }
+    }
+    let Some(value) = req.headers().get(header::HOST) else {
+        return Ok(None);
+    };
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes.contains(&b'@') {
+        return Err(bad());
+    }
+    let authority = http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
+    // `Authority` accepts any text after the last ':'; a port must be digits.
+    let host_end = authority.as_str().rfind(']').unwrap_or(0);
+    if authority.as_str()[host_end..].contains(':') && authority.port_u16().is_none() {
+        return Err(bad());
+    }
+    Ok(Some(value.clone()))
+}
+
+/// A declared body larger than `server.max_body_bytes` (413), refused
+/// before anything is sent; a body without a length is held to the cap as
+/// it is read.
+pub fn body_size(headers: &HeaderMap, max: Option<u64>) -> Result<(), GatewayError> {
+    match (max, content_length(headers)) {
+        (Some(max), Some(len)) if len > max => Err(GatewayError::BodyTooLarge),
+        _ => Ok(()),
+    }
+}
+
+/// The request's Content-Length, if it has a valid one.
+pub fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The request-target's path, normalised (SPEC §3): an origin-form target
+/// only (HTTP/1; HTTP/2 carries `:path`), `OPTIONS *` is about the server
+/// and matches no route (404), a path that cannot be normalised is a 400.
+pub fn target_path<B>(req: &Request<B>) -> Result<Cow<'_, str>, GatewayError> {
+    let uri = req.uri();
+    if uri.path() == "*" && req.method() == Method::OPTIONS {
+        return Err(GatewayError::NoRoute);
+    }
+    let origin_form = uri.path().starts_with('/')
+        && (req.version() >= Version::HTTP_2
+            || (uri.scheme().is_none() && uri.authority().is_none()));
+    if !origin_form {
+        return Err(GatewayError::BadRequest {
+            reason: "request target is not origin-form",
+            close: false,
+        });
+    }
+    normalise_path(uri.path()).map_err(|_| GatewayError::BadRequest {
+        reason: "invalid path",
+        close: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn runtime(yaml: &str) -> Runtime {
+        let loaded = crate::config::parse(yaml, "t.yaml").expect("config");
+        Runtime::build(loaded.config, String::new(), 1, None).expect("runtime")
+    }
+
+    const ROUTES: &str = "
+server:
+  deny: [\"192.0.2.0/24\"]
+  trusted_proxies: [\"10.0.0.0/8\"]
+  max_header_bytes: 200
+routes:
+  - { name: api, match: { hosts: [api.example.com], path: /api }, respond: {} }
+  - { name: any, match: { path: /, methods: [GET] }, respond: {} }
+";
+
+    fn client(peer: &str, headers: &HeaderMap, rt: &Runtime) -> Client {
+        let peer: IpAddr = peer.parse().unwrap();
+        Client::identify(peer, headers, &rt.config.server.trusted_proxies)
+    }
+
+    /// The route name, or the error's code.
+    fn outcome(rt: &Runtime, req: &Request<()>, peer: &str) -> Result<String, &'static str> {
+        let who = client(peer, req.headers(), rt);
+        admit(req, rt, &who, false)
+            .map(|a| format!("{} {}", a.route.name, a.path))
+            .map_err(|e| e.status_and_code().1)
+    }
+
+    fn get(uri: &str) -> http::request::Builder {
+        Request::builder()
+            .method("GET")
+            .uri(uri)
+            .header("host", "api.example.com")
+    }
+
+    #[test]
+    fn stages_in_order() {
+        let rt = runtime(ROUTES);
+        let ok = get("/api/./v1//users").body(()).unwrap();
+        assert_eq!(
+            outcome(&rt, &ok, "127.0.0.1"),
+            Ok("api /api/v1/users".into())
+        );
+        // The deny list sees the peer and the client a trusted proxy names.
+        assert_eq!(outcome(&rt, &ok, "192.0.2.9"), Err("forbidden"));
+        let forwarded = get("/api")
+            .header("x-forwarded-for", "192.0.2.7")
+            .body(())
+            .unwrap();
+        assert_eq!(outcome(&rt, &forwarded, "10.1.1.1"), Err("forbidden"));
+        assert_eq!(outcome(&rt, &forwarded, "127.0.0.1"), Ok("api /api".into()));
+        // Head size, then the method, before anything about the target.
+        let big = get("/api")
+            .header("x-pad", "x".repeat(300))
+            .body(())
+            .unwrap();
+        assert_eq!(
+            outcome(&rt, &big, "127.0.0.1"),
+            Err("request_header_too_large")
+        );
+        for m in ["TRACE", "CONNECT"] {
+            let r = Request::builder()
+                .method(m)
+                .uri("/api")
+                .header("host", "h")
+                .body(())
+                .unwrap();
+            assert_eq!(
+                outcome(&rt, &r, "127.0.0.1"),
+                Err("method_not_allowed"),
+                "{m}"
+            );
+        }
+        let r = Request::builder()
+            .method("OPTIONS")
+            .uri("*")
+            .header("host", "h")
+            .body(())
+            .unwrap();
+        assert_eq!(outcome(&rt, &r, "127.0.0.1"), Err("no_route"));
+        let r = get("http://api.example.com/api").body(()).unwrap();
+        assert_eq!(
+            outcome(&rt, &r, "127.0.0.1"),
+            Err("bad_request"),
+            "absolute-form"
+        );
+        let r = get("/api/../../etc").body(()).unwrap();
+        assert_eq!(
+            outcome(&rt, &r, "127.0.0.1"),
+            Err("bad_request"),
+            "above the root"
+        );
+        let r = Request::builder()
+            .method("POST")
+            .uri("/x")
+            .header("host", "h")
+            .body(())
+            .unwrap();
+        assert_eq!(outcome(&rt, &r, "127.0.0.1"), Err("no_route"));
+    }
+
+    #[test]
+    fn framing_and_host() {
+        let rt = runtime(ROUTES);
+        let no_host = Request::builder().uri("/").body(()).unwrap();
+        assert_eq!(outcome(&rt, &no_host, "127.0.0.1"), Err("bad_request"));
+        let http10 = Request::builder()
+            .uri("/")
+            .version(Version::HTTP_10)
+            .body(())
+            .unwrap();
+        assert_eq!(outcome(&rt, &http10, "127.0.0.1"), Ok("any /".into()));
+        let two = get("/").header("host", "b").body(()).unwrap();
+        assert!(matches!(
+            admit(&two, &rt, &client("127.0.0.1", two.headers(), &rt), false),
+            Err(GatewayError::BadRequest { close: true, .. })
+        ));
+        for bad in ["a@b", "h:port", ""] {
+            let r = Request::builder()
+                .uri("/")
+                .header("host", bad)
+                .body(())
+                .unwrap();
+            assert_eq!(outcome(&rt, &r, "127.0.0.1"), Err("bad_request"), "{bad}");
+        }
+        let te = get("/")
+            .header("transfer-encoding", "gzip")
+            .body(())
+            .unwrap();
+        assert_eq!(
+            outcome(&rt, &te, "127.0.0.1"),
+            Err("unsupported_transfer_coding")
+        );
+        let both = get("/")
+            .header("transfer-encoding", "chunked")
+            .header("content-length", "3")
+            .body(())
+            .unwrap();
+        assert_eq!(outcome(&rt, &both, "127.0.0.1"), Err("bad_request"));
+        let ok = get("/").body(()).unwrap();
+        assert!(admit(&ok, &rt, &client("127.0.0.1", ok.headers(), &rt), true).is_err());
+        // HTTP/2: `:authority` is the host, and no Host field is needed.
+        let h2 = Request::builder()
+            .uri("https://api.example.com/api/x")
+            .version(Version::HTTP_2)
+            .body(())
+            .unwrap();
+        assert_eq!(outcome(&rt, &h2, "127.0.0.1"), Ok("api /api/x".into()));
+    }
+}
