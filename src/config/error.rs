@@ -110,9 +110,52 @@ impl ConfigError {
             line: location.as_ref().map(|l| l.line()),
             column: location.as_ref().map(|l| l.column()),
             field: field.to_owned(),
-            message: message.to_owned(),
+            message: in_plain_words(message, !field.is_empty()),
         }
     }
+}
+
+/// serde's `invalid type: integer `5`, expected u64` in the operator's
+/// words: `expected a whole number, got 5`; a mapping expected where
+/// something else is found in a `nested` block adds a hint about
+/// indentation, the usual cause.
+fn in_plain_words(message: &str, nested: bool) -> String {
+    let Some(rest) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+    else {
+        return message.to_owned();
+    };
+    let Some((got, expected)) = rest.rsplit_once(", expected ") else {
+        return message.to_owned();
+    };
+    let got = match got {
+        "unit value" => "nothing".to_owned(),
+        "sequence" => "a list".to_owned(),
+        "map" => "a mapping".to_owned(),
+        other => match other.split_once(' ') {
+            // `integer `5``, `floating point `1.5``, `boolean `true``.
+            Some((_, v)) if v.starts_with('`') => v.trim_matches('`').to_owned(),
+            Some(("floating", v)) => v.trim_start_matches("point ").trim_matches('`').to_owned(),
+            // `string "x"`.
+            Some(("string", v)) => v.to_owned(),
+            _ => other.to_owned(),
+        },
+    };
+    let expected = match expected {
+        "u8" => "a whole number from 0 to 255",
+        "u16" => "a whole number from 0 to 65535",
+        "u32" => "a whole number from 0 to 4294967295",
+        "u64" | "usize" => "a whole number (0 or more)",
+        "a sequence" => "a list",
+        other => other,
+    };
+    let hint = if nested && expected.starts_with("a mapping with fields") {
+        " (is the block indented under its name?)"
+    } else {
+        ""
+    };
+    format!("expected {expected}, got {got}{hint}")
 }
 
 /// Splits `path: message` into its parts; `("", text)` when the text does not
@@ -168,6 +211,36 @@ mod tests {
             error(Some(3), "").to_string(),
             "gateway.yaml:3:5: expected \"<n>/<period>\", got \"10 per s\""
         );
+    }
+
+    #[test]
+    fn serde_words_become_the_operators() {
+        for (serde, plain) in [
+            (
+                "invalid type: integer `5`, expected a mapping with fields algorithm, key",
+                "expected a mapping with fields algorithm, key, got 5 (is the block indented under its name?)",
+            ),
+            (
+                "invalid type: string \"lots\", expected usize",
+                "expected a whole number (0 or more), got \"lots\"",
+            ),
+            (
+                "invalid value: integer `-1`, expected u8",
+                "expected a whole number from 0 to 255, got -1",
+            ),
+            (
+                "invalid type: floating point `1.5`, expected u32",
+                "expected a whole number from 0 to 4294967295, got 1.5",
+            ),
+            ("invalid type: map, expected a sequence", "expected a list, got a mapping"),
+            (
+                "invalid type: unit value, expected a mapping with fields url, weight",
+                "expected a mapping with fields url, weight, got nothing (is the block indented under its name?)",
+            ),
+            ("missing field `algorithm`", "missing field `algorithm`"),
+        ] {
+            assert_eq!(in_plain_words(serde, true), plain);
+        }
     }
 
     #[test]

@@ -16,7 +16,10 @@ use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields server, admin, store, upstreams, limits, routes"
+)]
 pub(crate) struct RawConfig {
     pub server: Option<RawServer>,
     pub admin: Option<RawAdmin>,
@@ -29,7 +32,10 @@ pub(crate) struct RawConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields listen, tls, trusted_proxies, deny, ipv6_prefix, timeouts, max_header_bytes, max_body_bytes, max_connections, shutdown_grace, escaped_slashes, limit_response"
+)]
 pub(crate) struct RawServer {
     pub listen: Option<Vec<Addr>>,
     /// Not in this build: refused by `validate`, whatever it holds.
@@ -56,7 +62,10 @@ pub(crate) enum EscapedSlashes {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields header_read, idle, body_read, send"
+)]
 pub(crate) struct RawTimeouts {
     pub header_read: Option<Dur>,
     pub idle: Option<Dur>,
@@ -65,7 +74,7 @@ pub(crate) struct RawTimeouts {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields listen, token")]
 pub(crate) struct RawAdmin {
     #[serde(default)]
     pub listen: AdminListen,
@@ -108,7 +117,10 @@ impl<'de> Deserialize<'de> for AdminListen {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields backend, url, urls, master_name, tls, prefix, timeout, on_error, clock"
+)]
 pub(crate) struct RawStore {
     pub backend: Option<RawBackend>,
     pub url: Option<String>,
@@ -132,7 +144,10 @@ pub(crate) enum RawBackend {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields targets, balance, connect_timeout, timeout, retries, http2, tls, health"
+)]
 pub(crate) struct RawUpstream {
     pub targets: Option<Vec<RawTarget>>,
     pub balance: Option<Balance>,
@@ -153,7 +168,7 @@ pub(crate) struct RawTarget {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields url, weight")]
 struct RawTargetMap {
     url: String,
     weight: Option<u32>,
@@ -186,7 +201,10 @@ impl<'de> Deserialize<'de> for RawTarget {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields passive, active"
+)]
 pub(crate) struct RawHealth {
     pub passive: Option<RawPassive>,
     /// Not in this build: refused by `validate`.
@@ -194,7 +212,10 @@ pub(crate) struct RawHealth {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields failures, eject"
+)]
 pub(crate) struct RawPassive {
     pub failures: Option<u32>,
     pub eject: Option<Dur>,
@@ -216,7 +237,10 @@ pub(crate) enum AlgorithmKind {
 /// A limit, flat as written: the algorithm's parameters sit next to
 /// `algorithm`, and `validate` checks which belong.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields name, algorithm, limit, window, rate, burst, max_delay, lease, key, on_missing_key, cost, mode, lockout, exempt, overrides"
+)]
 pub(crate) struct RawLimit {
     pub name: Option<String>,
     pub algorithm: AlgorithmKind,
@@ -236,7 +260,10 @@ pub(crate) struct RawLimit {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields after, within, duration, escalate, max_duration, forget_after"
+)]
 pub(crate) struct RawLockout {
     pub after: Option<u32>,
     pub within: Option<Dur>,
@@ -247,7 +274,10 @@ pub(crate) struct RawLockout {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields match, limit, rate, burst, window"
+)]
 pub(crate) struct RawOverride {
     #[serde(rename = "match")]
     pub matcher: ClientMatch,
@@ -258,7 +288,10 @@ pub(crate) struct RawOverride {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields name, match, upstream, respond, strip_prefix, rewrite_location, preserve_host, timeout, limits, limit_response"
+)]
 pub(crate) struct RawRoute {
     pub name: String,
     #[serde(rename = "match")]
@@ -274,7 +307,10 @@ pub(crate) struct RawRoute {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields hosts, path, exact, regex, methods, headers"
+)]
 pub(crate) struct RawMatch {
     pub hosts: Option<Vec<String>>,
     pub path: Option<String>,
@@ -286,7 +322,10 @@ pub(crate) struct RawMatch {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields status, body, headers"
+)]
 pub(crate) struct RawRespond {
     pub status: Option<u16>,
     pub body: Option<String>,
@@ -295,7 +334,10 @@ pub(crate) struct RawRespond {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields status, headers, body, content_type, locked_body"
+)]
 pub(crate) struct RawLimitResponse {
     pub status: Option<u16>,
     pub headers: Option<HeaderStyle>,

@@ -1186,7 +1186,7 @@ fn yaml_syntax_errors_have_a_position() {
     assert_eq!(e.field, "");
     assert_eq!(
         e.message,
-        "invalid type: sequence, expected struct RawConfig"
+        "expected a mapping with fields server, admin, store, upstreams, limits, routes, got a list"
     );
 }
 
@@ -1238,5 +1238,104 @@ fn bad_names_and_values() {
         "limits:\n  l: { name: x, algorithm: gcra, rate: 1/s }\n",
         "limits.l.name",
         2,
+    );
+}
+
+/// Each raw block's "a mapping with fields ..." names exactly the fields
+/// serde takes, so the message never drifts from the schema.
+#[test]
+fn every_block_names_its_real_fields() {
+    use super::raw::*;
+    fn fields<T: serde::de::DeserializeOwned>() -> (Vec<String>, Vec<String>) {
+        let unknown = serde_yaml::from_str::<T>("zz_unknown: 1")
+            .err()
+            .expect("an unknown field")
+            .to_string();
+        let listed = unknown
+            .split("expected one of ")
+            .nth(1)
+            .or_else(|| unknown.split("expected ").nth(1))
+            .expect("serde lists the fields")
+            .split(" at line")
+            .next()
+            .unwrap()
+            .split(", ")
+            .flat_map(|f| f.split(" or "))
+            .map(|f| f.trim_matches('`').to_owned())
+            .collect();
+        let wrong = serde_yaml::from_str::<T>("5")
+            .err()
+            .expect("not a mapping")
+            .to_string();
+        let named = wrong
+            .split("a mapping with fields ")
+            .nth(1)
+            .expect("the expecting text")
+            .split(" at line")
+            .next()
+            .unwrap()
+            .split(", ")
+            .map(str::to_owned)
+            .collect();
+        (listed, named)
+    }
+    for (name, (listed, named)) in [
+        ("RawConfig", fields::<RawConfig>()),
+        ("RawServer", fields::<RawServer>()),
+        ("RawTimeouts", fields::<RawTimeouts>()),
+        ("RawAdmin", fields::<RawAdmin>()),
+        ("RawStore", fields::<RawStore>()),
+        ("RawUpstream", fields::<RawUpstream>()),
+        ("RawHealth", fields::<RawHealth>()),
+        ("RawPassive", fields::<RawPassive>()),
+        ("RawLimit", fields::<RawLimit>()),
+        ("RawLockout", fields::<RawLockout>()),
+        ("RawOverride", fields::<RawOverride>()),
+        ("RawRoute", fields::<RawRoute>()),
+        ("RawMatch", fields::<RawMatch>()),
+        ("RawRespond", fields::<RawRespond>()),
+        ("RawLimitResponse", fields::<RawLimitResponse>()),
+    ] {
+        assert_eq!(listed, named, "{name}");
+    }
+}
+
+#[test]
+fn errors_speak_the_operators_language() {
+    for text in [
+        "limits:\n  a: 5\n",
+        "upstreams:\n  u:\n  targets: [\"http://x\"]\n",
+        "server:\n  max_connections: lots\n",
+        "server:\n  ipv6_prefix: -1\n",
+        "routes:\n  - r\n",
+        "routes:\n  - name: r\n    respond: { status: x }\n",
+        "upstreams:\n  u: { targets: [\"http://x\"], retries: -1 }\n",
+        "limits:\n  a: { algorithm: gcra, rate: 1/s, burst: 1.5 }\n",
+        "store: redis\n",
+    ] {
+        let e = err(text).to_string();
+        for rust in [
+            "Raw",
+            "struct",
+            "u8",
+            "u16",
+            "u32",
+            "u64",
+            "usize",
+            "sequence",
+            "unit value",
+        ] {
+            assert!(!e.contains(rust), "{rust} in: {e}");
+        }
+    }
+    let e = err_at(
+        "upstreams:\n  u:\n  targets: [\"http://x\"]\n",
+        "upstreams.targets",
+        3,
+    );
+    assert!(
+        e.message
+            .ends_with("got a list (is the block indented under its name?)"),
+        "{e}"
     );
 }

@@ -52,6 +52,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use http::header::{HeaderMap, HeaderName, COOKIE};
+use percent_encoding::percent_decode;
 use sha2::{Digest, Sha256};
 
 use super::StoreKey;
@@ -510,57 +511,26 @@ fn query_value<'a>(query: &'a str, name: &str) -> Option<Cow<'a, [u8]>> {
             Some(eq) => (&pair[..eq], &pair[eq + 1..]),
             None => (pair, &b""[..]),
         };
-        if FormDecode(k.iter()).eq(name.bytes()) {
+        if *form_decode(k) == *name.as_bytes() {
             return Some(form_decode(v));
         }
     }
     None
 }
 
-/// `application/x-www-form-urlencoded` decoding, borrowing when nothing
-/// needs decoding.
+/// `application/x-www-form-urlencoded` decoding (`+` is a space, `%XX` a
+/// byte, a malformed escape stays as written, as WHATWG URL says), byte for
+/// byte (no UTF-8 replacement, so distinct values stay distinct clients);
+/// borrowing when nothing needs decoding.
 fn form_decode(raw: &[u8]) -> Cow<'_, [u8]> {
-    if raw.iter().any(|&b| b == b'%' || b == b'+') {
-        Cow::Owned(FormDecode(raw.iter()).collect())
+    if raw.contains(&b'+') {
+        let spaced: Vec<u8> = raw
+            .iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect();
+        Cow::Owned(percent_decode(&spaced).collect())
     } else {
-        Cow::Borrowed(raw)
-    }
-}
-
-/// Decodes form bytes lazily: `+` is a space, `%XX` a byte, a malformed
-/// escape stays as written (WHATWG URL).
-struct FormDecode<'a>(std::slice::Iter<'a, u8>);
-
-impl Iterator for FormDecode<'_> {
-    type Item = u8;
-    fn next(&mut self) -> Option<u8> {
-        let b = *self.0.next()?;
-        match b {
-            b'+' => Some(b' '),
-            b'%' => {
-                let rest = self.0.as_slice();
-                match (
-                    rest.first().and_then(hex_val),
-                    rest.get(1).and_then(hex_val),
-                ) {
-                    (Some(hi), Some(lo)) => {
-                        self.0.nth(1);
-                        Some((hi << 4) | lo)
-                    }
-                    _ => Some(b'%'),
-                }
-            }
-            _ => Some(b),
-        }
-    }
-}
-
-fn hex_val(b: &u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
+        percent_decode(raw).into()
     }
 }
 
@@ -599,23 +569,13 @@ fn push_pct(out: &mut String, b: u8) {
 /// a two-digit escape.
 fn unescape(part: &str) -> Option<Cow<'_, [u8]>> {
     let raw = part.as_bytes();
-    if !raw.contains(&b'%') {
-        return Some(Cow::Borrowed(raw));
-    }
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'%' {
-            let hi = raw.get(i + 1).and_then(hex_val)?;
-            let lo = raw.get(i + 2).and_then(hex_val)?;
-            out.push((hi << 4) | lo);
-            i += 3;
-        } else {
-            out.push(raw[i]);
-            i += 1;
-        }
-    }
-    Some(Cow::Owned(out))
+    let well_formed = raw.iter().enumerate().all(|(i, &b)| {
+        b != b'%'
+            || raw
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    well_formed.then(|| percent_decode(raw).into())
 }
 
 #[cfg(test)]

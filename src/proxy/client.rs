@@ -194,7 +194,8 @@ impl Client {
     }
 
     /// How many idle HTTP/1.1 connections target `target` holds right now.
-    pub fn idle_connections(&self, target: usize) -> usize {
+    #[cfg(test)]
+    fn idle_connections(&self, target: usize) -> usize {
         self.inner
             .endpoints
             .get(target)

@@ -458,11 +458,6 @@ impl RedisStore {
         self.publish(hex::encode(key)).await
     }
 
-    /// Tell every instance to clear all of its local limit caches.
-    pub async fn publish_reset_all(&self) -> Result<(), StoreError> {
-        self.publish("*".to_owned()).await
-    }
-
     async fn publish(&self, message: String) -> Result<(), StoreError> {
         let channel = reset_channel(&self.inner.prefix);
         self.bounded(|mut conn| async move {
