@@ -329,17 +329,6 @@ mod tests {
     }
 
     proptest! {
-        #[test]
-        fn any_input_is_total(
-            limit in 1u64..=MAX_COUNT,
-            w in prop_oneof![Just(None), (1u64..=MAX_DURATION).prop_map(Some)],
-            ws: u64, n: u64, now: u64, cost: u64,
-        ) {
-            let window = w.map_or(Window::Month, Window::Fixed);
-            let p = Params::new(limit, window).unwrap();
-            let v = check(&p, &State { ws, n }, now, cost);
-            prop_assert!(v.reset_after <= v.window);
-        }
 
         #[test]
         fn civil_round_trip(day in 0u64..3_000_000) {
@@ -378,35 +367,5 @@ mod tests {
             }
         }
 
-        #[test]
-        fn retry_after_is_exact(
-            limit in 1u64..20,
-            w in 1u64..5_000,
-            history in steps(3_000, 6, 60),
-            gap in 0u64..3_000,
-            cost in 1u64..25,
-        ) {
-            let p = p(limit, w);
-            let mut st = State::default();
-            let mut now = T0;
-            for (g, c) in history {
-                now += g;
-                let v = check(&p, &st, now, c);
-                if v.allowed {
-                    st = v.state;
-                }
-            }
-            now += gap;
-            let v = check(&p, &st, now, cost);
-            match v.retry_after {
-                Some(0) => prop_assert!(v.allowed),
-                Some(r) => {
-                    prop_assert!(!v.allowed);
-                    prop_assert!(!check(&p, &st, now + r - 1, cost).allowed);
-                    prop_assert!(check(&p, &st, now + r, cost).allowed);
-                }
-                None => prop_assert!(!v.allowed && cost > limit),
-            }
-        }
     }
 }

@@ -58,6 +58,8 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
 pub mod lockout;
+#[cfg(test)]
+mod properties;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;

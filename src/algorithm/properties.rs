@@ -1,0 +1,191 @@
+//! Properties every counting algorithm must have, checked once over
+//! [`AlgoParams`] for all of them (each module tests what is its own:
+//! its bound on admissions, its figures).
+//!
+//! - any state, any time, any cost: no panic, and `t <= w`;
+//! - `retry_after` is exact: the same request is rejected a microsecond
+//!   before it and allowed at it (`None` only when it can never pass);
+//! - `remaining` is what passes now: that many requests of cost 1 pass, one
+//!   more does not.
+
+use proptest::prelude::*;
+
+use super::testutil::{steps, T0};
+use super::{
+    fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, AlgoParams,
+    AlgoState, Micros, Rate, MAX_COUNT, MAX_DURATION,
+};
+
+/// Small parameters for any of the counting algorithms, so histories of a
+/// few dozen requests reach every regime; `delays` allows `max_delay`.
+fn small_params(delays: bool) -> impl Strategy<Value = AlgoParams> {
+    let max_delay = move || {
+        if delays {
+            prop_oneof![Just(0u64), 0u64..3_000].boxed()
+        } else {
+            Just(0u64).boxed()
+        }
+    };
+    prop_oneof![
+        (1u64..20, 1u64..5_000).prop_map(|(limit, w)| AlgoParams::FixedWindow(
+            fixed_window::Params::new(limit, fixed_window::Window::Fixed(w)).unwrap()
+        )),
+        (1u64..30, 1u64..50_000).prop_map(|(limit, w)| AlgoParams::SlidingWindow(
+            sliding_window::Params::new(limit, w).unwrap()
+        )),
+        (1u64..20, 1u64..5_000).prop_map(|(limit, w)| AlgoParams::SlidingLog(
+            sliding_log::Params::new(limit, w).unwrap()
+        )),
+        (1u64..20, 1u64..5_000, 1u64..20, max_delay()).prop_map(|(count, period, burst, d)| {
+            let rate = Rate::new(count, period).unwrap();
+            AlgoParams::TokenBucket(token_bucket::Params::new(rate, burst, d).unwrap())
+        }),
+        (1u64..2_000, 1u64..20, max_delay()).prop_map(|(interval, burst, d)| {
+            let rate = Rate::new(1, interval).unwrap();
+            AlgoParams::Gcra(gcra::Params::new(rate, burst, d).unwrap())
+        }),
+        (1u64..20, 1u64..5_000, 1u64..20, max_delay()).prop_map(|(count, period, burst, d)| {
+            let rate = Rate::new(count, period).unwrap();
+            AlgoParams::LeakyBucket(leaky_bucket::Params::new(rate, burst, d).unwrap())
+        }),
+    ]
+}
+
+/// Any valid parameters, up to the bounds `Params::new` accepts, with any
+/// stored state of the same algorithm (garbage included).
+fn any_params_and_state() -> impl Strategy<Value = (AlgoParams, AlgoState)> {
+    let rate =
+        (1u64..=1_000_000, 1u64..=86_400_000_000).prop_map(|(c, p)| Rate::new(c, p).unwrap());
+    let bucket = (rate, 1u64..=10_000, 0u64..=60_000_000);
+    prop_oneof![
+        (
+            1u64..=MAX_COUNT,
+            prop_oneof![Just(None), (1u64..=MAX_DURATION).prop_map(Some)],
+            any::<(u64, u64)>()
+        )
+            .prop_map(|(limit, w, (ws, n))| {
+                let window = w.map_or(fixed_window::Window::Month, fixed_window::Window::Fixed);
+                (
+                    AlgoParams::FixedWindow(fixed_window::Params::new(limit, window).unwrap()),
+                    AlgoState::FixedWindow(fixed_window::State { ws, n }),
+                )
+            }),
+        (
+            1u64..=MAX_COUNT,
+            1u64..=sliding_window::MAX_WINDOW,
+            any::<(u64, u64, u64)>()
+        )
+            .prop_map(|(limit, w, (ws, cur, prev))| (
+                AlgoParams::SlidingWindow(sliding_window::Params::new(limit, w).unwrap()),
+                AlgoState::SlidingWindow(sliding_window::State { ws, cur, prev }),
+            )),
+        (
+            1u64..=MAX_COUNT,
+            1u64..=MAX_DURATION,
+            proptest::collection::vec(any::<(u64, u64)>(), 0..8)
+        )
+            .prop_map(|(limit, w, entries)| {
+                let mut entries: Vec<sliding_log::Entry> = entries
+                    .into_iter()
+                    .map(|(t, n)| sliding_log::Entry { t, n })
+                    .collect();
+                entries.sort_by_key(|e| e.t);
+                (
+                    AlgoParams::SlidingLog(sliding_log::Params::new(limit, w).unwrap()),
+                    AlgoState::SlidingLog(sliding_log::State { entries }),
+                )
+            }),
+        (bucket.clone(), any::<(u64, u64, u64)>()).prop_filter_map(
+            "not exact",
+            |((rate, burst, d), (lvl, ts, u))| {
+                let p = token_bucket::Params::new(rate, burst, d).ok()?;
+                let s = token_bucket::State { d: lvl, ts, u };
+                Some((AlgoParams::TokenBucket(p), AlgoState::TokenBucket(s)))
+            }
+        ),
+        (bucket.clone(), any::<u64>()).prop_filter_map("too fast", |((rate, burst, d), tat)| {
+            let p = gcra::Params::new(rate, burst, d).ok()?;
+            Some((AlgoParams::Gcra(p), AlgoState::Gcra(gcra::State { tat })))
+        }),
+        (bucket, any::<(u64, u64, u64)>()).prop_filter_map(
+            "not exact",
+            |((rate, burst, d), (lv, ts, u))| {
+                let p = leaky_bucket::Params::new(rate, burst, d).ok()?;
+                let s = leaky_bucket::State { lv, ts, u };
+                Some((AlgoParams::LeakyBucket(p), AlgoState::LeakyBucket(s)))
+            }
+        ),
+    ]
+}
+
+/// The state after `history` (gaps and costs) from `T0`, and the time of
+/// the last request.
+fn replay(params: &AlgoParams, history: &[(Micros, u64)]) -> (AlgoState, Micros) {
+    let mut state = params.fresh();
+    let mut now = T0;
+    for &(gap, cost) in history {
+        now += gap;
+        let v = params.check(&state, now, cost, 0);
+        if v.allowed {
+            state = v.state;
+        }
+    }
+    (state, now)
+}
+
+proptest! {
+    #[test]
+    fn any_input_is_total(
+        (params, state) in any_params_and_state(),
+        now: u64,
+        cost: u64,
+    ) {
+        let v = params.check(&state, now, cost, 0);
+        prop_assert!(v.reset_after <= v.window);
+    }
+
+    #[test]
+    fn retry_after_is_exact(
+        params in small_params(true),
+        history in steps(3_000, 6, 60),
+        gap in 0u64..3_000,
+        cost in 1u64..25,
+    ) {
+        let (state, now) = replay(&params, &history);
+        let now = now + gap;
+        let v = params.check(&state, now, cost, 0);
+        match v.retry_after {
+            Some(0) => prop_assert!(v.allowed),
+            Some(r) => {
+                prop_assert!(!v.allowed);
+                prop_assert!(!params.check(&state, now + r - 1, cost, 0).allowed);
+                let later = params.check(&state, now + r, cost, 0);
+                prop_assert!(later.allowed);
+                if let AlgoParams::TokenBucket(p) = &params {
+                    // The earliest reservation waits the whole max_delay.
+                    prop_assert_eq!(later.delay, p.max_delay());
+                }
+            }
+            None => prop_assert!(!v.allowed && Some(cost) > params.capacity()),
+        }
+    }
+
+    #[test]
+    fn remaining_is_what_passes_now(
+        params in small_params(false),
+        history in steps(3_000, 6, 60),
+        gap in 0u64..3_000,
+    ) {
+        let (mut state, now) = replay(&params, &history);
+        let now = now + gap;
+        let v = params.check(&state, now, 1, 0);
+        let mut left = if v.allowed { v.remaining + 1 } else { v.remaining };
+        while left > 0 {
+            let v = params.check(&state, now, 1, 0);
+            prop_assert!(v.allowed);
+            state = v.state;
+            left -= 1;
+        }
+        prop_assert!(!params.check(&state, now, 1, 0).allowed);
+    }
+}
