@@ -536,3 +536,194 @@ pub struct LockedClient {
     /// The lock's remaining time.
     pub remaining: Micros,
 }
+
+#[cfg(test)]
+mod tests {
+    //! The limiter on the memory store with a driven clock: lockouts, the
+    //! deny cache and its expiry, leases, without sleeping.
+
+    use super::*;
+    use crate::algorithm::SECOND;
+    use crate::limit::clock::ManualClock;
+
+    const T0: Micros = 1_700_000_000 * SECOND;
+
+    struct Fixture {
+        limiter: Arc<Limiter>,
+        clock: Arc<ManualClock>,
+        limits: Vec<Arc<Policy>>,
+        metrics: Metrics,
+    }
+
+    fn fixture(limits_yaml: &str) -> Fixture {
+        let loaded = crate::config::parse(limits_yaml, "t.yaml").expect("config");
+        let clock = Arc::new(ManualClock::new(T0));
+        let limiter =
+            Limiter::with_clock(&loaded.config.store, None, clock.clone()).expect("limiter");
+        let limits = loaded
+            .config
+            .limits
+            .iter()
+            .map(|l| Arc::new(Policy::compile(l)))
+            .collect();
+        Fixture {
+            limiter,
+            clock,
+            limits,
+            metrics: Metrics::new(),
+        }
+    }
+
+    impl Fixture {
+        async fn check(&self, client: &str, headers: &http::HeaderMap) -> Decision {
+            let view = RequestView {
+                client: client.parse().unwrap(),
+                headers,
+                query: None,
+                route: "r",
+                ipv6_prefix: 64,
+            };
+            self.limiter.check(&self.limits, &view, &self.metrics).await
+        }
+
+        /// The decision's kind, limit and `Retry-After` in whole seconds.
+        async fn outcome(&self, client: &str) -> (&'static str, Option<String>, u64) {
+            match self.check(client, &http::HeaderMap::new()).await {
+                Decision::Allow { .. } => ("allowed", None, 0),
+                Decision::Reject {
+                    locked_out,
+                    limit,
+                    retry_after,
+                    ..
+                } => (
+                    if locked_out {
+                        "locked_out"
+                    } else {
+                        "rate_limited"
+                    },
+                    Some(limit.to_string()),
+                    retry_after.div_ceil(SECOND),
+                ),
+                Decision::Unavailable => ("unavailable", None, 0),
+                Decision::NotApplied => ("not_applied", None, 0),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lockout_is_answered_locally_until_it_ends() {
+        let f = fixture(
+            "limits:\n  l: { algorithm: fixed_window, limit: 2, window: 1m, lockout: { duration: 30s } }\n",
+        );
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        assert_eq!(
+            f.outcome("10.0.0.1").await,
+            ("locked_out", Some("l".into()), 30),
+            "the rejection that starts a lockout answers its full length"
+        );
+        assert_eq!(f.limiter.deny.len(), 1, "the lockout is cached");
+        f.clock.advance(10 * SECOND);
+        assert_eq!(
+            f.outcome("10.0.0.1").await,
+            ("locked_out", Some("l".into()), 20)
+        );
+        // Another client is not affected.
+        assert_eq!(f.outcome("10.0.0.2").await.0, "allowed");
+        // The lock ends 30 s after it started, inside the same window: the
+        // window's count (2) still rejects, and that strike locks again.
+        f.clock.advance(20 * SECOND);
+        assert_eq!(f.outcome("10.0.0.1").await.0, "locked_out");
+        // A new window, after the second lock.
+        f.clock.set(T0 + 60 * SECOND + 31 * SECOND);
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+    }
+
+    #[tokio::test]
+    async fn a_plain_rejection_is_cached_with_its_figures_until_the_retry_time() {
+        let f = fixture("limits:\n  b: { algorithm: token_bucket, rate: 1/10s, burst: 2 }\n");
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        let Decision::Reject {
+            figures,
+            retry_after,
+            ..
+        } = f.check("10.0.0.1", &http::HeaderMap::new()).await
+        else {
+            panic!("the third request is rejected");
+        };
+        assert_eq!(retry_after, 10 * SECOND);
+        assert_eq!(figures[0].outcome.limit, 2);
+        assert_eq!(f.limiter.deny.len(), 1);
+        // Answered from the cache 4 s later: the same figures, moved on.
+        f.clock.advance(4 * SECOND);
+        let Decision::Reject {
+            figures,
+            retry_after,
+            locked_out,
+            ..
+        } = f.check("10.0.0.1", &http::HeaderMap::new()).await
+        else {
+            panic!("still rejected");
+        };
+        assert!(!locked_out);
+        assert_eq!(retry_after, 6 * SECOND);
+        assert_eq!(
+            (figures[0].outcome.limit, figures[0].outcome.remaining),
+            (2, 0)
+        );
+        assert_eq!(figures[0].outcome.reset, 6 * SECOND);
+        // At the retry time the store decides again, and a token is back.
+        f.clock.advance(6 * SECOND);
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+    }
+
+    #[tokio::test]
+    async fn concurrency_leases_free_their_slot_when_dropped() {
+        let f = fixture("limits:\n  c: { algorithm: concurrency, limit: 2 }\n");
+        let first = f.check("10.0.0.1", &http::HeaderMap::new()).await;
+        let second = f.check("10.0.0.1", &http::HeaderMap::new()).await;
+        assert!(matches!(
+            first,
+            Decision::Allow {
+                leases: Some(_),
+                ..
+            }
+        ));
+        assert!(matches!(
+            second,
+            Decision::Allow {
+                leases: Some(_),
+                ..
+            }
+        ));
+        assert_eq!(f.outcome("10.0.0.1").await.0, "rate_limited");
+        assert_eq!(
+            f.limiter.deny.len(),
+            0,
+            "a concurrency rejection is never cached"
+        );
+        drop(first);
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        drop(second);
+    }
+
+    #[tokio::test]
+    async fn exempt_skipped_and_denied_keys() {
+        let f = fixture(
+            "limits:\n  k: { algorithm: gcra, rate: 1/s, key: \"header:x-user\", on_missing_key: deny, exempt: [\"10.9.0.0/16\"] }\n",
+        );
+        assert_eq!(f.outcome("10.9.1.1").await.0, "not_applied");
+        assert_eq!(
+            f.outcome("10.0.0.1").await,
+            ("rate_limited", Some("k".into()), 0),
+            "no x-user with on_missing_key: deny"
+        );
+        let mut h = http::HeaderMap::new();
+        h.insert("x-user", http::HeaderValue::from_static("ann"));
+        assert!(matches!(
+            f.check("10.0.0.1", &h).await,
+            Decision::Allow { .. }
+        ));
+    }
+}
