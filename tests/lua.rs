@@ -1290,7 +1290,7 @@ async fn a_stopped_redis_times_out_within_the_deadline() {
     let r = store.decide(&c, T0).await;
     let took = t.elapsed();
     server.cont();
-    assert_eq!(r, Err(StoreError::Timeout));
+    assert!(matches!(r, Err(StoreError::Timeout)), "{r:?}");
     assert!(
         took >= TIMEOUT && took <= TIMEOUT + Duration::from_millis(50),
         "{took:?}"
@@ -1329,22 +1329,28 @@ async fn the_breaker_opens_fails_fast_and_probes() {
     store.decide(&c, T0).await.unwrap();
     server.stop();
     for _ in 0..store::breaker::TRIP_AFTER {
-        assert_eq!(store.decide(&c, T0).await, Err(StoreError::Timeout));
+        assert!(matches!(
+            store.decide(&c, T0).await,
+            Err(StoreError::Timeout)
+        ));
     }
     assert!(!store.is_available());
     let t = Instant::now();
     assert!(matches!(
         store.decide(&c, T0).await,
-        Err(StoreError::Unavailable(_))
+        Err(StoreError::BreakerOpen)
     ));
     assert!(t.elapsed() < Duration::from_millis(20), "fails fast");
     // After the back-off, one probe goes (and times out); the next fail fast.
     tokio::time::sleep(store::breaker::MIN_BACKOFF).await;
-    assert_eq!(store.decide(&c, T0).await, Err(StoreError::Timeout));
+    assert!(matches!(
+        store.decide(&c, T0).await,
+        Err(StoreError::Timeout)
+    ));
     let t = Instant::now();
     assert!(matches!(
         store.decide(&c, T0).await,
-        Err(StoreError::Unavailable(_))
+        Err(StoreError::BreakerOpen)
     ));
     assert!(t.elapsed() < Duration::from_millis(20));
     server.cont();

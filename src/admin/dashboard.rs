@@ -32,6 +32,7 @@ use super::{Admin, Query};
 use crate::body::{self, Body};
 use crate::limit::engine::{Limiter, LockedClient};
 use crate::limit::headers::secs_ceil;
+use crate::limit::store::redis::StoreError;
 use crate::limit::{key, Micros};
 use crate::metrics::stats::{epoch_ms, History, Sample, DECISIONS, HISTORY_LEN};
 use crate::reload::Gateway;
@@ -113,7 +114,7 @@ impl Dashboard {
         gateway: &Gateway,
         filter: &LockoutFilter,
         cached: bool,
-    ) -> Result<LockoutView, String> {
+    ) -> Result<LockoutView, StoreError> {
         let limiter = gateway.shared.runtime.load().limiter.clone();
         let (list, age) = {
             let mut cache = self.lockouts.lock().await;
@@ -123,7 +124,7 @@ impl Dashboard {
             match fresh {
                 Some(c) => (c.list.clone(), c.at.elapsed()),
                 None => {
-                    let list = Arc::new(limiter.lockouts().await.map_err(|e| e.to_string())?);
+                    let list = Arc::new(limiter.lockouts().await?);
                     *cache = Some(CachedLockouts {
                         at: Instant::now(),
                         limiter,
@@ -346,7 +347,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         }
         Err(error) => (
             json!({"total": null, "matching": null, "shown": 0, "by_limit": {},
-                   "items": [], "error": error}),
+                   "items": [], "error": error.to_string()}),
             None,
         ),
     };

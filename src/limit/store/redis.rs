@@ -40,20 +40,31 @@ use self::breaker::{Admission, Breaker};
 use crate::limit::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
 
 /// Why a store call gave no answer. Every variant means "apply `on_error`".
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The call did not finish within the store's `timeout`.
     #[error("redis: no answer within the timeout")]
     Timeout,
-    /// Redis could not be reached, or the breaker is open.
+    /// Recent calls failed: the store is not called until the breaker's
+    /// back-off lets a probe through.
+    #[error("redis unavailable: circuit breaker open")]
+    BreakerOpen,
+    /// Redis could not be reached, or says it cannot serve now (loading,
+    /// busy, read-only...).
     #[error("redis unavailable: {0}")]
-    Unavailable(String),
-    /// Redis answered with an error, or with a reply the store cannot read.
-    #[error("redis script error: {0}")]
-    Script(String),
-    /// The URL cannot be used (the only error of [`RedisStore::new`]).
+    Unavailable(#[source] Arc<RedisError>),
+    /// Redis answered a call with an error.
+    #[error("redis error: {0}")]
+    Redis(#[source] Arc<RedisError>),
+    /// Redis answered with a reply the store cannot read.
+    #[error("redis reply unreadable: {0}")]
+    Reply(#[from] wire::ReplyError),
+    /// The URL cannot be used (an error of [`RedisStore::new`]).
     #[error("invalid redis url: {0}")]
-    InvalidUrl(String),
+    InvalidUrl(#[source] Arc<RedisError>),
+    /// [`RedisStore::new`] was called outside a Tokio runtime.
+    #[error("the Redis store needs a Tokio runtime")]
+    NoRuntime,
 }
 
 /// The keys of one (limit, client): `(state, lockout)`, i.e.
@@ -304,13 +315,12 @@ impl RedisStore {
         timeout: Duration,
         local_clock: bool,
     ) -> Result<RedisStore, StoreError> {
-        let client = Client::open(url).map_err(|e| StoreError::InvalidUrl(e.to_string()))?;
+        let invalid = |e| StoreError::InvalidUrl(Arc::new(e));
+        let client = Client::open(url).map_err(invalid)?;
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(StoreError::Unavailable(
-                "the Redis store needs a Tokio runtime".to_owned(),
-            ));
+            return Err(StoreError::NoRuntime);
         }
-        let conn = connection(&client).map_err(|e| StoreError::InvalidUrl(e.to_string()))?;
+        let conn = connection(&client).map_err(invalid)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 client,
@@ -356,7 +366,7 @@ impl RedisStore {
             checks,
         };
         let reply = self.call(|s| &s.dispatch, keys_.len(), keys_, args).await?;
-        wire::outcomes(&reply, checks.len()).map_err(StoreError::Script)
+        Ok(wire::outcomes(&reply, checks.len())?)
     }
 
     /// Give back the `concurrency` lease `lease` of `key` (the response
@@ -393,7 +403,7 @@ impl RedisStore {
         let reply = self
             .call(|sc| &sc.inspect, 2, &[s, l][..], check.params.name())
             .await?;
-        wire::inspected(&reply, &check.params).map_err(StoreError::Script)
+        Ok(wire::inspected(&reply, &check.params)?)
     }
 
     /// Forget everything about one (limit, client): its state, its lockout
@@ -491,7 +501,7 @@ impl RedisStore {
         let reply = self
             .call(|s| &s.lockouts, 1, index, self.clock(now))
             .await?;
-        wire::lockouts(&reply).map_err(StoreError::Script)
+        Ok(wire::lockouts(&reply)?)
     }
 
     /// The `now` argument of a script: the gateway's clock, or empty for
@@ -542,7 +552,7 @@ impl RedisStore {
                 admission,
                 done: false,
             }),
-            None => Err(StoreError::Unavailable("circuit breaker open".to_owned())),
+            None => Err(StoreError::BreakerOpen),
         }
     }
 
@@ -576,14 +586,22 @@ impl Permit<'_> {
         self.done = true;
         match result {
             // Redis answered (an error reply too): it is reachable.
-            Ok(_) | Err(StoreError::Script(_) | StoreError::InvalidUrl(_)) => {
+            Ok(_)
+            | Err(
+                StoreError::Redis(_)
+                | StoreError::Reply(_)
+                | StoreError::InvalidUrl(_)
+                | StoreError::NoRuntime,
+            ) => {
                 let was_open = !self.store.is_available();
                 lock(&self.store.inner.breaker).success();
                 if was_open {
                     tracing::info!("redis store reachable again: circuit breaker closed");
                 }
             }
-            Err(e @ (StoreError::Timeout | StoreError::Unavailable(_))) => {
+            Err(
+                e @ (StoreError::Timeout | StoreError::Unavailable(_) | StoreError::BreakerOpen),
+            ) => {
                 self.store.failed(self.admission, Some(e));
             }
         }
@@ -646,13 +664,12 @@ fn classify(e: RedisError) -> StoreError {
         "CLUSTERDOWN",
         "OOM",
     ];
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
-        return StoreError::Unavailable(e.to_string());
+    let unreachable =
+        e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout();
+    if unreachable || e.code().is_some_and(|c| UNAVAILABLE.contains(&c)) {
+        return StoreError::Unavailable(Arc::new(e));
     }
-    if e.code().is_some_and(|c| UNAVAILABLE.contains(&c)) {
-        return StoreError::Unavailable(e.to_string());
-    }
-    StoreError::Script(e.to_string())
+    StoreError::Redis(Arc::new(e))
 }
 
 /// The reset subscriber: subscribe, forward messages, and on any error

@@ -18,6 +18,18 @@ use crate::algorithm::{
 };
 use crate::limit::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Status, StoreKey};
 
+/// A reply the store cannot read (a script and the gateway out of step, or
+/// a key holding something else): what was wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReplyError(pub String);
+
+impl From<String> for ReplyError {
+    fn from(message: String) -> Self {
+        ReplyError(message)
+    }
+}
+
 /// An algorithm's params as its Lua file reads them:
 ///
 /// | algorithm | params |
@@ -121,9 +133,11 @@ const OUTCOME_WIDTH: usize = 8;
 
 /// `dispatch.lua`'s reply, one string of [`OUTCOME_WIDTH`] decimal
 /// integers per check, space-separated: one [`Outcome`] per check.
-pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, String> {
+pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, ReplyError> {
     let Value::BulkString(text) = reply else {
-        return Err(format!("dispatch: expected a string, got {reply:?}"));
+        return Err(ReplyError(format!(
+            "dispatch: expected a string, got {reply:?}"
+        )));
     };
     let mut items = Vec::with_capacity(checks * OUTCOME_WIDTH);
     for word in text.split(|&b| b == b' ') {
@@ -135,11 +149,11 @@ pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, String> {
         })?);
     }
     if items.len() != checks * OUTCOME_WIDTH {
-        return Err(format!(
+        return Err(ReplyError(format!(
             "dispatch: {} values for {checks} checks, expected {}",
             items.len(),
             checks * OUTCOME_WIDTH
-        ));
+        )));
     }
     items
         .chunks(OUTCOME_WIDTH)
@@ -151,7 +165,7 @@ pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, String> {
                     2 => Status::LockedOut,
                     3 => Status::ShadowRejected,
                     4 => Status::NotConsumed,
-                    s => return Err(format!("dispatch: unknown status {s}")),
+                    s => return Err(ReplyError(format!("dispatch: unknown status {s}"))),
                 },
                 lock_started: o[1] == 1,
                 delay: o[2],
@@ -170,10 +184,13 @@ pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, String> {
 pub fn inspected(
     reply: &Value,
     params: &AlgoParams,
-) -> Result<(Option<AlgoState>, LockState), String> {
+) -> Result<(Option<AlgoState>, LockState), ReplyError> {
     let items = array(reply)?;
     let [found, state, lock] = items else {
-        return Err(format!("inspect: {} values, expected 3", items.len()));
+        return Err(ReplyError(format!(
+            "inspect: {} values, expected 3",
+            items.len()
+        )));
     };
     let state = if int(found)? == 1 {
         Some(algo_state(params, array(state)?)?)
@@ -188,33 +205,36 @@ pub fn inspected(
             lv: int(lv)?,
         },
         other => {
-            return Err(format!(
+            return Err(ReplyError(format!(
                 "inspect: lock of {} values, expected 4",
                 other.len()
-            ))
+            )))
         }
     };
     Ok((state, lock))
 }
 
 /// An algorithm's state from its Lua `encode()`.
-fn algo_state(params: &AlgoParams, f: &[Value]) -> Result<AlgoState, String> {
+fn algo_state(params: &AlgoParams, f: &[Value]) -> Result<AlgoState, ReplyError> {
     let want = |n: usize| {
         if f.len() == n {
             Ok(())
         } else {
-            Err(format!(
+            Err(ReplyError(format!(
                 "inspect: {} state of {} values, expected {n}",
                 params.name(),
                 f.len()
-            ))
+            )))
         }
     };
     let pairs = || {
         if f.len().is_multiple_of(2) {
             Ok(f.chunks(2))
         } else {
-            Err(format!("inspect: {} state of odd length", params.name()))
+            Err(ReplyError(format!(
+                "inspect: {} state of odd length",
+                params.name()
+            )))
         }
     };
     Ok(match params {
@@ -241,7 +261,7 @@ fn algo_state(params: &AlgoParams, f: &[Value]) -> Result<AlgoState, String> {
                         n: int(&e[1])?,
                     })
                 })
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, ReplyError>>()?,
         }),
         AlgoParams::TokenBucket(_) => {
             want(3)?;
@@ -271,16 +291,16 @@ fn algo_state(params: &AlgoParams, f: &[Value]) -> Result<AlgoState, String> {
                         exp: int(&l[1])?,
                     })
                 })
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, ReplyError>>()?,
         }),
     })
 }
 
 /// `lockouts.lua`'s reply: `(key, remaining)` pairs.
-pub fn lockouts(reply: &Value) -> Result<Vec<(StoreKey, Micros)>, String> {
+pub fn lockouts(reply: &Value) -> Result<Vec<(StoreKey, Micros)>, ReplyError> {
     let items = array(reply)?;
     if items.len() % 2 != 0 {
-        return Err("lockouts: odd reply".to_owned());
+        return Err(ReplyError("lockouts: odd reply".to_owned()));
     }
     items
         .chunks(2)
@@ -299,23 +319,23 @@ pub fn parse_key(hex: &str) -> Option<StoreKey> {
     Some(key)
 }
 
-fn array(v: &Value) -> Result<&[Value], String> {
+fn array(v: &Value) -> Result<&[Value], ReplyError> {
     match v {
         Value::Array(items) | Value::Set(items) => Ok(items),
-        other => Err(format!("expected an array, got {other:?}")),
+        other => Err(ReplyError(format!("expected an array, got {other:?}"))),
     }
 }
 
 /// A non-negative integer: a Lua number arrives as an integer reply, a
 /// string (a lease id beyond 2^53) as a bulk string.
-fn int(v: &Value) -> Result<u64, String> {
+fn int(v: &Value) -> Result<u64, ReplyError> {
     match v {
-        Value::Int(i) => u64::try_from(*i).map_err(|_| format!("negative value {i}")),
+        Value::Int(i) => u64::try_from(*i).map_err(|_| ReplyError(format!("negative value {i}"))),
         Value::BulkString(b) => std::str::from_utf8(b)
             .ok()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("not an integer: {:?}", String::from_utf8_lossy(b))),
-        other => Err(format!("expected an integer, got {other:?}")),
+            .ok_or_else(|| ReplyError(format!("not an integer: {:?}", String::from_utf8_lossy(b)))),
+        other => Err(ReplyError(format!("expected an integer, got {other:?}"))),
     }
 }
 
@@ -330,11 +350,11 @@ fn decimal(s: &[u8]) -> Option<u64> {
     })
 }
 
-fn text(v: &Value) -> Result<String, String> {
+fn text(v: &Value) -> Result<String, ReplyError> {
     match v {
         Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Ok(s.clone()),
-        other => Err(format!("expected a string, got {other:?}")),
+        other => Err(ReplyError(format!("expected a string, got {other:?}"))),
     }
 }
 
