@@ -22,7 +22,6 @@ use crate::config::LimitResponse;
 use crate::limit::engine::Figure;
 use crate::limit::headers::{self as limit_headers, secs_ceil, LimitFigures};
 use crate::limit::Micros;
-use crate::proxy::client::ClientError;
 
 /// An error the gateway answers itself.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -60,9 +59,10 @@ pub enum GatewayError {
     /// The limit store could not decide and `on_error: deny` applies.
     #[error("limit store unavailable")]
     LimiterUnavailable,
-    /// The upstream refused, reset or could not be reached.
+    /// The upstream refused, reset or could not be reached (the source is
+    /// the upstream client's error).
     #[error("upstream unavailable: {0}")]
-    UpstreamUnavailable(#[source] Arc<ClientError>),
+    UpstreamUnavailable(#[source] Arc<dyn std::error::Error + Send + Sync>),
     /// Every target of the upstream is ejected.
     #[error("no healthy upstream target")]
     NoHealthyUpstream,
@@ -362,7 +362,7 @@ mod tests {
 
     fn connect_error() -> GatewayError {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        GatewayError::UpstreamUnavailable(Arc::new(ClientError::Connect(refused)))
+        GatewayError::UpstreamUnavailable(Arc::new(refused))
     }
 
     fn rejection(locked_out: bool, retry_after: Micros, answer: LimitResponse) -> GatewayError {

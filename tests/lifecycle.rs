@@ -819,6 +819,71 @@ async fn a_port_in_use_exits_1_with_one_clear_line() {
     drop(busy);
 }
 
+/// The default gateway.yaml on a taken port: the line names the file, the
+/// field and its line, and the variable that moves it.
+#[test]
+fn a_taken_port_in_the_default_config_names_the_variable_to_set() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let (code, _out, err) = run_cli(
+        &["-c", REPO_YAML],
+        &[
+            ("TOLLGATE_LISTEN", busy_addr.as_str()),
+            ("TOLLGATE_ADMIN_LISTEN", "127.0.0.1:0"),
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    let lines = non_empty_lines(&err);
+    assert_eq!(lines.len(), 1, "want one stderr line: {lines:?}");
+    let line_no = std::fs::read_to_string(REPO_YAML)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("${TOLLGATE_LISTEN"))
+        .unwrap()
+        + 1;
+    assert!(
+        lines[0].contains(&format!("{REPO_YAML}:{line_no}:"))
+            && lines[0].contains(&format!("server.listen[0]: cannot bind {busy_addr}: "))
+            && lines[0].ends_with("set TOLLGATE_LISTEN to another address)"),
+        "{:?}",
+        lines[0]
+    );
+    drop(busy);
+}
+
+/// A field the build does not implement is refused by `check` and at
+/// start-up, never accepted and ignored.
+#[test]
+fn check_refuses_what_this_build_does_not_implement() {
+    for (yaml, field, line) in [
+        (
+            "server:\n  listen: [\"127.0.0.1:1\"]\n  tls:\n    listen: [\"127.0.0.1:2\"]\n    certificates: [{ cert: c.pem, key: k.pem }]\n",
+            "server.tls",
+            3,
+        ),
+        (
+            "upstreams:\n  u:\n    targets: [\"http://127.0.0.1:1\"]\n    health:\n      active: { path: /healthz }\n",
+            "upstreams.u.health.active",
+            5,
+        ),
+        (
+            "store:\n  backend: redis_cluster\n  urls: [\"redis://127.0.0.1:7000\"]\n",
+            "store.backend",
+            2,
+        ),
+    ] {
+        let p = write_temp("unsupported.yaml", yaml);
+        let path = p.display().to_string();
+        let (code, out, err) = run_cli(&["check", "-c", &path], &[], None);
+        assert_eq!(code, 1, "{field}: stdout {out} stderr {err}");
+        assert!(
+            err.contains(&format!("{path}:{line}:")) && err.contains(&format!("{field}: not supported yet")),
+            "{field}: {err}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_config_at_start_up_exits_1_with_one_line() {
     let mut gw = Gateway::spawn(UNKNOWN_FIELD);
