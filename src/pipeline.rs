@@ -106,8 +106,8 @@ struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(
-        req: &Request<Incoming>,
+    fn new<B>(
+        req: &Request<B>,
         rt: &'a Runtime,
         shared: &'a Arc<Shared>,
         conn: &'a Arc<ConnInfo>,
@@ -169,7 +169,7 @@ async fn route_request(
 
 /// Stage: admission (deny list, head and Host checks, the path, the route:
 /// [`admission::admit`], shared with `tollgate simulate`).
-fn admit(req: &Request<Incoming>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, GatewayError> {
+fn admit<B>(req: &Request<B>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, GatewayError> {
     let ambiguous = req.version() < Version::HTTP_2 && ctx.conn.framing.ambiguous(ctx.number);
     let admitted = admission::admit(req, ctx.rt, &ctx.client, ambiguous)?;
     ctx.host = admitted.host;
@@ -184,8 +184,8 @@ fn admit(req: &Request<Incoming>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>
 /// [`crate::limit::plan`], shared with `tollgate simulate`). An admitted
 /// request keeps its concurrency leases in `ctx` and gives back the figures
 /// for its rate-limit headers; a rejected one is a [`GatewayError::Limited`].
-async fn decide_limits(
-    req: &Request<Incoming>,
+async fn decide_limits<B>(
+    req: &Request<B>,
     route: &RouteRuntime,
     ctx: &mut Ctx<'_>,
 ) -> Result<Vec<Figure>, GatewayError> {
@@ -416,7 +416,7 @@ fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap) {
 
 /// The Host the client sent (HTTP/2 `:authority`, else `Host`), as text
 /// for the access log, valid or not.
-fn raw_host(req: &Request<Incoming>) -> Option<String> {
+fn raw_host<B>(req: &Request<B>) -> Option<String> {
     let authority = (req.version() >= Version::HTTP_2)
         .then(|| req.uri().authority())
         .flatten()
@@ -495,6 +495,72 @@ fn path_and_query(path: &str, query: Option<&str>) -> Result<PathAndQuery, Gatew
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::sniff::Framing;
+    use crate::shared::Activity;
+
+    /// A runtime for `yaml`, the state around it, and a connection from
+    /// `peer`.
+    fn setup(yaml: &str, peer: &str) -> (Arc<Shared>, Arc<ConnInfo>) {
+        let loaded = crate::config::parse(yaml, "t.yaml").expect("config");
+        let rt = Runtime::build(loaded.config, String::new(), 1, None).expect("runtime");
+        let conn = Arc::new(ConnInfo {
+            peer: format!("{peer}:40000").parse().unwrap(),
+            proto: "http",
+            activity: Activity::default(),
+            started: Instant::now(),
+            framing: Arc::new(Framing::default()),
+        });
+        (Shared::new(rt), conn)
+    }
+
+    const YAML: &str = "
+server: { trusted_proxies: [\"10.0.0.0/8\"] }
+limits:
+  two: { algorithm: fixed_window, limit: 2, window: 1h, key: \"header:x-user\" }
+routes:
+  - { name: api, match: { path: /api }, respond: { status: 204 }, limits: [two] }
+";
+
+    #[tokio::test]
+    async fn the_admission_and_limit_stages_on_built_requests() {
+        let (shared, conn) = setup(YAML, "10.1.1.1");
+        let rt = shared.runtime.load_full();
+        let req = Request::builder()
+            .uri("/api/./v1")
+            .header("host", "h")
+            .header("x-forwarded-for", "203.0.113.9")
+            .header("x-user", "ann")
+            .body(())
+            .unwrap();
+        let mut ctx = Ctx::new(&req, &rt, &shared, &conn);
+        assert_eq!(ctx.client.addr, "203.0.113.9".parse::<IpAddr>().unwrap());
+        let route = admit(&req, &mut ctx).expect("admitted");
+        assert_eq!(&*route.name, "api");
+        assert_eq!(ctx.record.path, "/api/v1");
+        for _ in 0..2 {
+            let figures = decide_limits(&req, &route, &mut ctx)
+                .await
+                .expect("allowed");
+            assert_eq!(figures.len(), 1);
+        }
+        match decide_limits(&req, &route, &mut ctx).await {
+            Err(GatewayError::Limited(r)) => {
+                assert_eq!((&*r.limit, r.locked_out), ("two", false));
+                assert_eq!(ctx.record.decision, "rejected");
+            }
+            other => panic!("the third is rejected: {:?}", other.err()),
+        }
+
+        let lost = Request::builder()
+            .uri("/nope")
+            .header("host", "h")
+            .body(())
+            .unwrap();
+        let mut ctx = Ctx::new(&lost, &rt, &shared, &conn);
+        assert!(matches!(admit(&lost, &mut ctx), Err(GatewayError::NoRoute)));
+        assert!(ctx.route.is_none());
+        assert_eq!(ctx.record.host.as_deref(), Some("h"));
+    }
 
     #[test]
     fn request_ids_are_32_lowercase_hex_digits_and_differ() {
