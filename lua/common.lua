@@ -222,7 +222,7 @@ end
 
 local function reset_hint(v)
   if v.allowed then return v.reset_after end
-  return min(v.reset_after, retry_hint(v))
+  return min(retry_hint(v), v.window)
 end
 
 -- name -> the function that builds the algorithm's table; each algorithm

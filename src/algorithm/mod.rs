@@ -48,9 +48,10 @@
 //! # Headers
 //!
 //! `q` = [`Verdict::limit`], `w` = [`Verdict::window`], `r` =
-//! [`Verdict::remaining`], `t` = [`Verdict::reset_hint`] (`reset_after`,
-//! no later than the retry time on a rejection), `Retry-After` =
-//! [`Verdict::retry_hint`]; seconds rounded up.
+//! [`Verdict::remaining`], `t` = [`Verdict::reset_hint`] (`reset_after`;
+//! on a rejection the wait until this request could pass, as
+//! `Retry-After`, capped at `w`), `Retry-After` = [`Verdict::retry_hint`];
+//! seconds rounded up.
 
 pub mod any;
 pub mod concurrency;
@@ -133,15 +134,16 @@ impl<S> Verdict<S> {
         self.retry_after.unwrap_or(self.window)
     }
 
-    /// The `t` to report for this limit: `reset_after`, but on a rejection
-    /// no later than [`Verdict::retry_hint`], so that `Retry-After` is never
-    /// earlier than the `t` it reports (SPEC §5.4) and `t <= w` holds.
-    /// Rounding both up to whole seconds keeps the order.
+    /// The `t` to report for this limit (SPEC §5.4): `reset_after` when
+    /// allowed; on a rejection the time until this request could pass,
+    /// [`Verdict::retry_hint`] (so `t` and `Retry-After` agree), capped at
+    /// `window` so that `t <= w` holds. `Retry-After` is never earlier than
+    /// `t`; rounding both up to whole seconds keeps the order.
     pub fn reset_hint(&self) -> Micros {
         if self.allowed {
             self.reset_after
         } else {
-            self.reset_after.min(self.retry_hint())
+            self.retry_hint().min(self.window)
         }
     }
 }
@@ -389,7 +391,20 @@ mod tests {
             reset_after: 0,
             ..v.clone()
         };
-        assert_eq!((never.reset_hint(), never.retry_hint()), (0, 2 * SECOND));
+        assert_eq!(
+            (never.reset_hint(), never.retry_hint()),
+            (2 * SECOND, 2 * SECOND)
+        );
+        let long = Verdict {
+            retry_after: Some(5 * SECOND),
+            reset_after: SECOND,
+            ..v.clone()
+        };
+        assert_eq!(
+            (long.reset_hint(), long.retry_hint()),
+            (2 * SECOND, 5 * SECOND),
+            "the wait, capped at the window"
+        );
         let ok = Verdict {
             allowed: true,
             retry_after: Some(0),

@@ -99,15 +99,17 @@ fn cached_rejection(
             o.reset = o.reset.saturating_sub(elapsed);
             o.delay = 0;
             if f.name == policy.name {
+                // The figures of the decision that cached it (its `r`
+                // included), the wait moved on: `t` is the time until the
+                // request could pass, as `Retry-After` (SPEC §5.4).
                 o.status = if locked_out {
                     Status::LockedOut
                 } else {
                     Status::Rejected
                 };
                 o.lock_started = false;
-                o.remaining = 0;
                 o.retry_after = left;
-                o.reset = o.reset.min(left);
+                o.reset = left.min(o.window);
             } else if matches!(o.status, Status::Rejected | Status::LockedOut) {
                 o.retry_after = o.retry_after.saturating_sub(elapsed);
             }
@@ -676,6 +678,30 @@ mod tests {
         // At the retry time the store decides again, and a token is back.
         f.clock.advance(6 * SECOND);
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+    }
+
+    #[tokio::test]
+    async fn a_cached_rejection_keeps_the_deciding_figures_remaining_included() {
+        let f =
+            fixture("limits:\n  b: { algorithm: token_bucket, rate: 1/10s, burst: 5, cost: 3 }\n");
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        let remaining = |d: Decision| match d {
+            Decision::Reject { figures, .. } => figures[0].outcome.remaining,
+            _ => panic!("rejected"),
+        };
+        let h = http::HeaderMap::new();
+        assert_eq!(
+            remaining(f.check("10.0.0.1", &h).await),
+            2,
+            "decided by the store"
+        );
+        assert_eq!(f.limiter.deny.len(), 1);
+        f.clock.advance(SECOND);
+        assert_eq!(
+            remaining(f.check("10.0.0.1", &h).await),
+            2,
+            "answered from the deny cache: still the store's r, not 0"
+        );
     }
 
     #[tokio::test]
