@@ -322,36 +322,6 @@ mod tests {
 
     proptest! {
 
-        #[test]
-        fn never_more_than_burst_plus_rate(
-            interval in 1u64..2_000,
-            burst in 1u64..20,
-            max_delay in prop_oneof![Just(0u64), 0u64..3_000],
-            history in steps(1_000, 6, 150),
-        ) {
-            let p = Params::new(Rate::new(1, interval).unwrap(), burst, max_delay).unwrap();
-            let mut st = State::default();
-            let mut now = T0;
-            let mut taken = Vec::new();
-            for (gap, cost) in history {
-                now += gap;
-                let v = check(&p, &st, now, cost);
-                prop_assert!(v.reset_after <= v.window);
-                prop_assert!(v.ttl <= v.window + max_delay);
-                if v.allowed {
-                    taken.push((now + v.delay, cost));
-                    st = v.state;
-                }
-            }
-            taken.sort();
-            for i in 0..taken.len() {
-                let mut units = 0;
-                for j in i..taken.len() {
-                    units += taken[j].1;
-                    prop_assert!(units * interval <= burst * interval + (taken[j].0 - taken[i].0));
-                }
-            }
-        }
 
 
         /// With a whole emission interval, GCRA and the token bucket are

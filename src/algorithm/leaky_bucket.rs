@@ -315,25 +315,6 @@ mod tests {
 
     proptest! {
 
-        #[test]
-        fn never_more_than_burst_plus_drain(
-            count in 1u64..20,
-            period in 1u64..5_000,
-            burst in 1u64..20,
-            max_delay in prop_oneof![Just(0u64), 0u64..3_000],
-            history in steps(1_000, 6, 150),
-        ) {
-            let p = p(count, period, burst, max_delay);
-            let (_, _, taken) = replay(&p, &history);
-            for i in 0..taken.len() {
-                let mut units = 0u64;
-                for j in i..taken.len() {
-                    units += taken[j].2;
-                    let span = taken[j].0 - taken[i].0;
-                    prop_assert!(units * period <= burst * period + count * span);
-                }
-            }
-        }
 
         #[test]
         fn shaped_requests_leave_spaced_at_the_rate(
