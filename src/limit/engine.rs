@@ -17,7 +17,7 @@ use crate::limit::plan::{plan, verdict, Plan, Verdict};
 use crate::limit::policy::Policy;
 use crate::limit::store::memory::MemoryStore;
 use crate::limit::store::redis::{RedisStore, StoreError};
-use crate::limit::{Check, Micros, Outcome, Status, StoreKey};
+use crate::limit::{AlgoParams, Check, Micros, Outcome, Status, StoreKey};
 use crate::metrics::Metrics;
 
 /// How many (limit, client) rejections the deny cache remembers at most.
@@ -67,59 +67,55 @@ pub enum Decision {
     NotApplied,
 }
 
-/// The figures of a rejection, kept in the deny cache so that the answers it
-/// gives carry every limit's fields as they were at `at`.
-#[derive(Debug)]
-pub struct Snapshot {
-    /// When the rejection was decided.
-    at: Micros,
-    /// Every limit's figures then.
-    figures: Vec<Figure>,
+/// What the deny cache keeps beside one (limit, client) it rejects: the
+/// figures of the decision that put it there, and the parameters it was
+/// decided under (an override may give the same key other ones).
+#[derive(Debug, Clone)]
+pub struct Cached {
+    /// The limit's figures then.
+    figure: Figure,
+    /// The parameters it was decided under.
+    params: AlgoParams,
 }
 
-/// The rejection the deny cache gives for `policy` (cached until `until`):
-/// the snapshot's figures for the limits this request applies, their times
-/// moved on to `now`.
-fn cached_rejection(
-    snapshot: &Snapshot,
-    plan: &Plan<'_>,
-    policy: &Arc<Policy>,
-    until: Micros,
-    locked_out: bool,
-    now: Micros,
-) -> Decision {
-    let elapsed = now.saturating_sub(snapshot.at);
-    let left = until.saturating_sub(now);
-    let figures = plan
-        .policies()
-        .filter_map(|p| snapshot.figures.iter().find(|f| f.name == p.name))
-        .map(|f| {
-            let mut f = f.clone();
+/// The rejection the deny cache gives when every check of `plan` is cached
+/// (`hits`, in check order: until, locked out, what was kept): each limit's
+/// figures as the deciding call reported them (its `r` included), their
+/// waits moved on to `now`, `t` the time until the request could pass
+/// (SPEC §5.4); named, as the store's verdict would, by the longest wait.
+fn cached_rejection(plan: &Plan<'_>, hits: &[(Micros, bool, Cached)], now: Micros) -> Decision {
+    let figures: Vec<Figure> = hits
+        .iter()
+        .map(|(until, locked_out, cached)| {
+            let mut f = cached.figure.clone();
             let o = &mut f.outcome;
-            o.reset = o.reset.saturating_sub(elapsed);
+            let left = until.saturating_sub(now);
+            o.status = if *locked_out {
+                Status::LockedOut
+            } else {
+                Status::Rejected
+            };
+            o.lock_started = false;
             o.delay = 0;
-            if f.name == policy.name {
-                // The figures of the decision that cached it (its `r`
-                // included), the wait moved on: `t` is the time until the
-                // request could pass, as `Retry-After` (SPEC §5.4).
-                o.status = if locked_out {
-                    Status::LockedOut
-                } else {
-                    Status::Rejected
-                };
-                o.lock_started = false;
-                o.retry_after = left;
-                o.reset = left.min(o.window);
-            } else if matches!(o.status, Status::Rejected | Status::LockedOut) {
-                o.retry_after = o.retry_after.saturating_sub(elapsed);
-            }
+            o.retry_after = left;
+            o.reset = left.min(o.window);
             f
         })
         .collect();
+    let outcomes: Vec<Outcome> = figures.iter().map(|f| f.outcome).collect();
+    let (index, locked_out, retry_after) = match verdict(&outcomes) {
+        Verdict::Reject {
+            index,
+            locked_out,
+            retry_after,
+        } => (index, locked_out, retry_after),
+        // Not reached: every outcome above is a rejection.
+        Verdict::Allow { .. } => (0, hits[0].1, outcomes[0].retry_after),
+    };
     Decision::Reject {
         locked_out,
-        limit: policy.name.clone(),
-        retry_after: left,
+        limit: plan.policy(index).name.clone(),
+        retry_after,
         figures,
     }
 }
@@ -137,7 +133,7 @@ pub struct Limiter {
     backend: Backend,
     /// The memory backend, or `on_error: local`'s fallback.
     local: Arc<MemoryStore>,
-    deny: DenyCache<Arc<Snapshot>>,
+    deny: DenyCache<Cached>,
     /// Who the keys this instance locked out are, so `GET /lockouts` can
     /// name them (store keys are hashes).
     labels: std::sync::Mutex<HashMap<StoreKey, Label>>,
@@ -292,10 +288,24 @@ impl Limiter {
             return Decision::NotApplied;
         }
 
-        // The local deny cache: no store call for a client known rejected.
-        for (check, policy) in plan.checks.iter().zip(plan.policies()) {
-            if let Some((until, locked_out, snapshot)) = self.deny.get_with(&check.key, now) {
-                return cached_rejection(&snapshot, &plan, policy, until, locked_out, now);
+        // The local deny cache: no store call when every limit of the
+        // request is known to reject this client under these very
+        // parameters. The store would answer the same: a locked limit
+        // strikes nothing, the others have no lockout, and the verdict picks
+        // the longest wait either way. One limit not cached (it might reject
+        // with a longer wait, or strike) and the store decides.
+        if !self.deny.is_empty() {
+            let mut hits = Vec::with_capacity(plan.checks.len());
+            for check in &plan.checks {
+                match self.deny.get_with(&check.key, now) {
+                    Some((until, locked, cached)) if cached.params == check.params => {
+                        hits.push((until, locked, cached));
+                    }
+                    _ => break,
+                }
+            }
+            if hits.len() == plan.checks.len() {
+                return cached_rejection(&plan, &hits, now);
             }
         }
 
@@ -352,7 +362,6 @@ impl Limiter {
                 concurrency: policy.is_concurrency(),
             })
             .collect();
-        let mut snapshot: Option<Arc<Snapshot>> = None;
         for (i, (outcome, policy)) in outcomes.iter().zip(plan.policies()).enumerate() {
             if !matches!(outcome.status, Status::Rejected | Status::LockedOut) {
                 continue;
@@ -362,19 +371,15 @@ impl Limiter {
             let cacheable = outcome.status == Status::LockedOut
                 || (policy.lockout.is_none() && !policy.is_concurrency());
             if cacheable && outcome.retry_after > 0 {
-                let snapshot = snapshot
-                    .get_or_insert_with(|| {
-                        Arc::new(Snapshot {
-                            at: now,
-                            figures: figures.clone(),
-                        })
-                    })
-                    .clone();
+                let cached = Cached {
+                    figure: figures[i].clone(),
+                    params: plan.checks[i].params.clone(),
+                };
                 self.deny.insert_with(
                     plan.checks[i].key,
                     now.saturating_add(outcome.retry_after),
                     outcome.status == Status::LockedOut,
-                    snapshot,
+                    cached,
                 );
             }
             if outcome.lock_started {
@@ -701,6 +706,73 @@ mod tests {
             remaining(f.check("10.0.0.1", &h).await),
             2,
             "answered from the deny cache: still the store's r, not 0"
+        );
+    }
+
+    /// The deny cache answers only what the store would: not under another
+    /// override's parameters, not when a limit it does not hold could reject
+    /// with a longer wait or take a strike.
+    #[tokio::test]
+    async fn the_deny_cache_answers_only_what_the_store_would() {
+        let f = fixture(
+            "limits:
+  p:
+    algorithm: token_bucket
+    rate: 1/500d
+    burst: 1
+    overrides: [{ match: \"header:x-tier=gold\", burst: 5 }]
+",
+        );
+        let plain = http::HeaderMap::new();
+        let mut gold = http::HeaderMap::new();
+        gold.insert("x-tier", http::HeaderValue::from_static("gold"));
+        assert!(matches!(
+            f.check("10.0.0.1", &plain).await,
+            Decision::Allow { .. }
+        ));
+        assert!(matches!(
+            f.check("10.0.0.1", &plain).await,
+            Decision::Reject { .. }
+        ));
+        assert!(
+            matches!(f.check("10.0.0.1", &gold).await, Decision::Allow { .. }),
+            "the override's burst, not the cached rejection"
+        );
+
+        // Two limits reject; the longest wait names the rejection, from the
+        // store and from the cache alike.
+        let f = fixture(
+            "limits:
+  p: { algorithm: token_bucket, rate: 1/500d, burst: 1 }
+  h: { algorithm: token_bucket, rate: 1/1000d, burst: 1 }
+",
+        );
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        let stored = f.outcome("10.0.0.1").await;
+        assert_eq!(stored.1.as_deref(), Some("h"));
+        assert_eq!(f.limiter.deny.len(), 2);
+        f.clock.advance(SECOND);
+        let cached = f.outcome("10.0.0.1").await;
+        assert_eq!((cached.1, cached.2), (Some("h".into()), stored.2 - 1));
+
+        // `a` locked out (cached), `b` not cached and able to take a strike:
+        // the store decides, and `b`'s second strike locks it.
+        let f = fixture(
+            "limits:
+  a: { algorithm: sliding_log, limit: 1, window: 1d, lockout: { duration: 1h } }
+  b: { algorithm: gcra, rate: 1/100d, burst: 1, lockout: { after: 2, duration: 5h } }
+",
+        );
+        assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+        // Both reject: `a` locks (1 h), `b` takes its first strike and
+        // names the rejection with its longer wait (100 days).
+        let second = f.outcome("10.0.0.1").await;
+        assert_eq!((second.0, second.1.as_deref()), ("rate_limited", Some("b")));
+        let third = f.outcome("10.0.0.1").await;
+        assert_eq!(
+            (third.0, third.1.as_deref(), third.2),
+            ("locked_out", Some("b"), 5 * 3600),
+            "b's second strike reached the store"
         );
     }
 
