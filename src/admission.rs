@@ -174,8 +174,10 @@ pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayE
 /// before anything is sent; a body without a length is held to the cap as
 /// it is read.
 pub fn body_size(headers: &HeaderMap, max: Option<u64>) -> Result<(), GatewayError> {
-    match (max, content_length(headers)) {
-        (Some(max), Some(len)) if len > max => Err(GatewayError::BodyTooLarge),
+    match max {
+        Some(max) if content_length(headers).is_some_and(|len| len > max) => {
+            Err(GatewayError::BodyTooLarge)
+        }
         _ => Ok(()),
     }
 }

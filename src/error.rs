@@ -248,13 +248,14 @@ impl Rejection {
                 grpc_answer(grpc::RESOURCE_EXHAUSTED, &message)
             }
             (None, false) => {
-                let json = serde_json::json!({
-                    "error": values.error,
-                    "limit": values.limit,
-                    "retry_after": secs,
-                    "request_id": values.request_id,
-                });
-                let mut r = Response::new(body::full(json.to_string()));
+                let json = serde_json::to_vec(&RejectionBody {
+                    error: values.error,
+                    limit: values.limit,
+                    retry_after: secs,
+                    request_id: values.request_id,
+                })
+                .unwrap_or_default();
+                let mut r = Response::new(body::full(json));
                 *r.status_mut() = self.answer.status;
                 let content_type = self.answer.content_type.clone().unwrap_or(APPLICATION_JSON);
                 r.headers_mut().insert(CONTENT_TYPE, content_type);
@@ -334,13 +335,30 @@ fn grpc_percent_encode(message: &str) -> String {
     out
 }
 
+/// The default body of a rejection (SPEC §5.4).
+#[derive(serde::Serialize)]
+struct RejectionBody<'a> {
+    error: &'a str,
+    limit: &'a str,
+    retry_after: u64,
+    request_id: &'a str,
+}
+
+/// The body of every other gateway error.
+#[derive(serde::Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    request_id: &'a str,
+}
+
 /// A JSON error response `{"error": code, "request_id": id}` with `status`.
 pub fn json_error(status: StatusCode, code: &str, request_id: &HeaderValue) -> Response<Body> {
-    let body = serde_json::json!({
-        "error": code,
-        "request_id": request_id.to_str().unwrap_or_default(),
-    });
-    let mut response = Response::new(body::full(body.to_string()));
+    let body = serde_json::to_vec(&ErrorBody {
+        error: code,
+        request_id: request_id.to_str().unwrap_or_default(),
+    })
+    .unwrap_or_default();
+    let mut response = Response::new(body::full(body));
     *response.status_mut() = status;
     response
         .headers_mut()

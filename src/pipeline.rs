@@ -96,7 +96,8 @@ struct Ctx<'a> {
     grpc: bool,
     /// The matched route.
     route: Option<Arc<RouteRuntime>>,
-    /// The Host the client asked for, once admitted.
+    /// The Host the client asked for, once admitted (the access log keeps
+    /// it as text).
     host: Option<HeaderValue>,
     /// What must live until the response body ends.
     held: Held,
@@ -135,7 +136,7 @@ impl<'a> Ctx<'a> {
                 request_id,
                 client: client.addr,
                 method: req.method().clone(),
-                host: raw_host(req),
+                host: None,
                 path: req.uri().path().to_owned(),
                 route: None,
                 upstream: None,
@@ -171,7 +172,19 @@ async fn route_request(
 /// [`admission::admit`], shared with `tollgate simulate`).
 fn admit<B>(req: &Request<B>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, GatewayError> {
     let ambiguous = req.version() < Version::HTTP_2 && ctx.conn.framing.ambiguous(ctx.number);
-    let admitted = admission::admit(req, ctx.rt, &ctx.client, ambiguous)?;
+    let admitted = match admission::admit(req, ctx.rt, &ctx.client, ambiguous) {
+        Ok(admitted) => admitted,
+        Err(error) => {
+            // Logged as sent, valid or not.
+            ctx.record.host = raw_host(req);
+            return Err(error);
+        }
+    };
+    ctx.record.host = admitted
+        .host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
     ctx.host = admitted.host;
     ctx.record.path.clear();
     ctx.record.path.push_str(&admitted.path);

@@ -102,15 +102,14 @@ fn cached_rejection(plan: &Plan<'_>, hits: &[(Micros, bool, Cached)], now: Micro
             f
         })
         .collect();
-    let outcomes: Vec<Outcome> = figures.iter().map(|f| f.outcome).collect();
-    let (index, locked_out, retry_after) = match verdict(&outcomes) {
+    let (index, locked_out, retry_after) = match verdict(figures.iter().map(|f| &f.outcome)) {
         Verdict::Reject {
             index,
             locked_out,
             retry_after,
         } => (index, locked_out, retry_after),
         // Not reached: every outcome above is a rejection.
-        Verdict::Allow { .. } => (0, hits[0].1, outcomes[0].retry_after),
+        Verdict::Allow { .. } => (0, hits[0].1, figures[0].outcome.retry_after),
     };
     Decision::Reject {
         locked_out,

@@ -126,16 +126,17 @@ pub enum Verdict {
     },
 }
 
-/// Read a request's outcomes (one per check) into its verdict.
-pub fn verdict(outcomes: &[Outcome]) -> Verdict {
-    let mut worst: Option<(usize, Micros)> = None;
+/// Read a request's outcomes (one per check, in order) into its verdict.
+pub fn verdict<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Verdict {
+    let mut worst: Option<(usize, Micros, bool)> = None;
     let mut delay = 0;
     let mut shadow_rejected = false;
-    for (i, outcome) in outcomes.iter().enumerate() {
+    for (i, outcome) in outcomes.into_iter().enumerate() {
         match outcome.status {
             Status::Rejected | Status::LockedOut => {
-                if worst.is_none_or(|(_, r)| outcome.retry_after > r) {
-                    worst = Some((i, outcome.retry_after));
+                if worst.is_none_or(|(_, r, _)| outcome.retry_after > r) {
+                    let locked_out = outcome.status == Status::LockedOut;
+                    worst = Some((i, outcome.retry_after, locked_out));
                 }
             }
             Status::ShadowRejected => shadow_rejected = true,
@@ -143,9 +144,9 @@ pub fn verdict(outcomes: &[Outcome]) -> Verdict {
         }
     }
     match worst {
-        Some((index, retry_after)) => Verdict::Reject {
+        Some((index, retry_after, locked_out)) => Verdict::Reject {
             index,
-            locked_out: outcomes[index].status == Status::LockedOut,
+            locked_out,
             retry_after,
         },
         None => Verdict::Allow {
