@@ -33,8 +33,8 @@
 //!   its response ended), so only requests of the same instant compete.
 //! - `max_delay` delays are not waited: a delayed request counts as allowed
 //!   (and delayed), at its arrival time.
-//! - The local deny cache is not used: it only spares store calls, the
-//!   store gives the same answers.
+//! - The local deny cache is not used: it only spares store calls, and
+//!   answers only what the store would (see `limit::engine`).
 //! - Access-log lines carry no headers nor query string: limits keyed on
 //!   them see them missing and `on_missing_key` applies.
 //!
