@@ -10,7 +10,7 @@
 //!
 //! Each stage either passes the request on or ends it with a
 //! [`GatewayError`], which [`GatewayError::response`] turns into the answer.
-//! The stages share one [`Ctx`]; admission and limit planning are I/O-free
+//! The stages share one `Ctx`; admission and limit planning are I/O-free
 //! functions that `tollgate simulate` calls too. Nothing here blocks on
 //! anything but the limit store, the upstream and the client.
 
@@ -45,7 +45,7 @@ use crate::server::{ConnInfo, Handler, Responding};
 use crate::shared::Shared;
 
 /// The gateway's request handler: every request of every traffic
-/// connection goes through [`handle`].
+/// connection goes through `handle`.
 pub struct Pipeline {
     shared: Arc<Shared>,
 }

@@ -131,7 +131,7 @@ impl ToRedisArgs for DispatchArgs<'_> {
 /// The figures per check in `dispatch.lua`'s reply.
 const OUTCOME_WIDTH: usize = 8;
 
-/// `dispatch.lua`'s reply, one string of [`OUTCOME_WIDTH`] decimal
+/// `dispatch.lua`'s reply, one string of `OUTCOME_WIDTH` decimal
 /// integers per check, space-separated: one [`Outcome`] per check.
 pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, ReplyError> {
     let Value::BulkString(text) = reply else {
