@@ -85,7 +85,7 @@ pub fn check(path: &Path) -> Result<String, RunError> {
     let summary = format!(
         "{}: ok: {} listener(s), {} route(s), {} upstream(s), {} limit(s), store {}\n",
         path.display(),
-        c.server.listen.len(),
+        c.server.listen.len() + c.server.tls.as_ref().map_or(0, |t| t.listen.len()),
         c.routes.len(),
         c.upstreams.len(),
         c.limits.len(),

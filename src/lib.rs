@@ -51,3 +51,4 @@ pub mod runtime;
 pub mod server;
 pub mod shared;
 pub mod simulate;
+pub mod tls;

@@ -110,13 +110,25 @@ pub fn prepare(
                 source,
             }
         })?;
-    let wanted: HashSet<SocketAddr> = runtime.config.server.listen.iter().copied().collect();
+    // Plain and TLS listeners alike: which one an address is, is read from
+    // the runtime per connection (`Runtime::tls_for`).
+    let server = &runtime.config.server;
+    let plain = server
+        .listen
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (format!("server.listen[{i}]"), *a));
+    let tls = server.tls.iter().flat_map(|t| t.listen.iter().enumerate());
+    let addresses: Vec<(String, SocketAddr)> = plain
+        .chain(tls.map(|(i, a)| (format!("server.tls.listen[{i}]"), *a)))
+        .collect();
+    let wanted: HashSet<SocketAddr> = addresses.iter().map(|(_, a)| *a).collect();
     let mut bound = Vec::new();
-    for (i, &addr) in runtime.config.server.listen.iter().enumerate() {
+    for (field, addr) in addresses {
         if serving.contains(&addr) || bound.iter().any(|(a, _)| *a == addr) {
             continue;
         }
-        let listener = bind(&source, &format!("server.listen[{i}]"), addr)?;
+        let listener = bind(&source, &field, addr)?;
         bound.push((addr, listener));
     }
     let removed = serving

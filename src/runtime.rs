@@ -7,6 +7,7 @@
 //! pooled connections survive the reload).
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -21,6 +22,7 @@ use crate::metrics::RouteMetrics;
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};
 use crate::route::Router;
+use crate::tls::{self, TlsError};
 
 /// One config generation, compiled.
 pub struct Runtime {
@@ -43,6 +45,9 @@ pub struct Runtime {
     /// The limiter (store, deny cache); shared with the previous generation
     /// while `store:` is unchanged, so limit state survives reloads.
     pub limiter: Arc<Limiter>,
+    /// The TLS listeners' config, the certificates read when this runtime
+    /// was built (so a reload re-reads them).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// What a route does once matched.
@@ -99,6 +104,9 @@ pub enum BuildError {
     /// The limit store could not be set up.
     #[error("store: {0}")]
     Limiter(#[from] StoreError),
+    /// A certificate, key or CA could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl Runtime {
@@ -128,6 +136,10 @@ impl Runtime {
             policies.insert(limit.name.clone(), Arc::new(Policy::compile(limit)));
         }
         let limiter = Limiter::build(&config.store, previous.map(|p| &p.limiter))?;
+        let tls = match &config.server.tls {
+            Some(t) => Some(tls::server_config(&t.certificates)?),
+            None => None,
+        };
 
         let mut matchers = Vec::with_capacity(config.routes.len());
         let mut routes = Vec::with_capacity(config.routes.len());
@@ -196,6 +208,14 @@ impl Runtime {
             upstreams,
             policies,
             limiter,
+            tls,
         })
+    }
+
+    /// The TLS config for connections accepted on `addr`, when it is one of
+    /// `server.tls.listen`.
+    pub fn tls_for(&self, addr: SocketAddr) -> Option<Arc<rustls::ServerConfig>> {
+        let listens = &self.config.server.tls.as_ref()?.listen;
+        listens.contains(&addr).then(|| self.tls.clone()).flatten()
     }
 }

@@ -858,8 +858,8 @@ fn a_taken_port_in_the_default_config_names_the_variable_to_set() {
 fn check_refuses_what_this_build_does_not_implement() {
     for (yaml, field, line) in [
         (
-            "server:\n  listen: [\"127.0.0.1:1\"]\n  tls:\n    listen: [\"127.0.0.1:2\"]\n    certificates: [{ cert: c.pem, key: k.pem }]\n",
-            "server.tls",
+            "server:\n  listen: [\"127.0.0.1:1\"]\n  escaped_slashes: decode\n",
+            "server.escaped_slashes",
             3,
         ),
         (

@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -52,8 +53,10 @@ impl Config {
 /// `server:`: the traffic side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
-    /// Plain (HTTP/1.1 and h2c) listeners (at least one).
+    /// Plain (HTTP/1.1 and h2c) listeners; empty only when `tls` has some.
     pub listen: Vec<SocketAddr>,
+    /// TLS listeners and their certificates.
+    pub tls: Option<TlsConfig>,
     /// The rejection routes use unless they say otherwise.
     pub limit_response: LimitResponse,
     /// Peers whose `X-Forwarded-For` is believed.
@@ -74,6 +77,25 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long in-flight requests may finish after SIGTERM.
     pub shutdown_grace: Duration,
+}
+
+/// `server.tls:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// TLS listeners (at least one).
+    pub listen: Vec<SocketAddr>,
+    /// Certificates chosen by SNI; the first is the default (at least one).
+    pub certificates: Vec<CertificateConfig>,
+}
+
+/// One certificate and its key; relative paths are resolved against the
+/// config file's directory. The files are read when the runtime is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateConfig {
+    /// PEM certificate chain, the end-entity certificate first.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// `admin:`.
@@ -159,8 +181,11 @@ pub struct UpstreamConfig {
     pub timeout: Duration,
     /// Retries on another target.
     pub retries: u32,
-    /// Speak HTTP/2 (h2c, prior knowledge) to the targets.
+    /// Speak HTTP/2 to the targets (h2c with prior knowledge, or ALPN for
+    /// `https://` targets).
     pub http2: bool,
+    /// TLS settings for `https://` targets.
+    pub tls: Option<UpstreamTls>,
     /// Health checking.
     pub health: HealthConfig,
 }
@@ -186,6 +211,19 @@ pub enum Balance {
     Random,
     /// By a hash of the client key, so a client sticks to a target.
     Hash,
+}
+
+/// `upstreams.*.tls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// A CA bundle trusted besides the system's roots.
+    pub ca: Option<PathBuf>,
+    /// Verify the target's certificate (default true).
+    pub verify: bool,
+    /// SNI and verification name, instead of the target's host.
+    pub server_name: Option<String>,
+    /// A client certificate and key for mutual TLS.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 /// `upstreams.*.health`.

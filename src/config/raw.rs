@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::path::PathBuf;
 
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -38,8 +39,7 @@ pub(crate) struct RawConfig {
 )]
 pub(crate) struct RawServer {
     pub listen: Option<Vec<Addr>>,
-    /// Not in this build: refused by `validate`, whatever it holds.
-    pub tls: Option<IgnoredAny>,
+    pub tls: Option<RawServerTls>,
     pub trusted_proxies: Option<Vec<Cidr>>,
     pub deny: Option<Vec<Cidr>>,
     pub ipv6_prefix: Option<u8>,
@@ -50,6 +50,23 @@ pub(crate) struct RawServer {
     pub shutdown_grace: Option<Dur>,
     pub escaped_slashes: Option<EscapedSlashes>,
     pub limit_response: Option<RawLimitResponse>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields listen, certificates"
+)]
+pub(crate) struct RawServerTls {
+    pub listen: Option<Vec<Addr>>,
+    pub certificates: Option<Vec<RawCertificate>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields cert, key")]
+pub(crate) struct RawCertificate {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// `server.escaped_slashes`.
@@ -155,9 +172,21 @@ pub(crate) struct RawUpstream {
     pub timeout: Option<Dur>,
     pub retries: Option<u32>,
     pub http2: Option<bool>,
-    /// Not in this build: refused by `validate`.
-    pub tls: Option<IgnoredAny>,
+    pub tls: Option<RawUpstreamTls>,
     pub health: Option<RawHealth>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields ca, verify, server_name, cert, key"
+)]
+pub(crate) struct RawUpstreamTls {
+    pub ca: Option<PathBuf>,
+    pub verify: Option<bool>,
+    pub server_name: Option<String>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
 }
 
 /// A target: a URL string or `{url, weight}`.

@@ -34,6 +34,10 @@ pub(crate) fn validate(
     let mut ctx = Ctx {
         file,
         positions,
+        base_dir: std::path::Path::new(file)
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default(),
         warnings: Vec::new(),
     };
     let server = ctx.server(raw.server.unwrap_or_default())?;
@@ -86,6 +90,8 @@ pub(crate) fn validate(
 struct Ctx<'a> {
     file: &'a str,
     positions: &'a Positions,
+    /// The config file's directory, for relative paths.
+    base_dir: std::path::PathBuf,
     warnings: Vec<String>,
 }
 
@@ -99,6 +105,15 @@ impl Ctx<'_> {
             column: pos.map(|p| p.1),
             field: field.to_owned(),
             message: message.into(),
+        }
+    }
+
+    /// `path` as written, or relative to the config file's directory.
+    fn resolve(&self, path: std::path::PathBuf) -> std::path::PathBuf {
+        if path.is_absolute() {
+            path
+        } else {
+            self.base_dir.join(path)
         }
     }
 
@@ -152,20 +167,20 @@ impl Ctx<'_> {
             None => vec![SocketAddr::from(([0, 0, 0, 0], 8080))],
             Some(list) => list.into_iter().map(|a| a.0).collect(),
         };
-        if raw.tls.is_some() {
-            return Err(self.unsupported(
-                "server.tls",
-                "this build has no TLS listeners; terminate TLS in front of tollgate",
-            ));
-        }
-        if listen.is_empty() {
+        let tls = match raw.tls {
+            None => None,
+            Some(tls) => Some(self.server_tls(tls)?),
+        };
+        if listen.is_empty() && tls.is_none() {
             return Err(self.err("server.listen", "at least one listener is required"));
         }
         let mut seen: Vec<(String, SocketAddr)> = Vec::new();
+        let tls_addrs = tls.iter().flat_map(|t| t.listen.iter().enumerate());
         let all = listen
             .iter()
             .enumerate()
-            .map(|(i, a)| (format!("server.listen[{i}]"), *a));
+            .map(|(i, a)| (format!("server.listen[{i}]"), *a))
+            .chain(tls_addrs.map(|(i, a)| (format!("server.tls.listen[{i}]"), *a)));
         for (field, addr) in all {
             if let Some((other, _)) = seen.iter().find(|(_, a)| overlaps(*a, addr)) {
                 return Err(self.err(&field, format!("{addr} is already a listener ({other})")));
@@ -232,6 +247,7 @@ impl Ctx<'_> {
             self.at_least_one("server.max_connections", raw.max_connections, 10_000)?;
         Ok(ServerConfig {
             listen,
+            tls,
             limit_response,
             trusted_proxies: cidrs(raw.trusted_proxies),
             deny: cidrs(raw.deny),
@@ -252,7 +268,11 @@ impl Ctx<'_> {
             AdminListen::At(addr) => Some(addr.0),
         };
         if let Some(addr) = listen {
-            if let Some(other) = server.listen.iter().find(|t| overlaps(**t, addr)) {
+            let traffic = server
+                .listen
+                .iter()
+                .chain(server.tls.iter().flat_map(|t| t.listen.iter()));
+            if let Some(other) = traffic.into_iter().find(|t| overlaps(**t, addr)) {
                 return Err(self.err(
                     "admin.listen",
                     format!(
@@ -339,6 +359,90 @@ impl Ctx<'_> {
             timeout,
             on_error: raw.on_error.unwrap_or(OnError::Local),
             clock: raw.clock.unwrap_or(Clock::Store),
+        })
+    }
+
+    fn server_tls(&mut self, raw: RawServerTls) -> Result<TlsConfig> {
+        let listen: Vec<SocketAddr> = raw
+            .listen
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        if listen.is_empty() {
+            return Err(self.err(
+                "server.tls.listen",
+                "TLS needs at least one listener address",
+            ));
+        }
+        let certificates: Vec<CertificateConfig> = raw
+            .certificates
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| CertificateConfig {
+                cert: self.resolve(c.cert),
+                key: self.resolve(c.key),
+            })
+            .collect();
+        if certificates.is_empty() {
+            return Err(self.err(
+                "server.tls.certificates",
+                "TLS needs at least one certificate: { cert: FILE, key: FILE }",
+            ));
+        }
+        Ok(TlsConfig {
+            listen,
+            certificates,
+        })
+    }
+
+    fn upstream_tls(
+        &mut self,
+        path: &str,
+        raw: RawUpstreamTls,
+        targets: &[TargetConfig],
+    ) -> Result<UpstreamTls> {
+        let field = format!("{path}.tls");
+        if !targets.iter().any(|t| t.url.scheme_str() == Some("https")) {
+            self.warnings.push(format!(
+                "{field} has no effect: the upstream has no https:// target"
+            ));
+        }
+        let verify = raw.verify.unwrap_or(true);
+        if !verify {
+            self.warnings.push(format!(
+                "{field}.verify: false: the targets' certificates are not checked, so anyone on the path can pose as them"
+            ));
+        }
+        let client_cert = match (raw.cert, raw.key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((self.resolve(cert), self.resolve(key))),
+            (Some(_), None) => {
+                return Err(self.err(
+                    &field,
+                    "`cert` needs its `key` (a client certificate for mutual TLS)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(self.err(
+                    &field,
+                    "`key` needs its `cert` (a client certificate for mutual TLS)",
+                ))
+            }
+        };
+        if let Some(name) = &raw.server_name {
+            if name.trim().is_empty() || name.contains(['/', ' ', ':']) && !name.contains("::") {
+                return Err(self.err(
+                    &format!("{field}.server_name"),
+                    format!("\"{name}\" is not a host name"),
+                ));
+            }
+        }
+        Ok(UpstreamTls {
+            ca: raw.ca.map(|p| self.resolve(p)),
+            verify,
+            server_name: raw.server_name.filter(|s| !s.trim().is_empty()),
+            client_cert,
         })
     }
 
@@ -430,21 +534,13 @@ impl Ctx<'_> {
                 field.clone()
             };
             let url = target_url(&t.url).map_err(|m| self.err(&url_field, m))?;
-            if url.scheme_str() == Some("https") {
-                return Err(self.unsupported(
-                    &url_field,
-                    "https:// targets (upstream TLS); use http:// targets",
-                ));
-            }
             let weight = self.at_least_one(&format!("{field}.weight"), t.weight, 1)?;
             targets.push(TargetConfig { url, weight });
         }
-        if raw.tls.is_some() {
-            return Err(self.unsupported(
-                &format!("{path}.tls"),
-                "upstream TLS is not in this build (targets are http://)",
-            ));
-        }
+        let tls = match raw.tls {
+            None => None,
+            Some(t) => Some(self.upstream_tls(path, t, &targets)?),
+        };
         let health = raw.health.unwrap_or_default();
         let passive = match health.passive {
             None => None,
@@ -483,6 +579,7 @@ impl Ctx<'_> {
             )?,
             retries: raw.retries.unwrap_or(1),
             http2: raw.http2.unwrap_or(false),
+            tls,
             health: HealthConfig { passive },
         })
     }

@@ -13,9 +13,14 @@
 //! connection hands back unsent (it closed before the request was written)
 //! is sent once more on a new connection.
 //!
-//! **HTTP/2** (`http2: true`: h2c with prior knowledge). One multiplexed
-//! connection per target, shared by every request, opened again when it
-//! closes; one request opens it while the others wait for it.
+//! **HTTP/2** (`http2: true`: h2c with prior knowledge, or h2 by ALPN on an
+//! `https://` target). One multiplexed connection per target, shared by
+//! every request, opened again when it closes; one request opens it while
+//! the others wait for it.
+//!
+//! **TLS** (`https://` targets): the handshake is part of the connect, within
+//! the connect timeout; a TLS connection is pooled and reused like a plain
+//! one.
 //!
 //! **Idle connections** are closed after the idle timeout by one reaper task
 //! per client, which holds only a `Weak` reference and ends with the client.
@@ -37,8 +42,12 @@ use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 use crate::body::{self, UpstreamBody};
 
@@ -63,6 +72,9 @@ pub enum ClientError {
     /// was sent).
     #[error("connect timed out after {0:?}")]
     ConnectTimeout(Duration),
+    /// The TLS handshake failed (nothing was sent).
+    #[error("TLS handshake: {0}")]
+    Tls(#[source] std::io::Error),
     /// The HTTP/2 handshake failed on a new connection (nothing was sent).
     #[error("handshake: {0}")]
     Handshake(#[source] hyper::Error),
@@ -98,6 +110,17 @@ struct Inner {
     reaper: AtomicBool,
 }
 
+/// How to reach one target: its authority, the port when it has none, and
+/// TLS for an `https://` target.
+pub struct Dial<'a> {
+    /// `host[:port]`.
+    pub authority: &'a Authority,
+    /// The port when `authority` has none (80, or 443 for TLS).
+    pub default_port: u16,
+    /// TLS: the client config, and the name to verify (and send as SNI).
+    pub tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+}
+
 /// One target: where to connect, and its pooled connections.
 struct Endpoint {
     /// The host, without IPv6 brackets (for resolving).
@@ -105,6 +128,8 @@ struct Endpoint {
     port: u16,
     /// The host when it is an IP literal: no resolving needed.
     ip: Option<IpAddr>,
+    /// TLS over the TCP connection, for an `https://` target.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
     /// Idle HTTP/1.1 connections, the most recently returned last.
     idle: Mutex<Vec<Idle>>,
     /// The shared HTTP/2 connection.
@@ -130,21 +155,25 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Client {
-    /// A client for `targets` (`host[:port]`; `default_port` when there is
-    /// none), speaking HTTP/2 with prior knowledge when `http2`, with
-    /// `connect_timeout` for each new TCP connection and closing connections
-    /// idle for `idle_timeout`. The target index of [`Client::send`] is the
-    /// position in `targets`.
+    /// A client for `targets`, speaking HTTP/2 when `http2` (with prior
+    /// knowledge, or by ALPN over TLS), with `connect_timeout` for each new
+    /// connection (TLS handshake included) and closing connections idle for
+    /// `idle_timeout`. The target index of [`Client::send`] is the position
+    /// in `targets`.
     pub fn new<'a>(
-        targets: impl IntoIterator<Item = &'a Authority>,
-        default_port: u16,
+        targets: impl IntoIterator<Item = Dial<'a>>,
         http2: bool,
         connect_timeout: Duration,
         idle_timeout: Duration,
     ) -> Client {
         let endpoints = targets
             .into_iter()
-            .map(|authority| {
+            .map(|dial| {
+                let Dial {
+                    authority,
+                    default_port,
+                    tls,
+                } = dial;
                 let host = authority.host();
                 let host = host
                     .strip_prefix('[')
@@ -154,6 +183,7 @@ impl Client {
                     ip: host.parse().ok(),
                     host: host.into(),
                     port: authority.port_u16().unwrap_or(default_port),
+                    tls: tls.map(|(config, name)| (TlsConnector::from(config), name)),
                     idle: Mutex::new(Vec::new()),
                     shared: Mutex::new(None),
                     connecting: tokio::sync::Mutex::new(()),
@@ -308,6 +338,72 @@ impl Client {
     }
 }
 
+/// A connection to a target: TCP, or TLS over it.
+pub enum Stream {
+    /// `http://`.
+    Plain(TcpStream),
+    /// `https://`.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 impl Inner {
     /// An idle HTTP/1.1 connection of `target` that is open and ready, most
     /// recently used first. Closed ones are dropped on the way; ones not
@@ -355,10 +451,10 @@ impl Inner {
         }
     }
 
-    /// A TCP connection to `target` within the connect timeout (resolving
-    /// included), trying each resolved address in turn with an equal share
-    /// of the time left.
-    async fn connect(self: &Arc<Self>, target: usize) -> Result<TokioIo<TcpStream>, ClientError> {
+    /// A connection to `target` within the connect timeout (resolving and
+    /// the TLS handshake included), trying each resolved address in turn
+    /// with an equal share of the time left.
+    async fn connect(self: &Arc<Self>, target: usize) -> Result<TokioIo<Stream>, ClientError> {
         self.start_reaper();
         let ep = &self.endpoints[target];
         let timeout = self.connect_timeout;
@@ -383,7 +479,15 @@ impl Inner {
             match tokio::time::timeout(share, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
                     stream.set_nodelay(true).map_err(ClientError::Connect)?;
-                    return Ok(TokioIo::new(stream));
+                    let Some((connector, name)) = &ep.tls else {
+                        return Ok(TokioIo::new(Stream::Plain(stream)));
+                    };
+                    let handshake = connector.connect(name.clone(), stream);
+                    return match tokio::time::timeout_at(deadline, handshake).await {
+                        Ok(Ok(tls)) => Ok(TokioIo::new(Stream::Tls(Box::new(tls)))),
+                        Ok(Err(error)) => Err(ClientError::Tls(error)),
+                        Err(_) => Err(ClientError::ConnectTimeout(timeout)),
+                    };
                 }
                 Ok(Err(error)) => last = ClientError::Connect(error),
                 Err(_) => last = ClientError::ConnectTimeout(timeout),
@@ -587,26 +691,24 @@ mod tests {
         }
 
         fn client(&self, idle_timeout: Duration) -> Client {
-            Client::new(
-                [&self.authority],
-                80,
-                false,
-                Duration::from_secs(2),
-                idle_timeout,
-            )
+            let dial = Dial {
+                authority: &self.authority,
+                default_port: 80,
+                tls: None,
+            };
+            Client::new([dial], false, Duration::from_secs(2), idle_timeout)
         }
     }
 
     /// An HTTP/1.1 client for one target given as `host:port`.
     fn client_for(authority: &str, connect_timeout: Duration) -> Client {
         let authority: Authority = authority.parse().expect("authority");
-        Client::new(
-            [&authority],
-            80,
-            false,
-            connect_timeout,
-            Duration::from_secs(60),
-        )
+        let dial = Dial {
+            authority: &authority,
+            default_port: 80,
+            tls: None,
+        };
+        Client::new([dial], false, connect_timeout, Duration::from_secs(60))
     }
 
     fn serve(stream: std::net::TcpStream, counts: &Counts) {

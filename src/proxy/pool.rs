@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::balance::Balancer;
-use super::client::Client;
+use super::client::{Client, Dial};
 use crate::config::UpstreamConfig;
+use crate::tls::{self, TlsError};
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 
@@ -18,7 +19,7 @@ const POOL_IDLE: Duration = Duration::from_secs(90);
 /// One upstream server of a pool.
 #[derive(Debug)]
 pub struct Target {
-    /// `http` (later also `https`).
+    /// `http` or `https`.
     pub scheme: Scheme,
     /// `host:port` to connect to.
     pub authority: Authority,
@@ -53,11 +54,20 @@ pub struct UpstreamPool {
 
 /// Why an upstream pool could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("upstreams.{upstream}.targets[{index}]: {message}")]
-pub struct PoolError {
-    upstream: String,
-    index: usize,
-    message: String,
+pub enum PoolError {
+    /// A target that cannot be used.
+    #[error("upstreams.{upstream}.targets[{index}]: {message}")]
+    Target {
+        /// The upstream.
+        upstream: String,
+        /// The target's position.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The upstream's TLS material could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl UpstreamPool {
@@ -65,7 +75,7 @@ impl UpstreamPool {
     pub fn new(config: &UpstreamConfig) -> Result<Self, PoolError> {
         let mut targets = Vec::with_capacity(config.targets.len());
         for (index, t) in config.targets.iter().enumerate() {
-            let err = |message: &str| PoolError {
+            let err = |message: &str| PoolError::Target {
                 upstream: config.name.clone(),
                 index,
                 message: message.to_string(),
@@ -75,10 +85,6 @@ impl UpstreamPool {
                 .scheme()
                 .cloned()
                 .ok_or_else(|| err("missing scheme"))?;
-            // Validation refuses https:// (not in this build).
-            if scheme != Scheme::HTTP {
-                return Err(err("only http:// targets are supported"));
-            }
             let authority = t
                 .url
                 .authority()
@@ -96,13 +102,29 @@ impl UpstreamPool {
                 ejected_until: AtomicU64::new(0),
             });
         }
-        let client = Client::new(
-            targets.iter().map(|t| &t.authority),
-            80,
-            config.http2,
-            config.connect_timeout,
-            POOL_IDLE,
-        );
+        // One TLS client config for the upstream's https:// targets.
+        let tls = if targets.iter().any(|t| t.scheme == Scheme::HTTPS) {
+            Some(tls::client_config(
+                &config.name,
+                config.tls.as_ref(),
+                config.http2,
+            )?)
+        } else {
+            None
+        };
+        let dials = targets.iter().map(|t| {
+            let https = t.scheme == Scheme::HTTPS;
+            let tls = tls
+                .clone()
+                .filter(|_| https)
+                .zip(tls::server_name(t.authority.host(), config.tls.as_ref()));
+            Dial {
+                authority: &t.authority,
+                default_port: if https { 443 } else { 80 },
+                tls,
+            }
+        });
+        let client = Client::new(dials, config.http2, config.connect_timeout, POOL_IDLE);
         let weights = config.targets.iter().map(|t| t.weight).collect();
         Ok(UpstreamPool {
             name: config.name.as_str().into(),

@@ -1,7 +1,9 @@
-//! Serving one connection: HTTP/1.1 or h2c (prior knowledge) through
-//! hyper-util's auto builder, plus a watchdog for what hyper does not time:
-//! a connection that sends nothing (or not a whole head) within `header_read`
-//! of opening, and a keep-alive connection idle for `idle`.
+//! Serving one connection: HTTP/1.1 or HTTP/2 (h2c with prior knowledge,
+//! or h2 chosen by ALPN over TLS) through hyper-util's auto builder, plus a
+//! watchdog for what hyper does not time: a connection that sends nothing
+//! (or not a whole head) within `header_read` of opening, and a keep-alive
+//! connection idle for `idle`. A TLS connection's handshake must finish
+//! within `header_read` too.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -11,7 +13,9 @@ use std::time::{Duration, Instant};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::sniff::{Framing, SniffIo};
@@ -21,29 +25,59 @@ use crate::shared::{Activity, Shared};
 /// hyper refuses read buffers smaller than this.
 const MIN_BUF: usize = 8192;
 
-/// Serve `stream` until the client closes, a timeout fires, or shutdown.
+/// Serve `stream` (over TLS with `tls`) until the client closes, a timeout
+/// fires, or shutdown.
 pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shared: Arc<Shared>,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    shared.metrics.connections.inc();
+    match tls {
+        None => serve_io(stream, "http", peer, &shared, handler, shutdown).await,
+        Some(config) => {
+            let header_read = shared.runtime.load().config.server.header_read_timeout;
+            let handshake = TlsAcceptor::from(config).accept(stream);
+            match tokio::time::timeout(header_read, handshake).await {
+                Ok(Ok(stream)) => {
+                    serve_io(stream, "https", peer, &shared, handler, shutdown).await;
+                }
+                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "no TLS handshake within header_read: closing"),
+            }
+        }
+    }
+    shared.metrics.connections.dec();
+}
+
+/// Serve HTTP on `io` (`proto`: `http` or `https`, for X-Forwarded-Proto).
+async fn serve_io<IO>(
+    io: IO,
+    proto: &'static str,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    handler: Arc<dyn Handler>,
+    shutdown: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (header_read, idle, max_header_bytes) = {
         let rt = shared.runtime.load();
         let s = &rt.config.server;
         (s.header_read_timeout, s.idle_timeout, s.max_header_bytes)
     };
-    shared.metrics.connections.inc();
     let info = Arc::new(ConnInfo {
         peer,
-        proto: "http",
+        proto,
         activity: Activity::default(),
         started: Instant::now(),
         framing: Arc::new(Framing::default()),
     });
-    let io = SniffIo::new(stream, max_header_bytes.max(MIN_BUF), info.framing.clone());
+    let io = SniffIo::new(io, max_header_bytes.max(MIN_BUF), info.framing.clone());
 
     let svc = {
         let info = info.clone();
@@ -114,5 +148,4 @@ pub async fn serve(
             }
         }
     }
-    shared.metrics.connections.dec();
 }

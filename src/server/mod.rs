@@ -129,7 +129,7 @@ impl Server {
             listeners.insert(addr, Listening { stop: stop.clone() });
         }
         let server = self.clone();
-        tokio::spawn(async move { server.accept_loop(listener, stop).await });
+        tokio::spawn(async move { server.accept_loop(addr, listener, stop).await });
     }
 
     /// Stop accepting on `addr`; its open connections carry on.
@@ -177,7 +177,12 @@ impl Server {
             .is_ok()
     }
 
-    async fn accept_loop(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
+    async fn accept_loop(
+        self: Arc<Self>,
+        addr: SocketAddr,
+        listener: TcpListener,
+        stop: CancellationToken,
+    ) {
         loop {
             let permit = tokio::select! {
                 permit = self.permits.clone().acquire_owned() => match permit {
@@ -198,11 +203,15 @@ impl Server {
                 },
                 _ = stop.cancelled() => return,
             };
+            // TLS or not is the config in force's say, read per connection,
+            // so a reload that moves an address between the two needs no
+            // rebinding, and renewed certificates apply to new connections.
+            let tls = self.shared.runtime.load().tls_for(addr);
             let shared = self.shared.clone();
             let handler = self.handler.clone();
             let shutdown = self.shutdown.clone();
             self.connections.spawn(async move {
-                conn::serve(stream, peer, shared, handler, shutdown).await;
+                conn::serve(stream, peer, tls, shared, handler, shutdown).await;
                 drop(permit);
             });
         }

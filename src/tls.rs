@@ -1,0 +1,300 @@
+//! TLS with rustls (SPEC §2 `server.tls`, §4): the listeners' server
+//! config (certificates chosen by SNI, ALPN `h2` and `http/1.1`) and the
+//! upstreams' client config (system roots plus `tls.ca`, `server_name`,
+//! `verify: false`, a client certificate).
+//!
+//! The crypto provider is *ring*: it builds with a C compiler alone (no
+//! cmake, no Go, which aws-lc-rs needs), so `cargo build` works on any
+//! machine the project supports; its AES-GCM and ChaCha20 are assembly, and
+//! the handshake costs are in the benchmark (benches/RESULTS.md).
+//!
+//! Certificates and keys are PEM (PKCS#8, PKCS#1 and SEC1 keys), read when a
+//! runtime is built: at start-up, by `tollgate check`, and at every reload,
+//! so renewed files are picked up by SIGHUP; a file that cannot be read or
+//! a key that does not match its certificate fails the whole build, and the
+//! previous runtime's certificates keep serving.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::crypto::ring::default_provider;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::config::{CertificateConfig, UpstreamTls};
+
+/// ALPN protocol ids.
+const H2: &[u8] = b"h2";
+const HTTP11: &[u8] = b"http/1.1";
+
+/// Why TLS material could not be loaded: the config field, the file, and
+/// what went wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {}: {problem}", .file.display())]
+pub struct TlsError {
+    /// The config field naming the file (`server.tls.certificates[0].key`).
+    pub field: String,
+    /// The file.
+    pub file: PathBuf,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(default_provider())
+}
+
+/// The certificate chain in the PEM file at `path` (the end-entity first).
+fn read_chain(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let error = |problem: String| TlsError {
+        field: field.to_owned(),
+        file: path.to_owned(),
+        problem,
+    };
+    let chain = CertificateDer::pem_file_iter(path)
+        .map_err(|e| error(pem_problem(e)))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| error(pem_problem(e)))?;
+    if chain.is_empty() {
+        return Err(error(
+            "no certificate in it (a PEM `CERTIFICATE` block)".into(),
+        ));
+    }
+    Ok(chain)
+}
+
+/// The private key in the PEM file at `path`: PKCS#8, PKCS#1 (RSA) or SEC1
+/// (EC).
+fn read_key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError {
+        field: field.to_owned(),
+        file: path.to_owned(),
+        problem: pem_problem(e),
+    })
+}
+
+fn pem_problem(e: rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error;
+    match e {
+        Error::Io(io) => format!("cannot read it: {io}"),
+        Error::NoItemsFound => "no private key in it (a PEM `PRIVATE KEY`, `RSA PRIVATE KEY` or `EC PRIVATE KEY` block)".into(),
+        other => format!("not valid PEM: {other:?}"),
+    }
+}
+
+/// One certificate and key, checked to belong together.
+fn certified_key(index: usize, c: &CertificateConfig) -> Result<Arc<CertifiedKey>, TlsError> {
+    let cert_field = format!("server.tls.certificates[{index}].cert");
+    let key_field = format!("server.tls.certificates[{index}].key");
+    let chain = read_chain(&cert_field, &c.cert)?;
+    let key = read_key(&key_field, &c.key)?;
+    let key = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| TlsError {
+        field: key_field,
+        file: c.key.clone(),
+        problem: match e {
+            rustls::Error::InconsistentKeys(_) => format!(
+                "the key does not match the certificate in {}",
+                c.cert.display()
+            ),
+            other => format!("not a usable private key: {other}"),
+        },
+    })?;
+    // The end-entity certificate must parse, or SNI could never pick it.
+    let parsed = key
+        .end_entity_cert()
+        .ok()
+        .map(webpki::EndEntityCert::try_from);
+    if !matches!(parsed, Some(Ok(_))) {
+        return Err(TlsError {
+            field: cert_field,
+            file: c.cert.clone(),
+            problem: "the first certificate is not a valid X.509 end-entity certificate".into(),
+        });
+    }
+    Ok(Arc::new(key))
+}
+
+/// Picks a listener's certificate: the first whose names (SANs, wildcards
+/// included) cover the client's SNI, else the first (also for clients that
+/// send no SNI).
+#[derive(Debug)]
+struct BySni {
+    keys: Vec<Arc<CertifiedKey>>,
+}
+
+impl BySni {
+    fn pick(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let by_name = sni
+            .and_then(|name| ServerName::try_from(name.to_owned()).ok())
+            .and_then(|name| {
+                self.keys.iter().find(|key| {
+                    key.end_entity_cert()
+                        .ok()
+                        .and_then(|der| webpki::EndEntityCert::try_from(der).ok())
+                        .is_some_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+                })
+            });
+        by_name.or_else(|| self.keys.first()).cloned()
+    }
+}
+
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.pick(hello.server_name())
+    }
+}
+
+/// The server config of the TLS listeners: TLS 1.2 and 1.3, the
+/// certificates chosen by SNI, ALPN `h2` then `http/1.1`.
+pub fn server_config(
+    certificates: &[CertificateConfig],
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let keys = certificates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| certified_key(i, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError {
+            field: "server.tls".into(),
+            file: PathBuf::new(),
+            problem: e.to_string(),
+        })?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(BySni { keys }));
+    config.alpn_protocols = vec![H2.to_vec(), HTTP11.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Whether a TLS session negotiated HTTP/2 by ALPN.
+pub fn negotiated_h2(alpn: Option<&[u8]>) -> bool {
+    alpn == Some(H2)
+}
+
+/// The client config for one upstream's `https://` targets (field paths
+/// under `upstreams.<upstream>.tls`): the system's roots plus `ca`, or no
+/// verification at all with `verify: false`; a client certificate for
+/// mutual TLS; ALPN `h2` when `http2`, else `http/1.1`.
+pub fn client_config(
+    upstream: &str,
+    tls: Option<&UpstreamTls>,
+    http2: bool,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let field = |leaf: &str| format!("upstreams.{upstream}.tls.{leaf}");
+    let mut roots = rustls::RootCertStore::empty();
+    // The system's roots; ones that do not parse are skipped (rustls-native-
+    // certs reports them, but a stray file must not stop the gateway).
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(ca) = tls.and_then(|t| t.ca.as_deref()) {
+        for cert in read_chain(&field("ca"), ca)? {
+            roots.add(cert).map_err(|e| TlsError {
+                field: field("ca"),
+                file: ca.to_owned(),
+                problem: format!("not a usable CA certificate: {e}"),
+            })?;
+        }
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError {
+            field: field("verify"),
+            file: PathBuf::new(),
+            problem: e.to_string(),
+        })?
+        .with_root_certificates(roots);
+    let mut config = match tls.and_then(|t| t.client_cert.as_ref()) {
+        Some((cert, key)) => {
+            let chain = read_chain(&field("cert"), cert)?;
+            let private = read_key(&field("key"), key)?;
+            builder
+                .with_client_auth_cert(chain, private)
+                .map_err(|e| TlsError {
+                    field: field("key"),
+                    file: key.clone(),
+                    problem: format!("does not go with {}: {e}", cert.display()),
+                })?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    if tls.is_some_and(|t| !t.verify) {
+        config
+            .dangerous()
+            .set_certificate_verifier(Arc::new(NoVerification(provider())));
+    }
+    config.alpn_protocols = vec![if http2 { H2.to_vec() } else { HTTP11.to_vec() }];
+    Ok(Arc::new(config))
+}
+
+/// `verify: false`: any certificate is accepted (signatures are still
+/// checked, so the session is with the holder of the key it presents).
+struct NoVerification(Arc<CryptoProvider>);
+
+impl fmt::Debug for NoVerification {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NoVerification")
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The name a target is verified and addressed (SNI) by: `server_name`, or
+/// the target's host (an IP address is checked against IP SANs, and sends
+/// no SNI).
+pub fn server_name(host: &str, tls: Option<&UpstreamTls>) -> Option<ServerName<'static>> {
+    let name = tls
+        .and_then(|t| t.server_name.as_deref())
+        .unwrap_or(host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    ServerName::try_from(name.to_owned()).ok()
+}
