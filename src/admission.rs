@@ -57,6 +57,13 @@ pub fn admit<'rt, 'req, B>(
         single_host(req)?;
     }
     let host = request_host(req)?;
+    if host.is_none() && req.version() >= Version::HTTP_2 {
+        // An HTTP/2 request names its host in `:authority` or Host.
+        return Err(GatewayError::BadRequest {
+            reason: "neither :authority nor Host",
+            close: false,
+        });
+    }
     let path = target_path(req)?;
     let route = rt
         .router

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::{HeaderMap, HeaderName};
 use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
 
@@ -231,8 +232,10 @@ pub const PREFETCH_LIMIT: usize = 64 * 1024;
 /// Read whatever part of `body` has already arrived (up to
 /// [`PREFETCH_LIMIT`] bytes) without waiting for more. A malformed chunk in
 /// that part is an error now, before anything is forwarded; the rest of the
-/// body still streams.
-pub async fn prefetch<B>(mut body: B) -> Result<Body, BoxError>
+/// body still streams. Also returns the names of the trailer fields read
+/// (when the whole body, trailers included, had arrived), so an HTTP/1.1
+/// upstream can be told to expect them.
+pub async fn prefetch<B>(mut body: B) -> Result<(Body, Vec<HeaderName>), BoxError>
 where
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
@@ -255,7 +258,20 @@ where
     })
     .await?;
     let rest = if ended { None } else { Some(boxed(body)) };
-    Ok(Prefetched { frames, rest }.boxed_unsync())
+    let names = trailer_names(frames.back().and_then(Frame::trailers_ref));
+    Ok((Prefetched { frames, rest }.boxed_unsync(), names))
+}
+
+/// A whole body read ahead: `data`, then `trailers` if any.
+pub fn with_trailers(data: Bytes, trailers: Option<HeaderMap>) -> Body {
+    let mut frames = std::collections::VecDeque::from([Frame::data(data)]);
+    frames.extend(trailers.map(Frame::trailers));
+    Prefetched { frames, rest: None }.boxed_unsync()
+}
+
+/// The distinct names of `trailers`, in order.
+pub fn trailer_names(trailers: Option<&HeaderMap>) -> Vec<HeaderName> {
+    trailers.map_or_else(Vec::new, |t| t.keys().cloned().collect())
 }
 
 /// Frames read ahead by [`prefetch`], then the rest of the body.

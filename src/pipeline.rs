@@ -18,6 +18,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use http::header::HeaderName;
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Request, Response, Version};
 use http_body::Body as _;
@@ -26,6 +27,7 @@ use hyper::body::Incoming;
 
 use crate::admission;
 use crate::body::{self, Body, Finish};
+use crate::config::PathMatch;
 use crate::error::{add_limit_headers, GatewayError, Rejection};
 use crate::identity::Client;
 use crate::limit::engine::{Decision, Figure, Leases};
@@ -35,7 +37,8 @@ use crate::limit::Status;
 use crate::log::AccessRecord;
 use crate::metrics::Metrics;
 use crate::proxy::headers::{
-    incoming_request_id, set_forwarded, strip_hop_by_hop, Forwarded, X_REQUEST_ID,
+    grpc_deadline, incoming_request_id, rewrite_location, set_forwarded, strip_hop_by_hop,
+    to_http1, Forwarded, LocationView, X_REQUEST_ID,
 };
 use crate::proxy::pool::{InFlight, UpstreamPool};
 use crate::proxy::{self, balance::splitmix64, Outbound};
@@ -285,7 +288,13 @@ async fn forward(
     let host = ctx.host.take();
     let (parts, incoming) = req.into_parts();
     let has_body = !incoming.is_end_stream();
-    let body = request_body(incoming, &parts.headers, server.max_body_bytes).await?;
+    let (body, trailers) = request_body(
+        incoming,
+        &parts.headers,
+        parts.version,
+        server.max_body_bytes,
+    )
+    .await?;
     let mut headers = parts.headers;
     if has_body {
         strip_hop_by_hop_keeping_trailers(&mut headers);
@@ -296,6 +305,12 @@ async fn forward(
         // An HTTP/2 client always takes trailers; an HTTP/1.1 upstream
         // sends them only to a peer that says so.
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    if !pool.config.http2 {
+        to_http1(&mut headers, &trailers);
+    }
+    if ctx.grpc {
+        grpc_deadline(&mut headers, route.timeout);
     }
     set_forwarded(
         &mut headers,
@@ -318,10 +333,23 @@ async fn forward(
         body,
     };
     let (response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics).await?;
-    ctx.record.upstream = Some(in_flight.label().clone());
-    ctx.held.in_flight = Some(in_flight);
     let (mut parts, incoming) = response.into_parts();
     strip_hop_by_hop_keeping_trailers(&mut parts.headers);
+    if let (true, PathMatch::Prefix(prefix)) = (route.rewrite_location, &route.path) {
+        let view = LocationView {
+            prefix,
+            target: in_flight.label(),
+            scheme: ctx.conn.proto,
+            host: ctx.record.host.as_deref(),
+            preserve_host: route.preserve_host,
+        };
+        rewrite_location(&mut parts.headers, &view);
+    }
+    ctx.record.upstream = Some(in_flight.label().clone());
+    ctx.held.in_flight = Some(in_flight);
+    // The client's connection is the gateway's: an HTTP/1.0 upstream does
+    // not make it HTTP/1.0 (and close after the response).
+    parts.version = Version::HTTP_11;
     Ok(Response::from_parts(parts, body::boxed(incoming)))
 }
 
@@ -390,6 +418,9 @@ fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
     response
         .headers_mut()
         .insert(X_REQUEST_ID, record.request_id.clone());
+    if record.method == http::Method::HEAD && record.upstream.is_none() {
+        without_body(&mut response);
+    }
     record.status = response.status().as_u16();
     let conn = conn.clone();
     let shared = shared.clone();
@@ -409,6 +440,19 @@ fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
             conn.activity.end(conn.started.elapsed().as_millis() as u64);
         }))
     })
+}
+
+/// A response to HEAD answered by the gateway itself: the headers of the
+/// response a GET would get, no body (SPEC §4, on every protocol: hyper
+/// drops it on HTTP/1.1, but would send it as DATA on HTTP/2).
+fn without_body(response: &mut Response<Body>) {
+    if let Some(len) = response.body().size_hint().exact() {
+        response
+            .headers_mut()
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(len));
+    }
+    *response.body_mut() = body::empty();
 }
 
 /// Strip hop-by-hop headers, then declare again the trailer fields the
@@ -457,39 +501,49 @@ fn ip_hash(ip: IpAddr) -> u64 {
     splitmix64((bits as u64) ^ splitmix64((bits >> 64) as u64))
 }
 
-/// The body to send upstream. Unlimited: streamed as it comes (a chunked
-/// body's already-arrived part is checked first, see [`body::prefetch`]). With
-/// `max_body_bytes` and a Content-Length within it: streamed (hyper holds the
-/// client to its length). With a limit and no length (chunked, HTTP/2): read
-/// up to the limit first, so a body that turns out too large gets 413 before
-/// a single byte of it reaches the upstream.
+/// The body to send upstream, and the names of trailer fields already
+/// known to follow it. Unlimited: streamed as it comes, what has already
+/// arrived of it read first ([`body::prefetch`]: a chunked body's bad chunk
+/// is caught before forwarding, and trailers sent with it can be declared to
+/// an HTTP/1.1 upstream). With `max_body_bytes` and a Content-Length within
+/// it: streamed (hyper holds the client to its length). With a limit and no
+/// length (chunked, HTTP/2): read up to the limit first, so a body that
+/// turns out too large gets 413 before a single byte of it reaches the
+/// upstream.
 async fn request_body(
     incoming: Incoming,
     headers: &HeaderMap,
+    version: Version,
     max: Option<u64>,
-) -> Result<Body, GatewayError> {
+) -> Result<(Body, Vec<HeaderName>), GatewayError> {
     let malformed = |_| GatewayError::BadRequest {
         reason: "malformed request body",
         close: true,
     };
     let sized = admission::content_length(headers).is_some();
-    let Some(max) = max else {
-        if sized || incoming.is_end_stream() {
-            return Ok(body::boxed(incoming));
-        }
-        // Chunked: what has already arrived is checked before forwarding.
-        return body::prefetch(incoming).await.map_err(malformed);
-    };
-    if sized || incoming.is_end_stream() {
-        return Ok(body::boxed(incoming));
+    if incoming.is_end_stream() {
+        return Ok((body::boxed(incoming), Vec::new()));
     }
-    let limit = usize::try_from(max).unwrap_or(usize::MAX);
-    match Limited::new(incoming, limit).collect().await {
-        Ok(collected) => Ok(body::full(collected.to_bytes())),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-            Err(GatewayError::BodyTooLarge)
+    match max {
+        Some(max) if !sized => {
+            let limit = usize::try_from(max).unwrap_or(usize::MAX);
+            match Limited::new(incoming, limit).collect().await {
+                Ok(collected) => {
+                    let names = body::trailer_names(collected.trailers());
+                    let trailers = collected.trailers().cloned();
+                    Ok((body::with_trailers(collected.to_bytes(), trailers), names))
+                }
+                Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                    Err(GatewayError::BodyTooLarge)
+                }
+                Err(error) => Err(malformed(error)),
+            }
         }
-        Err(error) => Err(malformed(error)),
+        // Only a chunked or HTTP/2 body can carry trailers or bad chunks.
+        _ if !sized || version >= Version::HTTP_2 => {
+            body::prefetch(incoming).await.map_err(malformed)
+        }
+        _ => Ok((body::boxed(incoming), Vec::new())),
     }
 }
 

@@ -75,6 +75,8 @@ pub struct RouteRuntime {
     pub path: PathMatch,
     /// Remove the matched prefix before forwarding.
     pub strip_prefix: bool,
+    /// Put the stripped prefix back into upstream redirects.
+    pub rewrite_location: bool,
     /// Send the client's Host upstream.
     pub preserve_host: bool,
     /// Wait for the response head at most this long (route, else upstream).
@@ -190,6 +192,7 @@ impl Runtime {
                 name: route.name.as_str().into(),
                 path: route.path.clone(),
                 strip_prefix: route.strip_prefix,
+                rewrite_location: route.strip_prefix && route.rewrite_location,
                 preserve_host: route.preserve_host,
                 timeout: route.timeout.unwrap_or(upstream_timeout),
                 action,

@@ -440,6 +440,9 @@ pub struct RouteConfig {
     pub action: RouteAction,
     /// Remove the matched `path` prefix before forwarding.
     pub strip_prefix: bool,
+    /// With `strip_prefix`, put the prefix back into upstream redirects
+    /// (`Location`, `Content-Location`; default true).
+    pub rewrite_location: bool,
     /// Send the client's Host (true) or the target's authority (false).
     pub preserve_host: bool,
     /// Overrides the upstream's response-head timeout.

@@ -119,6 +119,7 @@ mod tests {
             headers: vec![],
             action: RouteAction::Upstream("u".into()),
             strip_prefix: false,
+            rewrite_location: true,
             preserve_host: true,
             timeout: None,
             limits: vec![],

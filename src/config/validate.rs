@@ -968,12 +968,6 @@ impl Ctx<'_> {
                     "strip_prefix needs a `path` prefix matcher in `match`",
                 ));
             }
-            if route.rewrite_location == Some(true) {
-                return Err(self.unsupported(
-                    &format!("{path}.rewrite_location"),
-                    "this build forwards an upstream's Location as it is (`rewrite_location: false`)",
-                ));
-            }
             let timeout = match route.timeout {
                 None => None,
                 Some(d) => Some(self.positive(&format!("{path}.timeout"), Some(d.0), d.0)?),
@@ -1044,6 +1038,7 @@ impl Ctx<'_> {
                 headers,
                 action,
                 strip_prefix,
+                rewrite_location: route.rewrite_location.unwrap_or(true),
                 preserve_host: route.preserve_host.unwrap_or(true),
                 timeout,
                 limits: names,

@@ -6,8 +6,9 @@
 //! the gateway adds in its `Connection` header to have them stripped.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue, COOKIE, TRAILER};
 
 use crate::identity::canonical_ip;
 
@@ -264,6 +265,144 @@ pub fn incoming_request_id(headers: &HeaderMap, peer_trusted: bool) -> Option<He
     ok.then(|| value.clone())
 }
 
+/// An HTTP/2 (or HTTP/1.1) request made fit for an HTTP/1.1 upstream: the
+/// `cookie` fields an HTTP/2 client may send one per crumb joined into one
+/// with `; ` (RFC 9113 §8.2.3), and the trailer fields known to follow the
+/// body declared in `Trailer` (hyper's HTTP/1 encoder sends only declared
+/// ones; a client that declared its own keeps its declaration).
+pub fn to_http1(headers: &mut HeaderMap, trailers: &[HeaderName]) {
+    let mut cookies = headers.get_all(COOKIE).iter();
+    if let (Some(first), Some(_)) = (cookies.next(), cookies.next()) {
+        let mut joined = first.as_bytes().to_vec();
+        for value in headers.get_all(COOKIE).iter().skip(1) {
+            joined.extend_from_slice(b"; ");
+            joined.extend_from_slice(value.as_bytes());
+        }
+        if let Ok(value) = HeaderValue::from_bytes(&joined) {
+            headers.insert(COOKIE, value);
+        }
+    }
+    if !trailers.is_empty() && !headers.contains_key(TRAILER) {
+        let names: Vec<&str> = trailers.iter().map(HeaderName::as_str).collect();
+        if let Ok(value) = HeaderValue::from_str(&names.join(", ")) {
+            headers.insert(TRAILER, value);
+        }
+    }
+}
+
+/// Where an upstream's redirect is read from and written for, see
+/// [`rewrite_location`].
+pub struct LocationView<'a> {
+    /// The route's stripped prefix (`/static`).
+    pub prefix: &'a str,
+    /// The target that answered, `scheme://authority`.
+    pub target: &'a str,
+    /// The scheme the client used, `http` or `https`.
+    pub scheme: &'a str,
+    /// The client's Host (or `:authority`).
+    pub host: Option<&'a str>,
+    /// Whether the upstream was sent the client's Host (`preserve_host`),
+    /// so an absolute URL on that host also points at the upstream.
+    pub preserve_host: bool,
+}
+
+/// Upstream redirects in the client's view (SPEC §4 `rewrite_location`):
+/// a `Location` or `Content-Location` that points at the upstream (a path,
+/// or an absolute URL on the target's authority, or on the Host the
+/// upstream was sent) gets the route's stripped prefix back, and an
+/// absolute one the client's scheme and Host. Relative references and
+/// other sites are left as they are.
+pub fn rewrite_location(headers: &mut HeaderMap, view: &LocationView<'_>) {
+    let prefix = view.prefix.trim_end_matches('/');
+    for name in [header::LOCATION, header::CONTENT_LOCATION] {
+        let Some(value) = headers.get(&name).and_then(|v| v.to_str().ok()) else {
+            continue;
+        };
+        let rewritten = if value.starts_with('/') && !value.starts_with("//") {
+            Some(format!("{prefix}{value}"))
+        } else {
+            absolute_on_upstream(value, view).map(|(host, rest)| {
+                let slash = if rest.starts_with('/') || rest.is_empty() {
+                    ""
+                } else {
+                    "/"
+                };
+                format!("{}://{host}{prefix}{slash}{rest}", view.scheme)
+            })
+        };
+        if let Some(value) = rewritten.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+/// For an absolute `http(s)://authority/rest` URL on the upstream (see
+/// [`rewrite_location`]): the client's Host and `rest`.
+fn absolute_on_upstream<'v, 'a>(
+    url: &'v str,
+    view: &LocationView<'a>,
+) -> Option<(&'a str, &'v str)> {
+    let host = view.host?;
+    let after_scheme = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))?;
+    let end = after_scheme
+        .find(['/', '?', '#'])
+        .unwrap_or(after_scheme.len());
+    let (authority, rest) = after_scheme.split_at(end);
+    let target = view
+        .target
+        .split_once("://")
+        .map_or(view.target, |(_, a)| a);
+    let on_upstream = authority.eq_ignore_ascii_case(target)
+        || (view.preserve_host && authority.eq_ignore_ascii_case(host));
+    on_upstream.then_some((host, rest))
+}
+
+/// `grpc-timeout`.
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+
+/// A gRPC request's deadline, told to the upstream: its `grpc-timeout`, but
+/// never longer than the route's `timeout` (the gateway gives up then), and
+/// the route's when it has none.
+pub fn grpc_deadline(headers: &mut HeaderMap, route_timeout: Duration) {
+    let asked = headers
+        .get(&GRPC_TIMEOUT)
+        .and_then(|v| parse_grpc_timeout(v.as_bytes()));
+    if asked.is_some_and(|t| t <= route_timeout) {
+        return;
+    }
+    // At most 8 digits (gRPC's wire format): milliseconds while they fit.
+    let ms = route_timeout.as_millis();
+    let text = if ms < 100_000_000 {
+        format!("{ms}m")
+    } else {
+        format!("{}S", route_timeout.as_secs().min(99_999_999))
+    };
+    if let Ok(value) = HeaderValue::from_str(&text) {
+        headers.insert(GRPC_TIMEOUT, value);
+    }
+}
+
+/// `grpc-timeout`'s value: up to 8 digits and a unit (`H`, `M`, `S`, `m`,
+/// `u`, `n`).
+fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,5 +635,90 @@ mod tests {
         assert_eq!(incoming_request_id(&h, true), None);
         let two = hm(&[("x-request-id", "a"), ("x-request-id", "b")]);
         assert_eq!(incoming_request_id(&two, true), None);
+    }
+
+    fn location_after(location: &'static str, preserve_host: bool) -> String {
+        let mut h = hm(&[("location", location)]);
+        let view = LocationView {
+            prefix: "/static/",
+            target: "http://10.0.0.1:8080",
+            scheme: "https",
+            host: Some("gw.example"),
+            preserve_host,
+        };
+        rewrite_location(&mut h, &view);
+        h["location"].to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn redirects_to_the_upstream_get_the_prefix_back() {
+        assert_eq!(location_after("/sub/", true), "/static/sub/");
+        assert_eq!(location_after("/", true), "/static/");
+        assert_eq!(
+            location_after("http://10.0.0.1:8080/a?b#c", false),
+            "https://gw.example/static/a?b#c"
+        );
+        assert_eq!(
+            location_after("http://10.0.0.1:8080", false),
+            "https://gw.example/static"
+        );
+        assert_eq!(
+            location_after("http://10.0.0.1:8080?q", false),
+            "https://gw.example/static/?q"
+        );
+        // The Host the upstream was sent, only when it was the client's.
+        assert_eq!(
+            location_after("http://GW.example/x", true),
+            "https://gw.example/static/x"
+        );
+        assert_eq!(
+            location_after("http://gw.example/x", false),
+            "http://gw.example/x"
+        );
+        // Elsewhere, relative, scheme-relative, or a longer authority: kept.
+        for kept in [
+            "https://other.example/x",
+            "sub/",
+            "//10.0.0.1:8080/x",
+            "http://10.0.0.1:80801/x",
+            "ftp://10.0.0.1:8080/x",
+        ] {
+            assert_eq!(location_after(kept, true), kept);
+        }
+    }
+
+    #[test]
+    fn cookies_are_joined_and_known_trailers_declared_for_http1() {
+        let mut h = hm(&[("cookie", "a=1"), ("cookie", "b=2"), ("cookie", "c=3")]);
+        to_http1(&mut h, &[HeaderName::from_static("x-sum")]);
+        let cookies: Vec<_> = h.get_all(COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+        assert_eq!(h[TRAILER], "x-sum");
+        // One cookie field and a client's own declaration are kept.
+        let mut h = hm(&[("cookie", "a=1"), ("trailer", "x-mine")]);
+        to_http1(&mut h, &[HeaderName::from_static("x-sum")]);
+        assert_eq!(h[COOKIE], "a=1");
+        assert_eq!(h[TRAILER], "x-mine");
+    }
+
+    #[test]
+    fn grpc_timeout_never_outlives_the_route() {
+        let after = |value: Option<&'static str>| {
+            let mut h = value.map_or_else(HeaderMap::new, |v| hm(&[("grpc-timeout", v)]));
+            grpc_deadline(&mut h, Duration::from_secs(2));
+            h[&GRPC_TIMEOUT].to_str().unwrap().to_owned()
+        };
+        assert_eq!(after(None), "2000m");
+        assert_eq!(after(Some("100S")), "2000m");
+        assert_eq!(after(Some("1H")), "2000m");
+        assert_eq!(after(Some("500m")), "500m");
+        assert_eq!(after(Some("1999999u")), "1999999u");
+        assert_eq!(after(Some("2S")), "2S");
+        for bad in ["", "m", "5x", "123456789m", "-5m", "5 m"] {
+            assert_eq!(after(Some(bad)), "2000m", "{bad:?}");
+        }
+        let mut h = HeaderMap::new();
+        grpc_deadline(&mut h, Duration::from_secs(200_000));
+        assert_eq!(h[&GRPC_TIMEOUT], "200000S", "8 digits at most");
     }
 }
