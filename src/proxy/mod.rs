@@ -6,6 +6,7 @@ pub mod balance;
 pub mod client;
 pub mod headers;
 pub mod pool;
+pub mod tunnel;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
