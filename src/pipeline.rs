@@ -508,21 +508,17 @@ fn path_and_query(path: &str, query: Option<&str>) -> Result<PathAndQuery, Gatew
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::sniff::Framing;
-    use crate::shared::Activity;
 
     /// A runtime for `yaml`, the state around it, and a connection from
     /// `peer`.
     fn setup(yaml: &str, peer: &str) -> (Arc<Shared>, Arc<ConnInfo>) {
         let loaded = crate::config::parse(yaml, "t.yaml").expect("config");
         let rt = Runtime::build(loaded.config, String::new(), 1, None).expect("runtime");
-        let conn = Arc::new(ConnInfo {
-            peer: format!("{peer}:40000").parse().unwrap(),
-            proto: "http",
-            activity: Activity::default(),
-            started: Instant::now(),
-            framing: Arc::new(Framing::default()),
-        });
+        let conn = Arc::new(ConnInfo::new(
+            format!("{peer}:40000").parse().unwrap(),
+            "http",
+            tokio_util::sync::CancellationToken::new(),
+        ));
         (Shared::new(rt), conn)
     }
 
