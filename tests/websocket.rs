@@ -5,7 +5,8 @@
 //! `concurrency` slot is held for the tunnel's life; an idle tunnel is
 //! closed; SIGTERM lets tunnels run for `shutdown_grace`, then closes them;
 //! `Upgrade: h2c` is never forwarded; a non-101 answer is relayed; an
-//! upgrade request is not retried once sent.
+//! upgrade request is not retried once sent; any other protocol is tunnelled
+//! too, bytes sent early by either side included.
 //!
 //! Timings: idle timeouts and graces are a few hundred milliseconds to two
 //! seconds, with at least a second of margin on every bound.
@@ -575,4 +576,100 @@ async fn an_upgrade_request_is_retried_only_when_it_could_not_be_sent() {
     .await;
     assert_eq!(r.status, 502);
     assert_eq!(sent(), 3);
+}
+
+/// Read from `stream` until `buf` holds `needle`; panics after [`STEP`].
+async fn read_until(stream: &mut TcpStream, buf: &mut Vec<u8>, needle: &[u8]) {
+    use tokio::io::AsyncReadExt;
+    tokio::time::timeout(STEP, async {
+        while !buf.windows(needle.len()).any(|w| w == needle) {
+            let mut chunk = [0u8; 4096];
+            let n = stream.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "closed before {:?}", String::from_utf8_lossy(needle));
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {:?} in time", String::from_utf8_lossy(needle)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_upgrade_protocol_is_tunnelled_with_bytes_sent_early_by_either_side() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An upstream speaking `foo/1`: it answers 101 and its greeting in one
+    // write, then echoes every byte, the ones that came with the head too.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let seen = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        read_until(&mut stream, &mut buf, b"\r\n\r\n").await;
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let early = buf.split_off(end);
+        stream
+            .write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\n\
+                  Connection: Upgrade\r\n\
+                  Upgrade: foo/1\r\n\
+                  \r\n\
+                  greetings\n",
+            )
+            .await
+            .unwrap();
+        stream.write_all(&early).await.unwrap();
+        let (mut r, mut w) = stream.split();
+        tokio::io::copy(&mut r, &mut w).await.unwrap();
+        String::from_utf8(buf).unwrap()
+    });
+    let gw = Gateway::start(&config(&format!(
+        "
+        upstreams:
+          foo: {{ targets: [\"http://{upstream}\"] }}
+        routes:
+          - {{ name: foo, match: {{ path: / }}, upstream: foo }}
+        "
+    )))
+    .await;
+    let mut client = TcpStream::connect(gw.addr()).await.unwrap();
+    // The first bytes of the new protocol right behind the request head.
+    client
+        .write_all(
+            b"GET /foo HTTP/1.1\r\n\
+              Host: gw.example\r\n\
+              Connection: keep-alive, Upgrade, x-private\r\n\
+              X-Private: 1\r\n\
+              Upgrade: foo/1\r\n\
+              \r\n\
+              early bytes|",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    read_until(&mut client, &mut buf, b"early bytes|").await;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    assert!(
+        text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{text}"
+    );
+    let head = text.to_ascii_lowercase();
+    assert!(head.contains("\r\nupgrade: foo/1\r\n"), "{text}");
+    assert!(head.contains("\r\nconnection: upgrade\r\n"), "{text}");
+    assert!(text.contains("\r\n\r\ngreetings\nearly bytes|"), "{text}");
+    client.write_all(b"and more").await.unwrap();
+    read_until(&mut client, &mut buf, b"and more").await;
+    // The client closes its side: the upstream gets the end, closes too,
+    // and so does the gateway.
+    client.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(STEP, client.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the tunnel was not closed");
+    let head = seen.await.unwrap().to_ascii_lowercase();
+    assert!(head.contains("\r\nupgrade: foo/1\r\n"), "{head}");
+    assert!(head.contains("\r\nconnection: upgrade\r\n"), "{head}");
+    assert!(!head.contains("x-private"), "{head}");
+    let line = gw
+        .wait_access_log("the tunnel", |v| v["status"] == 101)
+        .await;
+    assert_eq!(line["tunnel_end"], "client_closed");
+    assert_eq!(line["bytes_in"], "early bytes|and more".len());
 }
