@@ -64,10 +64,22 @@ pub struct AccessRecord {
     pub started: Instant,
 }
 
+/// What the access log adds for a request that became a tunnel (a 101).
+#[derive(Debug, Clone, Copy)]
+pub struct Tunnelled {
+    /// Bytes the tunnel carried from the client (`bytes` counts those to it).
+    pub bytes_in: u64,
+    /// Why it ended (`client_closed`, `upstream_closed`, `idle_timeout`,
+    /// `shutdown`, `error`).
+    pub end: &'static str,
+}
+
 impl AccessRecord {
-    /// Write the access-log line: `bytes` of response body were sent;
-    /// `completed` is false when the body was cut short.
-    pub fn emit(self, bytes: u64, completed: bool) {
+    /// Write the access-log line: `bytes` of response body (for a tunnel:
+    /// bytes to the client) were sent; `completed` is false when the body
+    /// was cut short (a tunnel the gateway closed, or that failed). A tunnel
+    /// adds `bytes_in` and `tunnel_end`.
+    pub fn emit(self, bytes: u64, completed: bool, tunnel: Option<Tunnelled>) {
         let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         tracing::info!(
             target: ACCESS_TARGET,
@@ -83,6 +95,8 @@ impl AccessRecord {
             duration_ms = (duration_ms * 1000.0).round() / 1000.0,
             bytes,
             completed,
+            bytes_in = tunnel.map(|t| t.bytes_in),
+            tunnel_end = tunnel.map(|t| t.end),
             "access"
         );
     }

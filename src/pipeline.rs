@@ -6,6 +6,7 @@
 //!   -> decide_limits (limit/engine.rs, planned by limit/plan.rs)
 //!   -> check_body_size -> respond | forward (proxy/)
 //!   -> rate-limit headers -> finish: X-Request-Id, metrics, access log when the body ends
+//!      (after a 101: when the tunnel ends, proxy/tunnel.rs)
 //! ```
 //!
 //! Each stage either passes the request on or ends it with a
@@ -20,10 +21,11 @@ use std::time::{Duration, Instant};
 
 use http::header::HeaderName;
 use http::uri::PathAndQuery;
-use http::{header, HeaderMap, HeaderValue, Request, Response, Version};
+use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 
 use crate::admission;
 use crate::body::{self, Body, Finish};
@@ -34,13 +36,14 @@ use crate::limit::engine::{Decision, Figure, Leases};
 use crate::limit::headers as limit_headers;
 use crate::limit::key::RequestView;
 use crate::limit::Status;
-use crate::log::AccessRecord;
+use crate::log::{AccessRecord, Tunnelled};
 use crate::metrics::Metrics;
 use crate::proxy::headers::{
     grpc_deadline, incoming_request_id, rewrite_location, set_forwarded, strip_hop_by_hop,
     to_http1, Forwarded, LocationView, X_REQUEST_ID,
 };
 use crate::proxy::pool::{InFlight, UpstreamPool};
+use crate::proxy::tunnel::{self, Summary};
 use crate::proxy::{self, balance::splitmix64, Outbound};
 use crate::route::matcher::strip_prefix;
 use crate::runtime::{Action, RouteRuntime, Runtime};
@@ -102,8 +105,11 @@ struct Ctx<'a> {
     /// The Host the client asked for, once admitted (the access log keeps
     /// it as text).
     host: Option<HeaderValue>,
-    /// What must live until the response body ends.
+    /// What must live until the response body ends (or the tunnel, after
+    /// a 101).
     held: Held,
+    /// The two sides of an upgrade the upstream accepted (a 101).
+    upgrade: Option<tunnel::Pending>,
     /// The access-log line; its `path` is the normalised path once the
     /// request is admitted, and forwarding sends that path.
     record: AccessRecord,
@@ -135,6 +141,7 @@ impl<'a> Ctx<'a> {
             route: None,
             host: None,
             held: Held::default(),
+            upgrade: None,
             record: AccessRecord {
                 request_id,
                 client: client.addr,
@@ -272,12 +279,22 @@ fn respond(status: http::StatusCode, body: &bytes::Bytes, headers: &HeaderMap) -
 /// Stage (an `upstream` route): the request, cleaned and stamped with the
 /// forwarding headers, sent to a target of `pool`; the response head back,
 /// without its hop-by-hop fields.
+///
+/// An upgrade ([`tunnel::wanted`]; not to an HTTP/2 upstream, which could
+/// not carry it) keeps its `Upgrade` and `Connection: upgrade`, and the
+/// upstream's 101 goes back with them, its two sides left in `ctx` for
+/// [`finish`] to tunnel. Any other `Upgrade` is dropped like the other
+/// hop-by-hop fields, and the request goes on as a plain one.
 async fn forward(
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     route: &RouteRuntime,
     pool: &Arc<UpstreamPool>,
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<Body>, GatewayError> {
+    let client_side = (!pool.config.http2 && tunnel::wanted(req.version(), req.headers()))
+        .then(|| req.extensions_mut().remove::<OnUpgrade>())
+        .flatten();
+    let upgrade = client_side.is_some();
     let server = &ctx.rt.config.server;
     let forwarded_path = if route.strip_prefix {
         strip_prefix(&route.path, &ctx.record.path)
@@ -297,9 +314,9 @@ async fn forward(
     .await?;
     let mut headers = parts.headers;
     if has_body {
-        strip_hop_by_hop_keeping_trailers(&mut headers);
+        strip_hop_by_hop_keeping_trailers(&mut headers, upgrade);
     } else {
-        strip_hop_by_hop(&mut headers, false);
+        strip_hop_by_hop(&mut headers, upgrade);
     }
     if parts.version >= Version::HTTP_2 {
         // An HTTP/2 client always takes trailers; an HTTP/1.1 upstream
@@ -331,22 +348,38 @@ async fn forward(
         timeout: route.timeout,
         key: ip_hash(ctx.client.addr),
         body,
+        upgrade,
     };
-    let (response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics).await?;
+    let (mut response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics).await?;
+    let target = in_flight.label().clone();
+    ctx.record.upstream = Some(target.clone());
+    ctx.held.in_flight = Some(in_flight);
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(client) = client_side else {
+            return Err(GatewayError::UpstreamUnavailable(Arc::new(
+                std::io::Error::other("101 Switching Protocols to a request that asked for none"),
+            )));
+        };
+        ctx.upgrade = Some(tunnel::Pending {
+            client,
+            upstream: hyper::upgrade::on(&mut response),
+        });
+        let (mut parts, _) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers, true);
+        return Ok(Response::from_parts(parts, body::empty()));
+    }
     let (mut parts, incoming) = response.into_parts();
-    strip_hop_by_hop_keeping_trailers(&mut parts.headers);
+    strip_hop_by_hop_keeping_trailers(&mut parts.headers, false);
     if let (true, PathMatch::Prefix(prefix)) = (route.rewrite_location, &route.path) {
         let view = LocationView {
             prefix,
-            target: in_flight.label(),
+            target: &target,
             scheme: ctx.conn.proto,
             host: ctx.record.host.as_deref(),
             preserve_host: route.preserve_host,
         };
         rewrite_location(&mut parts.headers, &view);
     }
-    ctx.record.upstream = Some(in_flight.label().clone());
-    ctx.held.in_flight = Some(in_flight);
     // The client's connection is the gateway's: an HTTP/1.0 upstream does
     // not make it HTTP/1.0 (and close after the response).
     parts.version = Version::HTTP_11;
@@ -403,15 +436,18 @@ struct Held {
     leases: Option<Leases>,
 }
 
-/// Last stage: stamp the response, count it (through the matched route's
-/// metric handles, if a route matched), and arrange for the access-log line
-/// (and the end of the request's bookkeeping) when its body ends.
+/// Last stage: stamp the response, and arrange for the end of the
+/// request's bookkeeping ([`Done`]) when its body ends, or after a 101 when
+/// its tunnel ends (the tunnel runs on the connection's task, see
+/// [`ConnInfo::after_upgrade`]).
 fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
+    let idle = ctx.rt.config.server.idle_timeout;
     let Ctx {
         shared,
         conn,
         route,
         held,
+        upgrade,
         mut record,
         ..
     } = ctx;
@@ -422,22 +458,28 @@ fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
         without_body(&mut response);
     }
     record.status = response.status().as_u16();
-    let conn = conn.clone();
-    let shared = shared.clone();
+    let done = Done {
+        shared: shared.clone(),
+        conn: conn.clone(),
+        route,
+        held,
+        record,
+    };
+    if let Some(sides) = upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS) {
+        let closing = conn.closing.clone();
+        conn.after_upgrade(Box::pin(async move {
+            let summary = tunnel::open(sides, idle, &closing).await;
+            done.run(
+                summary.to_client,
+                summary.end.closed_by_a_side(),
+                Some(summary),
+            );
+        }));
+        return response;
+    }
     response.map(move |body| {
         body::boxed(Finish::new(body, move |bytes, completed| {
-            drop(held);
-            let took = record.started.elapsed();
-            match &route {
-                Some(route) => {
-                    shared
-                        .metrics
-                        .route_request(&route.metrics, &route.name, record.status, took)
-                }
-                None => shared.metrics.request(&NO_ROUTE, record.status, took),
-            }
-            record.emit(bytes, completed);
-            conn.activity.end(conn.started.elapsed().as_millis() as u64);
+            done.run(bytes, completed, None)
         }))
     })
 }
@@ -455,17 +497,58 @@ fn without_body(response: &mut Response<Body>) {
     *response.body_mut() = body::empty();
 }
 
+/// The end of a request's bookkeeping, once its response body (or tunnel)
+/// has ended: let go of what it held, count it (through the matched route's
+/// metric handles, if a route matched), write its access-log line.
+struct Done {
+    shared: Arc<Shared>,
+    conn: Arc<ConnInfo>,
+    route: Option<Arc<RouteRuntime>>,
+    held: Held,
+    record: AccessRecord,
+}
+
+impl Done {
+    /// `bytes` of response body (or tunnel bytes to the client) were sent;
+    /// `completed` is false when cut short.
+    fn run(self, bytes: u64, completed: bool, tunnel: Option<Summary>) {
+        let Done {
+            shared,
+            conn,
+            route,
+            held,
+            record,
+        } = self;
+        drop(held);
+        let took = record.started.elapsed();
+        match &route {
+            Some(route) => {
+                shared
+                    .metrics
+                    .route_request(&route.metrics, &route.name, record.status, took)
+            }
+            None => shared.metrics.request(&NO_ROUTE, record.status, took),
+        }
+        let tunnelled = tunnel.map(|t| Tunnelled {
+            bytes_in: t.from_client,
+            end: t.end.as_str(),
+        });
+        record.emit(bytes, completed, tunnelled);
+        conn.activity.end(conn.started.elapsed().as_millis() as u64);
+    }
+}
+
 /// Strip hop-by-hop headers, then declare again the trailer fields the
 /// sender declared: `Trailer` is hop-by-hop, but hyper's HTTP/1 encoder only
 /// sends trailer fields the message declares, so the gateway re-declares them
 /// as part of its own framing.
-fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap) {
+fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap, keep_upgrade: bool) {
     let declared: Vec<HeaderValue> = if headers.contains_key(header::TRAILER) {
         headers.get_all(header::TRAILER).iter().cloned().collect()
     } else {
         Vec::new()
     };
-    strip_hop_by_hop(headers, false);
+    strip_hop_by_hop(headers, keep_upgrade);
     for value in declared {
         headers.append(header::TRAILER, value);
     }
@@ -562,21 +645,17 @@ fn path_and_query(path: &str, query: Option<&str>) -> Result<PathAndQuery, Gatew
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::sniff::Framing;
-    use crate::shared::Activity;
 
     /// A runtime for `yaml`, the state around it, and a connection from
     /// `peer`.
     fn setup(yaml: &str, peer: &str) -> (Arc<Shared>, Arc<ConnInfo>) {
         let loaded = crate::config::parse(yaml, "t.yaml").expect("config");
         let rt = Runtime::build(loaded.config, String::new(), 1, None).expect("runtime");
-        let conn = Arc::new(ConnInfo {
-            peer: format!("{peer}:40000").parse().unwrap(),
-            proto: "http",
-            activity: Activity::default(),
-            started: Instant::now(),
-            framing: Arc::new(Framing::default()),
-        });
+        let conn = Arc::new(ConnInfo::new(
+            format!("{peer}:40000").parse().unwrap(),
+            "http",
+            tokio_util::sync::CancellationToken::new(),
+        ));
         (Shared::new(rt), conn)
     }
 

@@ -6,6 +6,7 @@ pub mod balance;
 pub mod client;
 pub mod headers;
 pub mod pool;
+pub mod tunnel;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +39,10 @@ pub struct Outbound {
     pub key: u64,
     /// The request body.
     pub body: Body,
+    /// An upgrade request ([`tunnel::wanted`]): retried only when it could
+    /// not be sent at all, whatever its method, since what it asks for is a
+    /// connection rather than an answer.
+    pub upgrade: bool,
 }
 
 /// Whether a method is idempotent (RFC 9110 §9.2.2).
@@ -54,8 +59,9 @@ fn idempotent(method: &Method) -> bool {
 /// Retries (up to `retries`, each on a target not tried yet) happen only when
 /// the request can be replayed as it was: the body was never read by the
 /// failed attempt, and either nothing was sent (the connection could not be
-/// made) or the method is idempotent (no response byte came). A timeout is
-/// never retried: the request may be running upstream.
+/// made) or the method is idempotent and the request no upgrade (no response
+/// byte came). A timeout is never retried: the request may be running
+/// upstream.
 pub async fn forward(
     pool: &Arc<UpstreamPool>,
     out: Outbound,
@@ -70,6 +76,7 @@ pub async fn forward(
         timeout,
         key,
         body,
+        upgrade,
     } = out;
     let attempts = pool.config.retries as usize + 1;
     let version = if pool.config.http2 {
@@ -148,7 +155,7 @@ pub async fn forward(
                 }
                 pool.record(target, false);
                 tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
-                let retry = error.is_connect() || idempotent(&method);
+                let retry = error.is_connect() || (idempotent(&method) && !upgrade);
                 last_error = GatewayError::UpstreamUnavailable(Arc::new(error));
                 if !retry {
                     break;

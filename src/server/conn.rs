@@ -4,11 +4,19 @@
 //! (or not a whole head) within `header_read` of opening, and a keep-alive
 //! connection idle for `idle`. A TLS connection's handshake must finish
 //! within `header_read` too.
+//!
+//! An HTTP/1.1 upgrade ends hyper's part: once the 101 is written, hyper's
+//! connection future completes and hands the connection's I/O to the
+//! request's `OnUpgrade` (it closes nothing itself). The watchdog ends with
+//! it, so it never times a tunnel out or closes what hyper handed over;
+//! the tunnel the handler registered ([`ConnInfo::after_upgrade`]) then runs
+//! on this task, with its own idle timer, so the connection stays counted
+//! (`max_connections`, the connections gauge) and tracked for shutdown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -18,9 +26,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::sniff::{Framing, SniffIo};
+use super::sniff::SniffIo;
 use super::{ConnInfo, Handler};
-use crate::shared::{Activity, Shared};
+use crate::shared::Shared;
 
 /// hyper refuses read buffers smaller than this.
 const MIN_BUF: usize = 8192;
@@ -34,17 +42,18 @@ pub async fn serve(
     shared: Arc<Shared>,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
+    closing: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
     shared.metrics.connections.inc();
     match tls {
-        None => serve_io(stream, "http", peer, &shared, handler, shutdown).await,
+        None => serve_io(stream, "http", peer, &shared, handler, shutdown, closing).await,
         Some(config) => {
             let header_read = shared.runtime.load().config.server.header_read_timeout;
             let handshake = TlsAcceptor::from(config).accept(stream);
             match tokio::time::timeout(header_read, handshake).await {
                 Ok(Ok(stream)) => {
-                    serve_io(stream, "https", peer, &shared, handler, shutdown).await;
+                    serve_io(stream, "https", peer, &shared, handler, shutdown, closing).await;
                 }
                 Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                 Err(_) => tracing::debug!(%peer, "no TLS handshake within header_read: closing"),
@@ -62,6 +71,7 @@ async fn serve_io<IO>(
     shared: &Arc<Shared>,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
+    closing: CancellationToken,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -70,13 +80,7 @@ async fn serve_io<IO>(
         let s = &rt.config.server;
         (s.header_read_timeout, s.idle_timeout, s.max_header_bytes)
     };
-    let info = Arc::new(ConnInfo {
-        peer,
-        proto,
-        activity: Activity::default(),
-        started: Instant::now(),
-        framing: Arc::new(Framing::default()),
-    });
+    let info = Arc::new(ConnInfo::new(peer, proto, closing));
     let io = SniffIo::new(io, max_header_bytes.max(MIN_BUF), info.framing.clone());
 
     let svc = {
@@ -99,53 +103,64 @@ async fn serve_io<IO>(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX));
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-    tokio::pin!(conn);
+    // hyper's part, until its connection future completes (the client
+    // closed, or an upgrade handed the I/O over) or the watchdog or the
+    // shutdown deadline closes the connection. hyper's connection is dropped
+    // at the end of the block, so a tunnel registered on a connection closed
+    // meanwhile finds no I/O and ends at once.
+    {
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+        tokio::pin!(conn);
 
-    // The watchdog: until the first request, `header_read` from the start;
-    // then `idle` from the end of the last response while none is in flight.
-    // It wakes only when a deadline may have passed and reads the clock the
-    // requests leave in `activity`: nothing per request.
-    let start = tokio::time::Instant::now();
-    let look_every = idle.min(header_read);
-    let alarm = tokio::time::sleep_until(start + look_every);
-    tokio::pin!(alarm);
-    let mut draining = false;
-    loop {
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(error) = result {
-                    tracing::debug!(%peer, error = %error, "connection ended with an error");
+        // The watchdog: until the first request, `header_read` from the start;
+        // then `idle` from the end of the last response while none is in flight.
+        // It wakes only when a deadline may have passed and reads the clock the
+        // requests leave in `activity`: nothing per request.
+        let start = tokio::time::Instant::now();
+        let look_every = idle.min(header_read);
+        let alarm = tokio::time::sleep_until(start + look_every);
+        tokio::pin!(alarm);
+        let mut draining = false;
+        loop {
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%peer, error = %error, "connection ended with an error");
+                    }
+                    break;
                 }
-                break;
-            }
-            _ = shutdown.cancelled(), if !draining => {
-                draining = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            _ = &mut alarm => {
-                let (in_flight, requests, last_end_ms) = info.activity.snapshot();
-                let now = tokio::time::Instant::now();
-                let next = if in_flight > 0 {
-                    // Busy: the idle clock starts when the response ends.
-                    now + look_every
-                } else if requests == 0 {
-                    let limit = start + header_read;
-                    if now >= limit {
-                        tracing::debug!(%peer, "no request head within header_read: closing");
-                        break;
-                    }
-                    limit
-                } else {
-                    let limit = start + Duration::from_millis(last_end_ms) + idle;
-                    if now >= limit {
-                        tracing::debug!(%peer, "idle timeout: closing");
-                        break;
-                    }
-                    limit
-                };
-                alarm.as_mut().reset(next);
+                _ = shutdown.cancelled(), if !draining => {
+                    draining = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                _ = info.closing.cancelled() => break,
+                _ = &mut alarm => {
+                    let (in_flight, requests, last_end_ms) = info.activity.snapshot();
+                    let now = tokio::time::Instant::now();
+                    let next = if in_flight > 0 {
+                        // Busy: the idle clock starts when the response ends.
+                        now + look_every
+                    } else if requests == 0 {
+                        let limit = start + header_read;
+                        if now >= limit {
+                            tracing::debug!(%peer, "no request head within header_read: closing");
+                            break;
+                        }
+                        limit
+                    } else {
+                        let limit = start + Duration::from_millis(last_end_ms) + idle;
+                        if now >= limit {
+                            tracing::debug!(%peer, "idle timeout: closing");
+                            break;
+                        }
+                        limit
+                    };
+                    alarm.as_mut().reset(next);
+                }
             }
         }
+    }
+    if let Some(tunnel) = info.take_upgraded() {
+        tunnel.await;
     }
 }

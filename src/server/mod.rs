@@ -3,7 +3,10 @@
 //!
 //! Each listen address has its own accept loop, stopped by its own token so a
 //! reload can remove one address without touching the others. Connections
-//! are tracked in one [`TaskTracker`] so shutdown can wait for them.
+//! are tracked in one [`TaskTracker`] so shutdown can wait for them; what a
+//! handler leaves to run after an upgrade ([`ConnInfo::after_upgrade`], a
+//! tunnel) runs on its connection's task, so it is tracked, counted and
+//! closed at the end of the grace like the connection it is.
 //!
 //! The server knows nothing of what a request means: each one goes to the
 //! [`Handler`] it was built with (the gateway's pipeline; the binary wires
@@ -34,7 +37,6 @@ use sniff::Framing;
 
 /// What a connection knows of itself, handed to the handler with each of
 /// its requests.
-#[derive(Debug)]
 pub struct ConnInfo {
     /// The TCP peer.
     pub peer: SocketAddr,
@@ -46,6 +48,49 @@ pub struct ConnInfo {
     pub started: Instant,
     /// What the framing watcher saw of this connection's request heads.
     pub framing: Arc<Framing>,
+    /// Cancelled when the shutdown grace has run out: whatever still runs
+    /// on the connection (a tunnel) must end.
+    pub closing: CancellationToken,
+    /// What carries on once hyper has handed the connection over (see
+    /// [`ConnInfo::after_upgrade`]).
+    upgraded: Mutex<Option<Detached>>,
+}
+
+/// Work that outlives the HTTP exchange on a connection: a tunnel after a
+/// `101 Switching Protocols`.
+pub type Detached = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl ConnInfo {
+    /// What a connection from `peer` knows of itself when accepted, over
+    /// `proto` (`http` or `https`); `closing` as in [`ConnInfo::closing`].
+    pub fn new(peer: SocketAddr, proto: &'static str, closing: CancellationToken) -> ConnInfo {
+        ConnInfo {
+            peer,
+            proto,
+            activity: Activity::default(),
+            started: Instant::now(),
+            framing: Arc::new(Framing::default()),
+            closing,
+            upgraded: Mutex::new(None),
+        }
+    }
+
+    /// Run `work` on the connection's own task once hyper has upgraded it
+    /// (written the 101 and handed over the connection's I/O): a handler
+    /// answering `101 Switching Protocols` registers its tunnel here before
+    /// it returns the response. The connection stays open, counted and
+    /// tracked for shutdown until `work` ends; `work` must end when
+    /// [`ConnInfo::closing`] is cancelled.
+    pub fn after_upgrade(&self, work: Detached) {
+        if let Ok(mut slot) = self.upgraded.lock() {
+            *slot = Some(work);
+        }
+    }
+
+    /// The work registered by [`ConnInfo::after_upgrade`], if any.
+    fn take_upgraded(&self) -> Option<Detached> {
+        self.upgraded.lock().ok()?.take()
+    }
 }
 
 /// A response on its way.
@@ -62,6 +107,10 @@ pub trait Handler: Send + Sync + 'static {
 
 /// The listen backlog: connections beyond `max_connections` wait here.
 const BACKLOG: u32 = 1024;
+
+/// How long shutdown waits for connections to close once the grace has run
+/// out and they were told to.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Bind a listening socket on `addr` (address reuse on, so a restart does not
 /// wait for TIME_WAIT).
@@ -86,6 +135,9 @@ pub struct Server {
     connections: TaskTracker,
     /// Cancelled at shutdown: every connection finishes its requests and closes.
     shutdown: CancellationToken,
+    /// Cancelled when the shutdown grace has run out: every connection and
+    /// tunnel still open is closed.
+    closing: CancellationToken,
     /// The accept loops, by configured address.
     listeners: Mutex<HashMap<SocketAddr, Listening>>,
 }
@@ -108,6 +160,7 @@ impl Server {
             max_connections: Mutex::new(max_connections),
             connections: TaskTracker::new(),
             shutdown: CancellationToken::new(),
+            closing: CancellationToken::new(),
             listeners: Mutex::new(HashMap::new()),
         })
     }
@@ -165,16 +218,25 @@ impl Server {
     }
 
     /// Stop accepting everywhere, ask every connection to finish, and wait up
-    /// to `grace` for them. Returns whether every connection finished.
+    /// to `grace` for them (tunnels run on meanwhile); then close what is
+    /// still open. Returns whether every connection finished in time.
     pub async fn shutdown(&self, grace: Duration) -> bool {
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.clear();
         }
         self.shutdown.cancel();
         self.connections.close();
-        tokio::time::timeout(grace, self.connections.wait())
+        if tokio::time::timeout(grace, self.connections.wait())
             .await
             .is_ok()
+        {
+            return true;
+        }
+        self.closing.cancel();
+        // Closing is immediate; the wait lets tunnels write their access-log
+        // lines, and is bounded all the same.
+        let _ = tokio::time::timeout(CLOSE_WAIT, self.connections.wait()).await;
+        false
     }
 
     async fn accept_loop(
@@ -210,8 +272,9 @@ impl Server {
             let shared = self.shared.clone();
             let handler = self.handler.clone();
             let shutdown = self.shutdown.clone();
+            let closing = self.closing.clone();
             self.connections.spawn(async move {
-                conn::serve(stream, peer, tls, shared, handler, shutdown).await;
+                conn::serve(stream, peer, tls, shared, handler, shutdown, closing).await;
                 drop(permit);
             });
         }
