@@ -28,17 +28,21 @@ use crate::body::{self, UpstreamBody};
 use crate::config::units::format_duration;
 use crate::config::{ActiveHealth, PassiveHealth};
 
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+/// The start of [`now_ms`], on both clocks.
+static EPOCH: LazyLock<(Instant, SystemTime)> =
+    LazyLock::new(|| (Instant::now(), SystemTime::now()));
 
 /// Milliseconds on the clock health is kept in: monotonic, from the first
 /// call in this process.
 pub fn now_ms() -> u64 {
-    u64::try_from(EPOCH.elapsed().as_millis()).unwrap_or(u64::MAX)
+    u64::try_from(EPOCH.0.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The wall-clock time of `at` (a [`now_ms`] reading), for the admin API.
+/// The wall-clock time of `at` (a [`now_ms`] reading), for the admin API:
+/// the wall clock at the epoch plus `at`, so a time reads the same every
+/// time it is shown.
 pub fn wall_clock(at: u64) -> SystemTime {
-    SystemTime::now() - Duration::from_millis(now_ms().saturating_sub(at))
+    EPOCH.1 + Duration::from_millis(at)
 }
 
 /// The `User-Agent` of probes.
