@@ -192,14 +192,21 @@ impl Health {
     }
 
     /// Record a probe's outcome at `now`: `Ok` for a 2xx within the
-    /// timeout, else what went wrong.
+    /// timeout, else what went wrong. Nothing is recorded once `retired` is
+    /// set: it is read under the lock [`Health::forget`] takes, so a round
+    /// that ends after a reload retired its prober and forgot the check
+    /// cannot take the target down again.
     pub fn probe(
         &self,
         outcome: Result<(), String>,
         active: &ActiveHealth,
         now: u64,
+        retired: &AtomicBool,
     ) -> Option<Change> {
         let mut s = self.lock();
+        if retired.load(Ordering::Relaxed) {
+            return None;
+        }
         self.settle(&mut s, now);
         s.probes += 1;
         let down = self.probed_down.load(Ordering::Relaxed);
@@ -302,7 +309,7 @@ pub async fn probe_loop(pool: Weak<UpstreamPool>, active: ActiveHealth) {
         let Some(pool) = pool.upgrade() else {
             return;
         };
-        if pool.is_retired() {
+        if pool.retired.load(Ordering::Relaxed) {
             return;
         }
         let probes = (0..pool.targets.len()).map(|target| probe(&pool, target, &active));
@@ -310,14 +317,14 @@ pub async fn probe_loop(pool: Weak<UpstreamPool>, active: ActiveHealth) {
         let now = now_ms();
         for (target, outcome) in pool.targets.iter().zip(outcomes) {
             let error = outcome.as_ref().err().cloned();
-            match target.health.probe(outcome, &active, now) {
+            match target.health.probe(outcome, &active, now, &pool.retired) {
                 Some(Change::ProbedDown) => {
                     tracing::warn!(upstream = %pool.name, target = %target.label, error = error.as_deref().unwrap_or_default(), "upstream target down (active health)");
                 }
-                Some(_) => {
+                Some(Change::ProbedUp) => {
                     tracing::info!(upstream = %pool.name, target = %target.label, "upstream target up (active health)");
                 }
-                None => {}
+                _ => {}
             }
         }
     }
@@ -384,6 +391,9 @@ mod tests {
         }
     }
 
+    /// The `retired` flag of a prober still in force.
+    static LIVE: AtomicBool = AtomicBool::new(false);
+
     fn failed(h: &Health, p: &PassiveHealth, now: u64) -> Option<Change> {
         h.record(false, p, || now)
     }
@@ -440,13 +450,13 @@ mod tests {
         let a = active(2, 3);
         let h = Health::new(0);
         let fail = || Err("status 500".to_owned());
-        assert_eq!(h.probe(Ok(()), &a, 100), None);
-        assert_eq!(h.probe(fail(), &a, 200), None);
-        assert_eq!(h.probe(fail(), &a, 300), None);
+        assert_eq!(h.probe(Ok(()), &a, 100, &LIVE), None);
+        assert_eq!(h.probe(fail(), &a, 200, &LIVE), None);
+        assert_eq!(h.probe(fail(), &a, 300, &LIVE), None);
         assert!(h.is_up(300));
-        assert_eq!(h.probe(fail(), &a, 400), Some(Change::ProbedDown));
+        assert_eq!(h.probe(fail(), &a, 400, &LIVE), Some(Change::ProbedDown));
         assert!(!h.is_up(400));
-        assert_eq!(h.probe(fail(), &a, 500), None);
+        assert_eq!(h.probe(fail(), &a, 500, &LIVE), None);
         let v = h.view(550);
         assert_eq!(
             (v.up, v.since, v.probe_failures, v.probes),
@@ -457,11 +467,11 @@ mod tests {
             Some("active: 4 failed probes in a row (last: status 500)")
         );
         // One pass is not enough; a failure in between starts again.
-        assert_eq!(h.probe(Ok(()), &a, 600), None);
-        assert_eq!(h.probe(fail(), &a, 700), None);
-        assert_eq!(h.probe(Ok(()), &a, 800), None);
+        assert_eq!(h.probe(Ok(()), &a, 600, &LIVE), None);
+        assert_eq!(h.probe(fail(), &a, 700, &LIVE), None);
+        assert_eq!(h.probe(Ok(()), &a, 800, &LIVE), None);
         assert!(!h.is_up(800));
-        assert_eq!(h.probe(Ok(()), &a, 900), Some(Change::ProbedUp));
+        assert_eq!(h.probe(Ok(()), &a, 900, &LIVE), Some(Change::ProbedUp));
         let v = h.view(950);
         assert_eq!((v.up, v.since, v.why), (true, 900, None));
         assert_eq!(
@@ -476,7 +486,7 @@ mod tests {
         let (p, a) = (passive(1, 1000), active(1, 1));
         let h = Health::new(0);
         assert_eq!(
-            h.probe(Err("connect: refused".into()), &a, 100),
+            h.probe(Err("connect: refused".into()), &a, 100, &LIVE),
             Some(Change::ProbedDown)
         );
         assert_eq!(failed(&h, &p, 200), Some(Change::Ejected));
@@ -487,7 +497,7 @@ mod tests {
             Some("passive: 1 failed requests in a row; active: 1 failed probes in a row (last: connect: refused)")
         );
         // Probes pass again, but the ejection runs until 1200.
-        assert_eq!(h.probe(Ok(()), &a, 400), Some(Change::ProbedUp));
+        assert_eq!(h.probe(Ok(()), &a, 400, &LIVE), Some(Change::ProbedUp));
         assert!(!h.is_up(400) && !h.view(400).up);
         assert_eq!(h.view(400).since, 100);
         let v = h.view(1300);
@@ -497,7 +507,7 @@ mod tests {
         let h = Health::new(0);
         assert_eq!(failed(&h, &p, 100), Some(Change::Ejected));
         assert_eq!(
-            h.probe(Err("status 503".into()), &a, 200),
+            h.probe(Err("status 503".into()), &a, 200, &LIVE),
             Some(Change::ProbedDown)
         );
         assert!(!h.is_up(1500));
@@ -505,7 +515,7 @@ mod tests {
             h.view(1500).why.as_deref(),
             Some("active: 1 failed probes in a row (last: status 503)")
         );
-        assert_eq!(h.probe(Ok(()), &a, 1600), Some(Change::ProbedUp));
+        assert_eq!(h.probe(Ok(()), &a, 1600, &LIVE), Some(Change::ProbedUp));
         assert_eq!(h.view(1700).since, 1600);
     }
 
@@ -514,7 +524,7 @@ mod tests {
         let (p, a) = (passive(1, 60_000), active(1, 1));
         let h = Health::new(0);
         failed(&h, &p, 100);
-        h.probe(Err("status 500".into()), &a, 100);
+        h.probe(Err("status 500".into()), &a, 100, &LIVE);
         h.forget(false, true, 200);
         assert!(!h.is_up(200), "still ejected");
         h.forget(true, false, 300);
@@ -523,5 +533,10 @@ mod tests {
         // Forgetting what says nothing changes nothing.
         h.forget(true, true, 500);
         assert_eq!(h.view(600).since, 300);
+        // A retired prober's late result is not recorded.
+        let retired = AtomicBool::new(true);
+        assert_eq!(h.probe(Err("status 500".into()), &a, 700, &retired), None);
+        assert!(h.is_up(700));
+        assert_eq!(h.view(700).probes, 1);
     }
 }

@@ -50,8 +50,9 @@ pub struct UpstreamPool {
     pub client: Client,
     /// Whether its active health checker has been started.
     probing: AtomicBool,
-    /// Set when a reload put another pool in its place: its checker stops.
-    retired: AtomicBool,
+    /// Set when a reload put another pool in its place: its checker stops
+    /// and records nothing more.
+    pub(super) retired: AtomicBool,
 }
 
 /// Why an upstream pool could not be built.
@@ -175,11 +176,6 @@ impl UpstreamPool {
     /// (the new pool probes the targets they share).
     pub fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether [`UpstreamPool::retire`] was called.
-    pub fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
     }
 }
 
