@@ -51,6 +51,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         None => None,
     };
     let shared = Shared::new(prepared.runtime);
+    shared.runtime.load().start_health_checks(None);
     let server = Server::new(
         shared.clone(),
         Pipeline::new(shared.clone()),

@@ -213,7 +213,9 @@ impl Gateway {
         // Cached rejections came from the old limits: a raised quota must
         // take effect at once.
         prepared.runtime.limiter.clear_deny_cache();
-        self.shared.runtime.store(Arc::new(prepared.runtime));
+        let runtime = Arc::new(prepared.runtime);
+        self.shared.runtime.store(runtime.clone());
+        runtime.start_health_checks(Some(&current));
         for (addr, listener) in prepared.bound {
             self.server.serve(addr, listener);
         }

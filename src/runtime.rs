@@ -4,7 +4,10 @@
 //! it to the end, so a reload never changes a request midway. A runtime is
 //! built off the request path by [`Runtime::build`], reusing the upstream
 //! pools of the previous generation whose config did not change (their
-//! pooled connections survive the reload).
+//! pooled connections survive the reload) and, in the pools it rebuilds,
+//! the health of the targets they keep. Only a runtime put in force starts
+//! health checks ([`Runtime::start_health_checks`]): `tollgate check` and
+//! `simulate` build one and probe nothing.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -122,13 +125,10 @@ impl Runtime {
     ) -> Result<Runtime, BuildError> {
         let mut upstreams = HashMap::with_capacity(config.upstreams.len());
         for up in &config.upstreams {
-            let reused = previous
-                .and_then(|p| p.upstreams.get(&up.name))
-                .filter(|pool| pool.config == *up)
-                .cloned();
-            let pool = match reused {
-                Some(pool) => pool,
-                None => Arc::new(UpstreamPool::new(up)?),
+            let before = previous.and_then(|p| p.upstreams.get(&up.name));
+            let pool = match before {
+                Some(pool) if pool.config == *up => pool.clone(),
+                _ => Arc::new(UpstreamPool::new(up, before.map(|p| &**p))?),
             };
             upstreams.insert(up.name.clone(), pool);
         }
@@ -220,5 +220,19 @@ impl Runtime {
     pub fn tls_for(&self, addr: SocketAddr) -> Option<Arc<rustls::ServerConfig>> {
         let listens = &self.config.server.tls.as_ref()?.listen;
         listens.contains(&addr).then(|| self.tls.clone()).flatten()
+    }
+
+    /// Put this generation's health checks in force after `previous` (the
+    /// generation it replaced): the pools it dropped or rebuilt stop
+    /// probing, its own pools start (a kept pool keeps its one checker).
+    pub fn start_health_checks(&self, previous: Option<&Runtime>) {
+        for old in previous.iter().flat_map(|p| p.upstreams.values()) {
+            if !self.upstreams.values().any(|pool| Arc::ptr_eq(pool, old)) {
+                old.retire();
+            }
+        }
+        for pool in self.upstreams.values() {
+            pool.start();
+        }
     }
 }

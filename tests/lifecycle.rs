@@ -863,9 +863,9 @@ fn check_refuses_what_this_build_does_not_implement() {
             3,
         ),
         (
-            "upstreams:\n  u:\n    targets: [\"http://127.0.0.1:1\"]\n    health:\n      active: { path: /healthz }\n",
-            "upstreams.u.health.active",
-            5,
+            "server:\n  listen: [\"127.0.0.1:1\"]\n  escaped_slashes: decode\n",
+            "server.escaped_slashes",
+            3,
         ),
         (
             "store:\n  backend: redis_cluster\n  urls: [\"redis://127.0.0.1:7000\"]\n",
@@ -878,7 +878,8 @@ fn check_refuses_what_this_build_does_not_implement() {
         let (code, out, err) = run_cli(&["check", "-c", &path], &[], None);
         assert_eq!(code, 1, "{field}: stdout {out} stderr {err}");
         assert!(
-            err.contains(&format!("{path}:{line}:")) && err.contains(&format!("{field}: not supported yet")),
+            err.contains(&format!("{path}:{line}:"))
+                && err.contains(&format!("{field}: not supported yet")),
             "{field}: {err}"
         );
     }

@@ -419,6 +419,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         "routes": routes,
         "limits": limits,
         "lockouts": lockouts,
+        "upstreams": super::upstreams(&rt),
         "series": series,
     });
     let mut response = super::json(StatusCode::OK, body);

@@ -1,6 +1,6 @@
 //! The admin listener (SPEC §8): health, readiness, config status, reload,
-//! metrics, limit state and lockouts, and the dashboard. Never on a traffic
-//! port.
+//! metrics, limit state and lockouts, upstream health, and the dashboard.
+//! Never on a traffic port.
 //!
 //! With `admin.token` set, everything but `/healthz` and `/readyz` needs
 //! `Authorization: Bearer <token>` (401 otherwise, compared in constant
@@ -12,7 +12,7 @@
 //!
 //! | endpoint | module |
 //! |---|---|
-//! | `/healthz`, `/readyz`, `/config`, `/reload`, `/metrics`, `/limits/...`, `/lockouts` | here |
+//! | `/healthz`, `/readyz`, `/config`, `/reload`, `/metrics`, `/limits/...`, `/lockouts`, `/upstreams` | here |
 //! | `/` (the page), `/api/stats` (what it polls) | [`dashboard`] |
 //! | the counters behind `/api/stats` | [`crate::metrics::stats`] |
 
@@ -31,10 +31,13 @@ use tokio::net::TcpListener;
 use subtle::ConstantTimeEq;
 
 use crate::body::{self, Body};
+use crate::config::units::format_duration;
 use crate::limit::clock::now_micros;
 use crate::limit::headers::secs_ceil;
 use crate::limit::{key, Check};
+use crate::proxy::health;
 use crate::reload::Gateway;
+use crate::runtime::Runtime;
 
 use dashboard::Dashboard;
 
@@ -117,7 +120,9 @@ pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
             ),
         },
         (&Method::GET, "/metrics") => {
-            let mut response = Response::new(body::full(gateway.shared.metrics.render()));
+            let metrics = &gateway.shared.metrics;
+            metrics.upstream_health(target_health(&gateway.shared.runtime.load()));
+            let mut response = Response::new(body::full(metrics.render()));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -125,14 +130,20 @@ pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
             response
         }
         (&Method::GET, "/lockouts") => lockouts(admin, &query).await,
+        (&Method::GET, "/upstreams") => json(
+            StatusCode::OK,
+            serde_json::json!({"upstreams": upstreams(&gateway.shared.runtime.load())}),
+        ),
         (&Method::GET | &Method::DELETE, p) if p.starts_with("/limits/") => {
             limit_state(method, &p["/limits/".len()..], admin).await
         }
         (_, p) if p.starts_with("/limits/") => method_not_allowed("GET, DELETE"),
         (_, "/reload") => method_not_allowed("POST"),
-        (_, "/" | "/healthz" | "/readyz" | "/config" | "/metrics" | "/lockouts" | "/api/stats") => {
-            method_not_allowed("GET")
-        }
+        (
+            _,
+            "/" | "/healthz" | "/readyz" | "/config" | "/metrics" | "/lockouts" | "/upstreams"
+            | "/api/stats",
+        ) => method_not_allowed("GET"),
         _ => json(
             StatusCode::NOT_FOUND,
             serde_json::json!({"error": "not_found"}),
@@ -292,6 +303,82 @@ async fn lockouts(admin: &Admin, query: &Query) -> Response<Body> {
             serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
         ),
     }
+}
+
+/// Every target of `rt` as `(upstream, target, up)`, for the
+/// `tollgate_upstream_healthy` gauge.
+fn target_health(rt: &Runtime) -> Vec<(Arc<str>, Arc<str>, bool)> {
+    let now = health::now_ms();
+    rt.upstreams
+        .values()
+        .flat_map(|pool| {
+            pool.targets
+                .iter()
+                .map(|t| (pool.name.clone(), t.label.clone(), t.health.is_up(now)))
+        })
+        .collect()
+}
+
+/// `GET /upstreams` (and the dashboard's `upstreams`): each upstream of
+/// `rt` in config order, its health settings, and its targets with their
+/// health and requests in flight.
+pub fn upstreams(rt: &Runtime) -> serde_json::Value {
+    let now = health::now_ms();
+    let time = |at: u64| humantime::format_rfc3339_millis(health::wall_clock(at)).to_string();
+    let list: Vec<serde_json::Value> = rt
+        .config
+        .upstreams
+        .iter()
+        .filter_map(|c| rt.upstreams.get(&c.name))
+        .map(|pool| {
+            let checks = &pool.config.health;
+            let targets: Vec<serde_json::Value> = pool
+                .targets
+                .iter()
+                .zip(&pool.config.targets)
+                .map(|(t, config)| {
+                    let v = t.health.view(now);
+                    serde_json::json!({
+                        "url": &*t.label,
+                        "weight": config.weight,
+                        "healthy": v.up,
+                        "state": if v.up { "up" } else { "down" },
+                        "why": v.why,
+                        "since": time(v.since),
+                        "in_flight": t.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+                        "passive": {
+                            "failures": v.failures,
+                            "ejections": v.ejections,
+                            "ejected_until": v.ejected_until.map(time),
+                        },
+                        "active": {
+                            "successes": v.probe_successes,
+                            "failures": v.probe_failures,
+                            "probes": v.probes,
+                            "last_error": v.last_error,
+                        },
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": &*pool.name,
+                "healthy": targets.iter().filter(|t| t["healthy"] == true).count(),
+                "passive": checks.passive.as_ref().map(|p| serde_json::json!({
+                    "failures": p.failures,
+                    "eject": format_duration(p.eject),
+                })),
+                "active": checks.active.as_ref().map(|a| serde_json::json!({
+                    "path": a.path.as_str(),
+                    "interval": format_duration(a.interval),
+                    "timeout": format_duration(a.timeout),
+                    "healthy": a.healthy,
+                    "unhealthy": a.unhealthy,
+                })),
+                "targets": targets,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list)
 }
 
 fn rfc3339(us: u64) -> String {

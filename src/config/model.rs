@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use ipnet::IpNet;
 use serde::de::{Deserialize, Deserializer};
@@ -231,6 +232,8 @@ pub struct UpstreamTls {
 pub struct HealthConfig {
     /// Ejection after consecutive failures of real requests.
     pub passive: Option<PassiveHealth>,
+    /// Probes sent by the gateway itself.
+    pub active: Option<ActiveHealth>,
 }
 
 /// `health.passive`.
@@ -240,6 +243,22 @@ pub struct PassiveHealth {
     pub failures: u32,
     /// How long an ejected target stays out.
     pub eject: Duration,
+}
+
+/// `health.active`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveHealth {
+    /// What each probe asks for (`GET`), starting with `/`.
+    pub path: PathAndQuery,
+    /// Time between the starts of two probes of a target.
+    pub interval: Duration,
+    /// A probe without a 2xx response head within this fails (less than
+    /// `interval`).
+    pub timeout: Duration,
+    /// Consecutive successful probes that bring a down target up (at least 1).
+    pub healthy: u32,
+    /// Consecutive failed probes that take an up target down (at least 1).
+    pub unhealthy: u32,
 }
 
 /// One limit: a named policy or a route's inline limit.

@@ -236,8 +236,7 @@ impl<'de> Deserialize<'de> for RawTarget {
 )]
 pub(crate) struct RawHealth {
     pub passive: Option<RawPassive>,
-    /// Not in this build: refused by `validate`.
-    pub active: Option<IgnoredAny>,
+    pub active: Option<RawActive>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -248,6 +247,19 @@ pub(crate) struct RawHealth {
 pub(crate) struct RawPassive {
     pub failures: Option<u32>,
     pub eject: Option<Dur>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields path, interval, timeout, healthy, unhealthy"
+)]
+pub(crate) struct RawActive {
+    pub path: Option<String>,
+    pub interval: Option<Dur>,
+    pub timeout: Option<Dur>,
+    pub healthy: Option<u32>,
+    pub unhealthy: Option<u32>,
 }
 
 /// The algorithm names.

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
+use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 
 use super::error::ConfigError;
@@ -525,7 +526,7 @@ impl Ctx<'_> {
                 "an upstream needs at least one target",
             ));
         }
-        let mut targets = Vec::with_capacity(raw_targets.len());
+        let mut targets: Vec<TargetConfig> = Vec::with_capacity(raw_targets.len());
         for (i, t) in raw_targets.into_iter().enumerate() {
             let field = format!("{path}.targets[{i}]");
             let url_field = if t.weight.is_some() {
@@ -534,6 +535,16 @@ impl Ctx<'_> {
                 field.clone()
             };
             let url = target_url(&t.url).map_err(|m| self.err(&url_field, m))?;
+            // A target's health is kept by its URL, so each is listed once.
+            if let Some(first) = targets.iter().position(|o| same_target(&o.url, &url)) {
+                return Err(self.err(
+                    &url_field,
+                    format!(
+                        "duplicate target \"{}\" (also targets[{first}]); give it a weight instead",
+                        t.url.trim()
+                    ),
+                ));
+            }
             let weight = self.at_least_one(&format!("{field}.weight"), t.weight, 1)?;
             targets.push(TargetConfig { url, weight });
         }
@@ -557,12 +568,10 @@ impl Ctx<'_> {
                 )?,
             }),
         };
-        if health.active.is_some() {
-            return Err(self.unsupported(
-                &format!("{path}.health.active"),
-                "active health checks are not in this build; `passive` is",
-            ));
-        }
+        let active = match health.active {
+            None => None,
+            Some(a) => Some(self.active_health(&format!("{path}.health.active"), a)?),
+        };
         Ok(UpstreamConfig {
             name,
             targets,
@@ -580,7 +589,46 @@ impl Ctx<'_> {
             retries: raw.retries.unwrap_or(1),
             http2: raw.http2.unwrap_or(false),
             tls,
-            health: HealthConfig { passive },
+            health: HealthConfig { passive, active },
+        })
+    }
+
+    /// `health.active` at `path`, with the SPEC's defaults.
+    fn active_health(&self, path: &str, raw: RawActive) -> Result<ActiveHealth> {
+        let probe = raw.path.unwrap_or_else(|| "/healthz".to_owned());
+        let field = format!("{path}.path");
+        if !probe.starts_with('/') {
+            return Err(self.err(
+                &field,
+                format!("a probe path must start with /, got \"{probe}\""),
+            ));
+        }
+        let probe: PathAndQuery = probe
+            .parse()
+            .map_err(|_| self.err(&field, format!("\"{probe}\" is not a valid path")))?;
+        let interval = self.positive(
+            &format!("{path}.interval"),
+            raw.interval.map(|d| d.0),
+            5 * SECOND,
+        )?;
+        let timeout =
+            self.positive(&format!("{path}.timeout"), raw.timeout.map(|d| d.0), SECOND)?;
+        if timeout >= interval {
+            return Err(self.err(
+                &format!("{path}.timeout"),
+                format!(
+                    "timeout ({}) must be shorter than interval ({}): a target is probed once per interval",
+                    format_duration(timeout),
+                    format_duration(interval)
+                ),
+            ));
+        }
+        Ok(ActiveHealth {
+            path: probe,
+            interval,
+            timeout,
+            healthy: self.at_least_one(&format!("{path}.healthy"), raw.healthy, 2)?,
+            unhealthy: self.at_least_one(&format!("{path}.unhealthy"), raw.unhealthy, 3)?,
         })
     }
 
@@ -1361,6 +1409,18 @@ fn target_url(text: &str) -> std::result::Result<Uri, String> {
         ));
     }
     Ok(uri)
+}
+
+/// Whether two target URLs name the same server: scheme and authority,
+/// ignoring case.
+fn same_target(a: &Uri, b: &Uri) -> bool {
+    let key = |u: &Uri| {
+        (
+            u.scheme_str().map(str::to_ascii_lowercase),
+            u.authority().map(|a| a.as_str().to_ascii_lowercase()),
+        )
+    };
+    key(a) == key(b)
 }
 
 /// Checks a `redis://` or `rediss://` URL: `[user[:password]@]host[:port][/db][?query]`.

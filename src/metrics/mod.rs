@@ -13,7 +13,8 @@
 
 pub mod stats;
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -78,6 +79,15 @@ pub struct UpstreamLabels {
     pub target: Arc<str>,
     /// `response`, `error` or `timeout`.
     pub outcome: &'static str,
+}
+
+/// Labels naming one target of an upstream.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabels {
+    /// The upstream's name.
+    pub upstream: Arc<str>,
+    /// The target (`scheme://authority`).
+    pub target: Arc<str>,
 }
 
 /// Labels naming an upstream.
@@ -167,6 +177,10 @@ pub struct Metrics {
     pub upstream_requests: Family<UpstreamLabels, Counter>,
     /// `tollgate_upstream_duration_seconds{upstream}`.
     pub upstream_duration: Histograms<UpstreamNameLabels>,
+    /// `tollgate_upstream_healthy{upstream,target}`: 1 up, 0 down.
+    pub upstream_healthy: Family<TargetLabels, Gauge>,
+    /// The series `upstream_healthy` holds now.
+    healthy_series: Mutex<HashSet<TargetLabels>>,
     /// `tollgate_store_duration_seconds{backend,outcome}`.
     pub store_duration: Histograms<StoreLabels>,
     /// `tollgate_store_errors_total{backend}`.
@@ -223,6 +237,12 @@ impl Metrics {
             "Time until the upstream's response head, by upstream",
             upstream_duration.clone(),
         );
+        let upstream_healthy = Family::<TargetLabels, Gauge>::default();
+        registry.register(
+            "tollgate_upstream_healthy",
+            "Whether an upstream target is up (1) or down (0)",
+            upstream_healthy.clone(),
+        );
         let store_duration: Histograms<StoreLabels> =
             Family::new_with_constructor(latency_histogram);
         registry.register(
@@ -266,6 +286,8 @@ impl Metrics {
             lockouts,
             upstream_requests,
             upstream_duration,
+            upstream_healthy,
+            healthy_series: Mutex::default(),
             store_duration,
             store_errors,
             reloads,
@@ -438,6 +460,29 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// Set `tollgate_upstream_healthy` to these `(upstream, target, up)`:
+    /// the series of targets not among them (a reload removed them) go.
+    /// The admin API calls it before each rendering, so a scrape always
+    /// sees the health in force then (an ejection ends without an event).
+    pub fn upstream_health(&self, targets: impl IntoIterator<Item = (Arc<str>, Arc<str>, bool)>) {
+        let mut series = self
+            .healthy_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut now = HashSet::with_capacity(series.len());
+        for (upstream, target, up) in targets {
+            let labels = TargetLabels { upstream, target };
+            self.upstream_healthy
+                .get_or_create(&labels)
+                .set(i64::from(up));
+            now.insert(labels);
+        }
+        for gone in series.difference(&now) {
+            self.upstream_healthy.remove(gone);
+        }
+        *series = now;
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -517,5 +562,35 @@ mod tests {
         );
         let stats = by_handle.stats.snapshot();
         assert_eq!(stats.routes[&route].requests, 4);
+    }
+
+    #[test]
+    fn upstream_health_shows_exactly_the_targets_given() {
+        let m = Metrics::new();
+        let healthy = |m: &Metrics| -> Vec<String> {
+            let mut lines: Vec<String> = m
+                .render()
+                .lines()
+                .filter(|l| l.starts_with("tollgate_upstream_healthy{"))
+                .map(str::to_owned)
+                .collect();
+            lines.sort();
+            lines
+        };
+        let (u, a, b): (Arc<str>, Arc<str>, Arc<str>) =
+            ("u".into(), "http://a:1".into(), "http://b:1".into());
+        m.upstream_health([(u.clone(), a.clone(), true), (u.clone(), b.clone(), false)]);
+        assert_eq!(
+            healthy(&m),
+            [
+                r#"tollgate_upstream_healthy{upstream="u",target="http://a:1"} 1"#,
+                r#"tollgate_upstream_healthy{upstream="u",target="http://b:1"} 0"#,
+            ]
+        );
+        m.upstream_health([(u, a, false)]);
+        assert_eq!(
+            healthy(&m),
+            [r#"tollgate_upstream_healthy{upstream="u",target="http://a:1"} 0"#]
+        );
     }
 }

@@ -1,10 +1,11 @@
-//! Forwarding to upstreams: pools and balancing ([`pool`], [`balance`]),
-//! header hygiene ([`headers`]), and [`forward`], which sends one request
-//! with the retry rules of SPEC §4.
+//! Forwarding to upstreams: pools, balancing and target health ([`pool`],
+//! [`balance`], [`health`]), header hygiene ([`headers`]), and [`forward`],
+//! which sends one request with the retry rules of SPEC §4.
 
 pub mod balance;
 pub mod client;
 pub mod headers;
+pub mod health;
 pub mod pool;
 pub mod tunnel;
 
@@ -142,8 +143,7 @@ pub async fn forward(
         metrics.upstream(&pool.name, &t.label, outcome, started.elapsed());
         match result {
             Ok(Ok(response)) => {
-                let status = response.status().as_u16();
-                pool.record(target, !matches!(status, 502..=504));
+                pool.record(target, !response.status().is_server_error());
                 return Ok((response, guard));
             }
             Ok(Err(error)) => {

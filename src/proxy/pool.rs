@@ -1,13 +1,14 @@
-//! An upstream pool: its targets, their passive health, the balancer, and
-//! one pooled keep-alive client ([`Client`]) shared by every request to the
-//! pool.
+//! An upstream pool: its targets and their health ([`Health`]), the
+//! balancer, one pooled keep-alive client ([`Client`]) shared by every
+//! request to the pool, and its active health checker.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::balance::Balancer;
 use super::client::{Client, Dial};
+use super::health::{self, Change, Health};
 use crate::config::UpstreamConfig;
 use crate::tls::{self, TlsError};
 use http::uri::{Authority, Scheme};
@@ -29,15 +30,14 @@ pub struct Target {
     pub label: Arc<str>,
     /// Requests to this target whose response has not finished.
     pub in_flight: AtomicUsize,
-    /// Consecutive failures (passive health).
-    failures: AtomicU32,
-    /// Until when the target is ejected, in milliseconds since the pool's
-    /// epoch; 0 when it is not.
-    ejected_until: AtomicU64,
+    /// Its health, shared with the pools of earlier generations that had
+    /// this target.
+    pub health: Arc<Health>,
 }
 
 /// A compiled upstream: targets, balancer and client. Reused across reloads
-/// while its config is unchanged, so pooled connections survive a reload.
+/// while its config is unchanged, so pooled connections survive a reload;
+/// rebuilt otherwise, taking over the health of the targets it keeps.
 pub struct UpstreamPool {
     /// The upstream's name (metrics label).
     pub name: Arc<str>,
@@ -49,7 +49,11 @@ pub struct UpstreamPool {
     /// The pooled client, its target indices those of `targets`; one per
     /// pool because connect timeout and HTTP/2 differ per upstream.
     pub client: Client,
-    epoch: Instant,
+    /// Whether its active health checker has been started.
+    probing: AtomicBool,
+    /// Set when a reload put another pool in its place: its checker stops
+    /// and records nothing more.
+    pub(super) retired: AtomicBool,
 }
 
 /// Why an upstream pool could not be built.
@@ -71,8 +75,13 @@ pub enum PoolError {
 }
 
 impl UpstreamPool {
-    /// Build the pool for `config`.
-    pub fn new(config: &UpstreamConfig) -> Result<Self, PoolError> {
+    /// Build the pool for `config`; each target whose URL `previous` (the
+    /// same upstream's pool in the generation before) has keeps its health.
+    pub fn new(
+        config: &UpstreamConfig,
+        previous: Option<&UpstreamPool>,
+    ) -> Result<Self, PoolError> {
+        let now = health::now_ms();
         let mut targets = Vec::with_capacity(config.targets.len());
         for (index, t) in config.targets.iter().enumerate() {
             let err = |message: &str| PoolError::Target {
@@ -92,14 +101,21 @@ impl UpstreamPool {
                 .ok_or_else(|| err("missing host"))?;
             let host = HeaderValue::from_str(authority.as_str())
                 .map_err(|_| err("the host is not a valid Host value"))?;
+            let label: Arc<str> = format!("{scheme}://{authority}").into();
+            let health = previous
+                .and_then(|p| {
+                    p.targets
+                        .iter()
+                        .find(|t| t.label.eq_ignore_ascii_case(&label))
+                })
+                .map_or_else(|| Arc::new(Health::new(now)), |t| t.health.clone());
             targets.push(Target {
                 host,
-                label: format!("{scheme}://{authority}").into(),
+                label,
                 scheme,
                 authority,
                 in_flight: AtomicUsize::new(0),
-                failures: AtomicU32::new(0),
-                ejected_until: AtomicU64::new(0),
+                health,
             });
         }
         // One TLS client config for the upstream's https:// targets.
@@ -132,46 +148,56 @@ impl UpstreamPool {
             targets,
             balancer: Balancer::new(config.balance, weights),
             client,
-            epoch: Instant::now(),
+            probing: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
         })
     }
 
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
-    }
-
-    /// Pick a healthy target not in `tried`, for a client whose key hashes to
-    /// `key`. With every untried target ejected, none.
+    /// Pick a target that is up and not in `tried`, for a client whose key
+    /// hashes to `key`. With every untried target down, none.
     pub fn pick(&self, key: u64, tried: &[usize]) -> Option<usize> {
-        let now = self.now_ms();
+        let now = health::now_ms();
         self.balancer.pick(
             key,
-            |t| !tried.contains(&t) && self.targets[t].ejected_until.load(Ordering::Relaxed) <= now,
+            |t| !tried.contains(&t) && self.targets[t].health.is_up(now),
             |t| self.targets[t].in_flight.load(Ordering::Relaxed),
         )
     }
 
     /// Record the outcome of a request to `target` for passive health: a
-    /// success resets its failure count; `failures` consecutive failures eject
-    /// it for `eject`.
+    /// success resets its failure count; `failures` in a row eject it for
+    /// `eject`.
     pub fn record(&self, target: usize, ok: bool) {
         let Some(passive) = &self.config.health.passive else {
             return;
         };
         let t = &self.targets[target];
-        if ok {
-            if t.failures.load(Ordering::Relaxed) != 0 {
-                t.failures.store(0, Ordering::Relaxed);
+        if t.health.record(ok, passive, health::now_ms) == Some(Change::Ejected) {
+            tracing::warn!(upstream = %self.name, target = %t.label, eject_ms = passive.eject.as_millis() as u64, "upstream target ejected (passive health)");
+        }
+    }
+
+    /// Put the pool in force (at start-up, or a reload that made or kept
+    /// it): its targets forget what checks it does not run said, and its
+    /// active checker starts, once.
+    pub fn start(self: &Arc<Self>) {
+        let checks = &self.config.health;
+        let now = health::now_ms();
+        for t in &self.targets {
+            t.health
+                .forget(checks.passive.is_none(), checks.active.is_none(), now);
+        }
+        if let Some(active) = &checks.active {
+            if !self.probing.swap(true, Ordering::Relaxed) {
+                tokio::spawn(health::probe_loop(Arc::downgrade(self), active.clone()));
             }
-            return;
         }
-        let failures = t.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if failures >= passive.failures {
-            t.failures.store(0, Ordering::Relaxed);
-            let until = self.now_ms() + passive.eject.as_millis() as u64;
-            t.ejected_until.store(until, Ordering::Relaxed);
-            tracing::warn!(upstream = %self.config.name, target = %t.label, eject_ms = passive.eject.as_millis() as u64, "upstream target ejected");
-        }
+    }
+
+    /// A reload put another pool in this one's place: stop its checker
+    /// (the new pool probes the targets they share).
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
     }
 }
 

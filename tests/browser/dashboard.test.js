@@ -2,8 +2,9 @@
 // The dashboard in a real browser: starts the tollgate binary (with an admin
 // token) in front of a small upstream, sends traffic, opens the dashboard in
 // headless Chromium (Debian's, driven by playwright-core; no browser is
-// downloaded), waits for a lockout the test caused, unlocks it with the
-// page's button, and checks the client is allowed again. Screenshots go to
+// downloaded), checks the upstream table shows a dead target down, waits
+// for a lockout the test caused, unlocks it with the page's button, and
+// checks the client is allowed again. Screenshots go to
 // target/ (target/dashboard.png, target/dashboard-unlocked.png).
 //
 // Environment: TOLLGATE_BIN (default target/debug/tollgate), CHROMIUM
@@ -82,7 +83,10 @@ admin:
   token: "${TOKEN}"
 upstreams:
   app:
-    targets: ["http://127.0.0.1:${upstream}"]
+    # The second target refuses connections: active health takes it down.
+    targets: ["http://127.0.0.1:${upstream}", "http://127.0.0.1:1"]
+    health:
+      active: { interval: 500ms, timeout: 200ms, unhealthy: 1 }
 limits:
   per_client:
     algorithm: token_bucket
@@ -242,6 +246,14 @@ async function run(cleanup) {
   await page.waitForFunction(() => document.getElementById('live').textContent === 'live', null, { timeout: 10000 });
   // The token left the address bar.
   assert.equal(new URL(page.url()).search, '');
+
+  // Upstream health: the target that refuses is down, the other up.
+  const target = (url) => page.locator(`#upstreams tr[data-upstream="app"][data-target="${url}"] td`).nth(2);
+  await page.waitForFunction(() => {
+    const row = document.querySelector('#upstreams tr[data-target="http://127.0.0.1:1"]');
+    return row && row.children[2].textContent === 'down';
+  }, null, { timeout: 10000 });
+  assert.equal(await target(`http://127.0.0.1:${upstream.address().port}`).textContent(), 'up');
 
   // Get this client locked out of /hello (5 a minute, then a 10 min lockout).
   let lockedOut = false;

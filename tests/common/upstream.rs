@@ -16,6 +16,9 @@
 //! - `/hop`: a response carrying hop-by-hop headers;
 //! - `/close`: the connection is dropped without an answer.
 //!
+//! [`Echo::fail_with`] makes every answer (health probes too) carry one
+//! status until [`Echo::recover`], for a target that goes bad and comes back.
+//!
 //! The echo counts accepted connections, requests (at the moment their head
 //! arrives), requests whose body arrived whole, and body bytes, and records
 //! each request's head. [`Echo::drop_connections`] closes every open
@@ -25,7 +28,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -93,6 +96,8 @@ struct State {
     completed: AtomicUsize,
     body_bytes: AtomicU64,
     log: Mutex<Vec<Recorded>>,
+    /// The status every answer carries; 0: as the path says.
+    fail: AtomicU16,
 }
 
 /// A running echo upstream; stops (listener and every connection) on drop.
@@ -206,6 +211,27 @@ impl Echo {
         self.state.log.lock().unwrap().clone()
     }
 
+    /// Answers every request from now on with `status` (and the echo body).
+    pub fn fail_with(&self, status: u16) {
+        self.state.fail.store(status, Ordering::SeqCst);
+    }
+
+    /// Answers as the path says again.
+    pub fn recover(&self) {
+        self.state.fail.store(0, Ordering::SeqCst);
+    }
+
+    /// Requests received so far for `path` (without its query).
+    pub fn count_path(&self, path: &str) -> usize {
+        self.state
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path.split('?').next() == Some(path))
+            .count()
+    }
+
     /// Stops listening and drops every open connection.
     pub fn stop(&self) {
         self.task.abort();
@@ -277,6 +303,11 @@ async fn handle(
     st.in_flight.fetch_add(1, Ordering::SeqCst);
     let _guard = InFlight(st.clone());
 
+    let fail = st.fail.load(Ordering::SeqCst);
+    if fail != 0 {
+        let v = json!({"upstream": name, "method": rec.method, "path": path});
+        return Ok(json_response(&name, StatusCode::from_u16(fail)?, v));
+    }
     let p = parts.uri.path().to_string();
     if p == "/close" {
         return Err("closing the connection on purpose".into());

@@ -540,6 +540,38 @@
     }, lk.error ? '' : (lk.total ? 'No lockout matches the filter.' : 'No client is locked out.'), 4);
   }
 
+  // One row per target: its health, why it is down, since when.
+  function renderUpstreams(data) {
+    const items = [];
+    let up = 0;
+    for (const u of data.upstreams || []) {
+      const checks = [u.passive && 'passive', u.active && 'active ' + u.active.path].filter(Boolean).join(', ');
+      for (const t of u.targets) {
+        items.push({ upstream: u.name, checks, ...t });
+        if (t.healthy) up++;
+      }
+    }
+    setText($('upstreams-count'), items.length ? up + ' of ' + items.length + ' up' : '');
+    syncRows($('upstreams').tBodies[0], items, (t) => t.upstream + '\t' + t.url, (t) => {
+      const tr = el('tr');
+      for (let i = 0; i < 8; i++) tr.append(el('td'));
+      tr.dataset.upstream = t.upstream;
+      tr.dataset.target = t.url;
+      return tr;
+    }, (tr, t) => {
+      const td = tr.children;
+      cell(td[0], t.upstream);
+      cell(td[1], t.url, 'key');
+      cell(td[2], t.state, t.healthy ? 'green' : 'red');
+      cell(td[3], fmtAgo(data.now_ms - Date.parse(t.since)));
+      td[3].title = t.since;
+      cell(td[4], t.why || '', 'dim');
+      cell(td[5], fmtInt(t.in_flight), t.in_flight ? 'num' : 'num zero');
+      cell(td[6], fmtInt(t.weight), 'num');
+      cell(td[7], t.checks || 'none', 'dim');
+    }, 'No upstreams in this config.', 8);
+  }
+
   async function unlock(limit, key, button) {
     button.disabled = true;
     button.textContent = 'Unlocking…';
@@ -567,6 +599,7 @@
     renderCharts();
     renderRoutes(data);
     renderLimits(data);
+    renderUpstreams(data);
     renderLockouts(data);
   }
 
