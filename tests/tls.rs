@@ -22,13 +22,13 @@ use http::{Request, Version};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{client::TlsStream, TlsAcceptor, TlsConnector};
 
 use common::gateway::{run_cli, temp_dir, Gateway};
+use common::pki::{der_of, Pki};
 use common::upstream::Echo;
 use common::{config, config_with_server};
 
@@ -37,69 +37,6 @@ const TLS_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::new(127, 0, 0, 5),
     0,
 ));
-
-/// A test CA and the certificates it issues, as files in a temp dir.
-struct Pki {
-    dir: PathBuf,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = temp_dir("tls");
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "tollgate test CA");
-        let cert = params.self_signed(&key).unwrap();
-        std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
-        Pki {
-            dir,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.join("ca.pem")
-    }
-
-    /// A certificate for `names` (DNS names or IPs) signed by the CA, written
-    /// as `<file>.pem` and `<file>.key` (PKCS#8); returns (cert, key).
-    fn issue(&self, names: &[&str], file: &str) -> (PathBuf, PathBuf) {
-        let key = KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &self.issuer)
-            .unwrap();
-        let (c, k) = (
-            self.dir.join(format!("{file}.pem")),
-            self.dir.join(format!("{file}.key")),
-        );
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
-    }
-
-    /// The CA as a root store.
-    fn roots(&self) -> rustls::RootCertStore {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(der_of(&self.ca())).unwrap();
-        roots
-    }
-}
-
-/// The first certificate of a PEM file, as DER.
-fn der_of(pem: &Path) -> CertificateDer<'static> {
-    use rustls::pki_types::pem::PemObject;
-    CertificateDer::pem_file_iter(pem)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-}
 
 /// Accepts any certificate: the tests look at which one was presented.
 #[derive(Debug)]

@@ -12,6 +12,7 @@
 pub mod client;
 pub mod gateway;
 pub mod limits;
+pub mod pki;
 pub mod raw;
 pub mod redis;
 pub mod upstream;
