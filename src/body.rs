@@ -5,10 +5,11 @@
 //! one type. Request bodies going upstream are wrapped in [`UpstreamBody`],
 //! which lets a request whose body was never read be retried on another
 //! target, and remembers whether the *client* broke its own body (a bad
-//! chunk), so that failure is answered 400 rather than blamed on the upstream.
+//! chunk, or more than `max_body_bytes` of a streamed body), so that failure
+//! is answered 400 or 413 rather than blamed on the upstream.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -55,15 +56,30 @@ pub struct UpstreamBody {
     inner: Option<Body>,
     hint: SizeHint,
     end: bool,
-    client_failed: Arc<AtomicBool>,
+    fault: Arc<AtomicU8>,
 }
+
+/// How the client's own request body failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientFault {
+    /// A bad chunk, an early close: the body is broken.
+    Broken,
+    /// It went past `max_body_bytes` while streaming
+    /// ([`http_body_util::LengthLimitError`]).
+    TooLarge,
+}
+
+/// [`UpstreamBody::fault`]'s values: none yet, then a [`ClientFault`].
+const NO_FAULT: u8 = 0;
+const BROKEN: u8 = 1;
+const TOO_LARGE: u8 = 2;
 
 /// The handle that keeps an [`UpstreamBody`]'s slot, for retries and for
 /// telling whether the client broke its body.
 #[derive(Clone)]
 pub struct RetrySlot {
     slot: Arc<Mutex<Option<Body>>>,
-    client_failed: Arc<AtomicBool>,
+    fault: Arc<AtomicU8>,
 }
 
 impl UpstreamBody {
@@ -72,17 +88,17 @@ impl UpstreamBody {
         let hint = http_body::Body::size_hint(&body);
         let end = http_body::Body::is_end_stream(&body);
         let slot = Arc::new(Mutex::new(Some(body)));
-        let client_failed = Arc::new(AtomicBool::new(false));
+        let fault = Arc::new(AtomicU8::new(NO_FAULT));
         let handle = RetrySlot {
             slot: slot.clone(),
-            client_failed: client_failed.clone(),
+            fault: fault.clone(),
         };
         let body = UpstreamBody {
             slot,
             inner: None,
             hint,
             end,
-            client_failed,
+            fault,
         };
         (body, handle)
     }
@@ -95,9 +111,13 @@ impl RetrySlot {
         Some(UpstreamBody::new(body))
     }
 
-    /// Whether the client's own body failed (bad chunk, early close).
-    pub fn client_failed(&self) -> bool {
-        self.client_failed.load(Ordering::Relaxed)
+    /// Whether, and how, the client's own body failed.
+    pub fn client_fault(&self) -> Option<ClientFault> {
+        match self.fault.load(Ordering::Relaxed) {
+            NO_FAULT => None,
+            TOO_LARGE => Some(ClientFault::TooLarge),
+            _ => Some(ClientFault::Broken),
+        }
     }
 }
 
@@ -123,7 +143,12 @@ impl http_body::Body for UpstreamBody {
         };
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Err(e))) => {
-                this.client_failed.store(true, Ordering::Relaxed);
+                let fault = if e.is::<http_body_util::LengthLimitError>() {
+                    TOO_LARGE
+                } else {
+                    BROKEN
+                };
+                this.fault.store(fault, Ordering::Relaxed);
                 Poll::Ready(Some(Err(e)))
             }
             other => other,

@@ -310,6 +310,7 @@ async fn forward(
         &parts.headers,
         parts.version,
         server.max_body_bytes,
+        ctx.grpc,
     )
     .await?;
     let mut headers = parts.headers;
@@ -592,12 +593,16 @@ fn ip_hash(ip: IpAddr) -> u64 {
 /// it: streamed (hyper holds the client to its length). With a limit and no
 /// length (chunked, HTTP/2): read up to the limit first, so a body that
 /// turns out too large gets 413 before a single byte of it reaches the
-/// upstream.
+/// upstream; except a gRPC request's, which is a stream the client may keep
+/// open until it has answers: streamed, the limit counted as it passes (past
+/// it, the upstream's copy is cut and the call fails; 413 if no response
+/// has started).
 async fn request_body(
     incoming: Incoming,
     headers: &HeaderMap,
     version: Version,
     max: Option<u64>,
+    grpc: bool,
 ) -> Result<(Body, Vec<HeaderName>), GatewayError> {
     let malformed = |_| GatewayError::BadRequest {
         reason: "malformed request body",
@@ -608,6 +613,17 @@ async fn request_body(
         return Ok((body::boxed(incoming), Vec::new()));
     }
     match max {
+        Some(max) if !sized && grpc => {
+            let limit = usize::try_from(max).unwrap_or(usize::MAX);
+            body::prefetch(Limited::new(incoming, limit))
+                .await
+                .map_err(
+                    |error| match error.is::<http_body_util::LengthLimitError>() {
+                        true => GatewayError::BodyTooLarge,
+                        false => malformed(error),
+                    },
+                )
+        }
         Some(max) if !sized => {
             let limit = usize::try_from(max).unwrap_or(usize::MAX);
             match Limited::new(incoming, limit).collect().await {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 
-use crate::body::{Body, UpstreamBody};
+use crate::body::{Body, ClientFault, UpstreamBody};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use client::ResponseBody;
@@ -147,11 +147,15 @@ pub async fn forward(
                 return Ok((response, guard));
             }
             Ok(Err(error)) => {
-                if slot.client_failed() {
-                    return Err(GatewayError::BadRequest {
-                        reason: "malformed request body",
-                        close: true,
-                    });
+                match slot.client_fault() {
+                    Some(ClientFault::Broken) => {
+                        return Err(GatewayError::BadRequest {
+                            reason: "malformed request body",
+                            close: true,
+                        })
+                    }
+                    Some(ClientFault::TooLarge) => return Err(GatewayError::BodyTooLarge),
+                    None => {}
                 }
                 pool.record(target, false);
                 tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
