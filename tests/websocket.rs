@@ -6,7 +6,8 @@
 //! closed; SIGTERM lets tunnels run for `shutdown_grace`, then closes them;
 //! `Upgrade: h2c` is never forwarded; a non-101 answer is relayed; an
 //! upgrade request is not retried once sent; any other protocol is tunnelled
-//! too, bytes sent early by either side included.
+//! too, bytes sent early by either side included; `wss://` through the TLS
+//! listener (ALPN `http/1.1`, or none).
 //!
 //! Timings: idle timeouts and graces are a few hundred milliseconds to two
 //! seconds, with at least a second of margin on every bound.
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::{config, config_with_server, eventually, raw, Echo, Gateway};
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::server::{
     Callback, ErrorResponse, Request, Response,
@@ -178,7 +180,7 @@ fn refused_status(result: Result<(Client, http::Response<()>), WsError>) -> u16 
 }
 
 /// Send `msg` and expect it back.
-async fn echo(ws: &mut Client, msg: Message) {
+async fn echo<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>, msg: Message) {
     tokio::time::timeout(STEP, ws.send(msg.clone()))
         .await
         .expect("send timed out")
@@ -195,7 +197,10 @@ async fn echo(ws: &mut Client, msg: Message) {
 /// Read until the connection ends (the end of the stream or an error; a
 /// Close frame is answered on the way, by reading on); how long that took,
 /// or None if it was still open after `timeout`.
-async fn wait_closed(ws: &mut Client, timeout: Duration) -> Option<Duration> {
+async fn wait_closed<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    timeout: Duration,
+) -> Option<Duration> {
     let started = Instant::now();
     tokio::time::timeout(timeout, async {
         while let Some(Ok(_)) = ws.next().await {}
@@ -269,6 +274,57 @@ async fn messages_are_echoed_both_ways_and_the_close_handshake_passes() {
         (ws.open() == 0).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wss_through_the_tls_listener() {
+    use std::sync::Arc;
+    let pki = common::pki::Pki::new();
+    let (cert, key) = pki.issue(&["gw.test"], "gw");
+    let ws = WsEcho::start().await;
+    let tls_listen: SocketAddr = "127.0.0.7:0".parse().unwrap();
+    let server = format!(
+        "tls:\n  listen: [\"{tls_listen}\"]\n  certificates: [{{ cert: \"{}\", key: \"{}\" }}]\n",
+        cert.display(),
+        key.display()
+    );
+    let gw = gateway(&ws, &server, "").await;
+    let addr = gw.bound_addr(tls_listen);
+    // What a browser's WebSocket offers (`http/1.1`), and no ALPN at all.
+    for alpn in [vec![b"http/1.1".to_vec()], vec![]] {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(pki.roots())
+            .with_no_client_auth();
+        config.alpn_protocols = alpn;
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("gw.test").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .expect("TLS handshake");
+        let (mut client, response) = tokio::time::timeout(
+            STEP,
+            tokio_tungstenite::client_async("wss://gw.test/ws/secure", tls),
+        )
+        .await
+        .expect("the WebSocket handshake timed out")
+        .expect("upgraded");
+        assert_eq!(response.status(), 101);
+        echo(&mut client, Message::text("over tls")).await;
+        let big: Vec<u8> = (0..1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+        echo(&mut client, Message::binary(big)).await;
+        client.close(None).await.expect("close");
+        assert!(wait_closed(&mut client, STEP).await.is_some());
+    }
+    let heads = ws.heads();
+    assert_eq!(heads.len(), 2);
+    for head in heads {
+        assert_eq!(head.path, "/ws/secure");
+        assert_eq!(head.header("x-forwarded-proto"), Some("https"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
