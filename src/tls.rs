@@ -128,6 +128,10 @@ struct BySni {
 
 impl BySni {
     fn pick(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        if let [only] = self.keys.as_slice() {
+            // One certificate serves every name: no parsing per handshake.
+            return Some(only.clone());
+        }
         let by_name = sni
             .and_then(|name| ServerName::try_from(name.to_owned()).ok())
             .and_then(|name| {
