@@ -200,14 +200,19 @@ def report(results_path):
     w(f"- date: {meta['date']}; commit: `{meta['commit']}`; {meta['version']}")
     w(f"- machine: {meta['cpus']} CPUs, {meta['cpu_model']}; {meta['mem']}; kernel {meta['kernel']}")
     w(f"- tools: {meta['tools']}")
-    w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; wrk/oha, upstream nginx and Redis on CPU {meta['load_cpu']}; "
+    present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
+    tls_only = not present
+    load = "the clients (wrk, hsload, h2load) and the upstream nginx" if tls_only else "wrk/oha, upstream nginx and Redis"
+    w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; {load} on CPU {meta['load_cpu']}; "
       "one worker process / one thread / one Tokio worker each")
     w(f"- machine load: loadavg at start {meta['load_start']}, at end {meta.get('load_end', '?')}; "
       f"whole-machine CPU busy during the run {meta.get('busy_pct', '?')}% "
       "(this benchmark itself keeps about one core busy)")
-    w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
+    if tls_only:
+        w(f"- durations: {meta['dur']} s per figure")
+    else:
+        w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
     w("")
-    present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
     if present:
         main_tables(w, meta, by, m, total, present)
     tls_tables(w, meta, by, m, total)
@@ -371,7 +376,7 @@ def tls_tables(w, meta, by, m, total):
     w(f"#### TLS and HTTP/2: tollgate and NGINX ({meta['dur']} s per figure, medians of {runs})")
     w("")
     w(f"One worker each on the proxy core; the same certificate and key ({tls['cert']}); TLS 1.3; both "
-      "proxy over HTTP/1.1 to the same upstream as the rows above. Negotiated, as the clients saw it:")
+      "proxy over HTTP/1.1 to the same upstream (NGINX `return 200`, as in the plain rows). Negotiated, as the clients saw it:")
     w("")
     for n, label in (("tls-tg", "tollgate"), ("tls-nginx", "NGINX")):
         seen = tls.get("seen", {}).get(n)

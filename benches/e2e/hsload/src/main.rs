@@ -194,10 +194,10 @@ async fn one(
     let resumed = !matches!(conn.handshake_kind(), Some(rustls::HandshakeKind::Full));
     let negotiated = want_negotiated.then(|| {
         format!(
-            "{:?} {:?} {:?} ALPN {}",
+            "{:?} {:?} {:?}, ALPN {}",
             conn.protocol_version().unwrap(),
             conn.negotiated_cipher_suite().unwrap().suite(),
-            conn.negotiated_key_exchange_group().map(|g| g.name()),
+            conn.negotiated_key_exchange_group().map_or(rustls::NamedGroup::Unknown(0), |g| g.name()),
             conn.alpn_protocol().map_or("-".into(), |p| String::from_utf8_lossy(p).into_owned()),
         )
     });
