@@ -417,7 +417,7 @@ def tls_tables(w, meta, by, m, total):
     resumed = sum(total(n, "hs", "resumed") for n in ("tls-tg", "tls-nginx"))
     if full or resumed:
         w(f"New connections: {fmt(full)} full handshakes and {fmt(resumed)} resumed, over every run "
-          "(hsload offers no session to resume). ")
+          "(hsload offers no session to resume).")
         w("")
     w("Ratios tollgate ÷ NGINX (medians; req/s > 1 means tollgate serves more; p99 and CPU per request < 1 mean "
       "tollgate is faster / cheaper):")
@@ -429,6 +429,12 @@ def tls_tables(w, meta, by, m, total):
           f"{ratio(m('tls-tg', p, 'p99_us'), m('tls-nginx', p, 'p99_us'))} | "
           f"{ratio(m('tls-tg', p, 'cpu_per_10k'), m('tls-nginx', p, 'cpu_per_10k'))} |")
     w("")
+    other = [r.get("other_cpu0_pct") for n in ("tls-tg", "tls-nginx") for p, _ in shown for r in by.get((n, p), [])]
+    other = [x for x in other if x is not None]
+    if other:
+        w(f"Noise: CPU {meta['proxy_cpu']} time not used by the proxy during these figures (other processes, "
+          f"interrupts): median {fmt(med(other), 1)} %, at most {fmt(max(other), 1)} %.")
+        w("")
     w("Latency is from the request's send to the end of its response, except for new connections (hsload): "
       "from the TCP connect to the end of the response, handshake included. Proxy CPU % well under 100 means the "
       "load core (the client and the upstream) was the limit, not the proxy; CPU µs per request is then the "
