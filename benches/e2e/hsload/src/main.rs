@@ -115,7 +115,12 @@ fn args() -> Args {
             "--sni" => sni = val(),
             "--ca" => ca = Some(val()),
             "-c" => conns = val().parse().unwrap_or_else(|_| usage()),
-            "-d" => secs = val().trim_end_matches('s').parse().unwrap_or_else(|_| usage()),
+            "-d" => {
+                secs = val()
+                    .trim_end_matches('s')
+                    .parse()
+                    .unwrap_or_else(|_| usage())
+            }
             _ if a.starts_with('-') => usage(),
             _ => pos.push(a),
         }
@@ -142,7 +147,9 @@ fn client_config(ca: Option<&str>) -> Arc<rustls::ClientConfig> {
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_file_iter(path).expect("--ca: a PEM file") {
-                roots.add(cert.expect("--ca: a certificate")).expect("--ca: a usable root");
+                roots
+                    .add(cert.expect("--ca: a certificate"))
+                    .expect("--ca: a usable root");
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }
@@ -160,7 +167,11 @@ fn client_config(ca: Option<&str>) -> Arc<rustls::ClientConfig> {
 fn head_and_length(buf: &[u8]) -> Option<(usize, usize, u16)> {
     let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
     let head = std::str::from_utf8(&buf[..end]).ok()?;
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let len = head
         .lines()
         .filter_map(|l| l.split_once(':'))
@@ -189,7 +200,10 @@ async fn one(
 ) -> Result<(u16, usize, bool, Option<String>), Fail> {
     let tcp = TcpStream::connect(addr).await.map_err(|_| Fail::Connect)?;
     let _ = tcp.set_nodelay(true);
-    let mut tls = connector.connect(name.clone(), tcp).await.map_err(|_| Fail::Handshake)?;
+    let mut tls = connector
+        .connect(name.clone(), tcp)
+        .await
+        .map_err(|_| Fail::Handshake)?;
     let (_, conn) = tls.get_ref();
     let resumed = !matches!(conn.handshake_kind(), Some(rustls::HandshakeKind::Full));
     let negotiated = want_negotiated.then(|| {
@@ -197,8 +211,10 @@ async fn one(
             "{:?} {:?} {:?}, ALPN {}",
             conn.protocol_version().unwrap(),
             conn.negotiated_cipher_suite().unwrap().suite(),
-            conn.negotiated_key_exchange_group().map_or(rustls::NamedGroup::Unknown(0), |g| g.name()),
-            conn.alpn_protocol().map_or("-".into(), |p| String::from_utf8_lossy(p).into_owned()),
+            conn.negotiated_key_exchange_group()
+                .map_or(rustls::NamedGroup::Unknown(0), |g| g.name()),
+            conn.alpn_protocol()
+                .map_or("-".into(), |p| String::from_utf8_lossy(p).into_owned()),
         )
     });
     tls.write_all(request).await.map_err(|_| Fail::Write)?;
@@ -241,7 +257,10 @@ fn pct(sorted: &[u32], p: f64) -> u32 {
 
 fn main() {
     let a = args();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let connector = TlsConnector::from(client_config(a.ca.as_deref()));
     let name = ServerName::try_from(a.sni.clone()).expect("--sni: a DNS name or an IP address");
     let request = format!(
@@ -256,8 +275,12 @@ fn main() {
         let local = tokio::task::LocalSet::new();
         for _ in 0..a.conns {
             let addr = a.addr;
-            let (connector, name, request, stats) =
-                (connector.clone(), name.clone(), request.clone(), stats.clone());
+            let (connector, name, request, stats) = (
+                connector.clone(),
+                name.clone(),
+                request.clone(),
+                stats.clone(),
+            );
             local.spawn_local(async move {
                 let mut buf = Vec::with_capacity(16384);
                 let cutoff = tokio::time::Instant::from_std(deadline);
@@ -268,7 +291,11 @@ fn main() {
                     }
                     let want = stats.lock().unwrap().negotiated.is_none();
                     let one = one(addr, &connector, &name, &request, &mut buf, want);
-                    let res = tokio::time::timeout_at(cutoff.min(tokio::time::Instant::from_std(t0 + Duration::from_secs(10))), one).await;
+                    let res = tokio::time::timeout_at(
+                        cutoff.min(tokio::time::Instant::from_std(t0 + Duration::from_secs(10))),
+                        one,
+                    )
+                    .await;
                     let now = Instant::now();
                     let mut s = stats.lock().unwrap();
                     match res {
@@ -292,7 +319,8 @@ fn main() {
                             if s.negotiated.is_none() {
                                 s.negotiated = negotiated;
                             }
-                            s.lat_us.push((now - t0).as_micros().min(u32::MAX as u128) as u32);
+                            s.lat_us
+                                .push((now - t0).as_micros().min(u32::MAX as u128) as u32);
                         }
                     }
                 }
