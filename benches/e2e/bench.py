@@ -7,6 +7,8 @@
                                        SIGTERM or stdin closes
     bench.py redis-calls FILE          sum of `calls` in an INFO commandstats dump,
                                        leaving out the benchmark's own INFO/CONFIG
+    bench.py h2load OUTPUT LOG         h2load's text output and --log-file as one
+                                       JSON line with wrk's field names
     bench.py summary JSON-LINE          one figure, one progress line
     bench.py report RESULTS.jsonl
                                        the Markdown report: medians, ratios
@@ -99,10 +101,52 @@ def redis_calls(path):
     print(total, trips, usec, json.dumps(detail, separators=(",", ":")))
 
 
+def h2load(out_path, log_path):
+    """h2load's figures with wrk's field names (see report.lua); the
+    percentiles from its per-request log (status -1: a failed stream)."""
+    text = open(out_path).read()
+    m = re.search(r"finished in ([\d.]+)(ms|s),", text)
+    if not m:
+        sys.exit(f"no 'finished in' in h2load's output {out_path}")
+    dur_us = float(m.group(1)) * (1e3 if m.group(2) == "ms" else 1e6)
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                  r"(\d+) failed, (\d+) errored, (\d+) timeout", text)
+    done, failed, timeout = int(m.group(3)), int(m.group(5)), int(m.group(7))
+    m = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
+    bad = int(m.group(3)) + int(m.group(4))
+    m = re.search(r"traffic: .*?\((\d+)\) total", text)
+    traffic = int(m.group(1)) if m else 0
+    lat = []
+    for line in open(log_path):
+        f = line.split("\t")
+        if len(f) >= 3 and f[1] != "-1":
+            lat.append(int(f[2]))
+    lat.sort()
+
+    def pct(p):
+        if not lat:
+            return 0
+        i = max(1, min(len(lat), -(-len(lat) * p // 100)))
+        return lat[int(i) - 1]
+
+    print(json.dumps({"requests": done, "duration_us": round(dur_us), "bytes": traffic, "connect": 0,
+                      "read": 0, "write": 0, "status": bad, "timeout": timeout, "errors": failed,
+                      "p50_us": pct(50), "p90_us": pct(90), "p99_us": pct(99), "max_us": lat[-1] if lat else 0,
+                      "mean_us": round(sum(lat) / len(lat), 1) if lat else 0}, separators=(",", ":")))
+
+
 # ---------------------------------------------------------------- report
 
 
 PHASES = ("max64", "max256", "rate", "rate_lo")
+# The TLS and HTTP/2 rows: phase, what it measures, the client.
+TLS_PHASES = (
+    ("tls64", "TLS keep-alive, HTTP/1.1", "wrk -t1 -c64"),
+    ("hs", "new TLS connection per request (full handshake)", "hsload -c{hs_conns}"),
+    ("h2", "h2 over TLS (ALPN h2)", "h2load -t1 -c{h2_clients} -m{h2_streams}"),
+    ("h2c", "h2c (prior knowledge)", "h2load -t1 -c{h2_clients} -m{h2_streams}"),
+)
+ERROR_FIELDS = ("connect", "handshake", "read", "write", "timeout", "errors")
 
 
 def med(xs):
@@ -148,7 +192,7 @@ def report(results_path):
     def total(scn, phase, field):
         return sum(r.get(field) or 0 for r in by.get((scn, phase), []))
 
-    scenarios = meta["scenarios"]  # [[name, label], ...]
+    scenarios = meta.get("scenarios", [])  # [[name, label], ...]
     out = []
     w = out.append
     w(f"### End-to-end: {meta['mode']} run, {meta['runs']} run(s) per figure, medians")
@@ -156,13 +200,33 @@ def report(results_path):
     w(f"- date: {meta['date']}; commit: `{meta['commit']}`; {meta['version']}")
     w(f"- machine: {meta['cpus']} CPUs, {meta['cpu_model']}; {meta['mem']}; kernel {meta['kernel']}")
     w(f"- tools: {meta['tools']}")
-    w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; wrk/oha, upstream nginx and Redis on CPU {meta['load_cpu']}; "
+    present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
+    tls_only = not present
+    load = "the clients (wrk, hsload, h2load) and the upstream nginx" if tls_only else "wrk/oha, upstream nginx and Redis"
+    w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; {load} on CPU {meta['load_cpu']}; "
       "one worker process / one thread / one Tokio worker each")
     w(f"- machine load: loadavg at start {meta['load_start']}, at end {meta.get('load_end', '?')}; "
       f"whole-machine CPU busy during the run {meta.get('busy_pct', '?')}% "
       "(this benchmark itself keeps about one core busy)")
-    w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
+    if tls_only:
+        w(f"- durations: {meta['dur']} s per figure")
+    else:
+        w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
     w("")
+    if present:
+        main_tables(w, meta, by, m, total, present)
+    tls_tables(w, meta, by, m, total)
+    notes = meta.get("notes", [])
+    if notes:
+        w("Observations during this run:")
+        w("")
+        for n in notes:
+            w(f"- {n}")
+        w("")
+    print("\n".join(out))
+
+
+def main_tables(w, meta, by, m, total, present):
     def redis_cell(name):
         if m(name, "max64", "redis_per_req") is None:
             return "-"
@@ -180,7 +244,6 @@ def report(results_path):
             return "-"
         return f"{(r50 - d50) / 1000:+.3f} / {(r99 - d99) / 1000:+.3f}"
 
-    present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
     w("Throughput (wrk, closed loop: as fast as it goes)")
     w("")
     w("| scenario | req/s 64c | p50 / p99 ms 64c | req/s 256c | p50 / p99 ms 256c | proxy CPU % 64c | "
@@ -304,21 +367,86 @@ def report(results_path):
         if rl.get("notes"):
             w("")
 
-    notes = meta.get("notes", [])
-    if notes:
-        w("Observations during this run:")
+
+def tls_tables(w, meta, by, m, total):
+    tls = meta.get("tls")
+    if not tls or not any(k[0] in ("tls-tg", "tls-nginx") for k in by):
+        return
+    runs = max((len(by.get((n, p), [])) for n in ("tls-tg", "tls-nginx") for p, _, _ in TLS_PHASES), default=0)
+    w(f"#### TLS and HTTP/2: tollgate and NGINX ({meta['dur']} s per figure, medians of {runs})")
+    w("")
+    w(f"One worker each on the proxy core; the same certificate and key ({tls['cert']}); TLS 1.3; both "
+      "proxy over HTTP/1.1 to the same upstream (NGINX `return 200`, as in the plain rows). Negotiated, as the clients saw it:")
+    w("")
+    for n, label in (("tls-tg", "tollgate"), ("tls-nginx", "NGINX")):
+        seen = tls.get("seen", {}).get(n)
+        if seen:
+            w(f"- {label}: hsload (verifying the certificate): {seen['hsload']}; h2load: {seen['h2load']}")
+    w("")
+    w("| figure | client | tollgate req/s | NGINX req/s | tollgate p50 / p99 ms | NGINX p50 / p99 ms | "
+      "proxy CPU µs per req: tollgate / NGINX | proxy CPU %: tollgate / NGINX | errors / non-2xx |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+
+    def lat(n, p):
+        return f"{fmt(ms(m(n, p, 'p50_us')), 3)} / {fmt(ms(m(n, p, 'p99_us')), 3)}"
+
+    def us_per_req(n, p):
+        c = m(n, p, "cpu_per_10k")
+        return None if c is None else c * 100  # s per 10k -> µs per request
+
+    def errs(n, p):
+        return sum(total(n, p, f) for f in ERROR_FIELDS)
+
+    shown = []
+    for p, what, client in TLS_PHASES:
+        if (("tls-tg", p) not in by) and (("tls-nginx", p) not in by):
+            continue
+        shown.append((p, what))
+        client = client.format(**tls)
+        w("| " + " | ".join([
+            what, f"`{client}`",
+            fmt(m("tls-tg", p, "rps")), fmt(m("tls-nginx", p, "rps")),
+            lat("tls-tg", p), lat("tls-nginx", p),
+            f"{fmt(us_per_req('tls-tg', p), 1)} / {fmt(us_per_req('tls-nginx', p), 1)}",
+            f"{fmt(m('tls-tg', p, 'cpu_pct'))} / {fmt(m('tls-nginx', p, 'cpu_pct'))}",
+            f"{fmt(errs('tls-tg', p) + errs('tls-nginx', p))} / "
+            f"{fmt(total('tls-tg', p, 'status') + total('tls-nginx', p, 'status'))}",
+        ]) + " |")
+    w("")
+    full = sum(total(n, "hs", "full") for n in ("tls-tg", "tls-nginx"))
+    resumed = sum(total(n, "hs", "resumed") for n in ("tls-tg", "tls-nginx"))
+    if full or resumed:
+        w(f"New connections: {fmt(full)} full handshakes and {fmt(resumed)} resumed, over every run "
+          "(hsload offers no session to resume).")
         w("")
-        for n in notes:
-            w(f"- {n}")
+    w("Ratios tollgate ÷ NGINX (medians; req/s > 1 means tollgate serves more; p99 and CPU per request < 1 mean "
+      "tollgate is faster / cheaper):")
+    w("")
+    w("| figure | req/s | p99 | CPU / req |")
+    w("|---|---:|---:|---:|")
+    for p, what in shown:
+        w(f"| {what} | {ratio(m('tls-tg', p, 'rps'), m('tls-nginx', p, 'rps'))} | "
+          f"{ratio(m('tls-tg', p, 'p99_us'), m('tls-nginx', p, 'p99_us'))} | "
+          f"{ratio(m('tls-tg', p, 'cpu_per_10k'), m('tls-nginx', p, 'cpu_per_10k'))} |")
+    w("")
+    other = [r.get("other_cpu0_pct") for n in ("tls-tg", "tls-nginx") for p, _ in shown for r in by.get((n, p), [])]
+    other = [x for x in other if x is not None]
+    if other:
+        w(f"Noise: CPU {meta['proxy_cpu']} time not used by the proxy during these figures (other processes, "
+          f"interrupts): median {fmt(med(other), 1)} %, at most {fmt(max(other), 1)} %.")
         w("")
-    print("\n".join(out))
+    w("Latency is from the request's send to the end of its response, except for new connections (hsload): "
+      "from the TCP connect to the end of the response, handshake included. Proxy CPU % well under 100 means the "
+      "load core (the client and the upstream) was the limit, not the proxy; CPU µs per request is then the "
+      "firmer comparison. Errors = connect, handshake, read, write, timeouts and failed streams over every run.")
+    w("")
 
 
 def summary(line):
     d = json.loads(line)
     rps = d.get("rps") or d["requests"] / (d["duration_us"] / 1e6)
     bad = d.get("status", d.get("non2xx", 0))
-    err = sum(d.get(k, 0) for k in ("connect", "read", "write", "timeout", "errors"))
+    err = sum(d.get(k, 0) for k in ERROR_FIELDS)
     extra = ""
     if "cpu_pct" in d:
         extra += f" | proxy CPU {d['cpu_pct']:.0f}%, {d['cpu_per_10k']:.3f} s/10k, RSS {d['rss_kb'] / 1024:.1f} MiB"
@@ -335,6 +463,8 @@ def main():
         ports(int(sys.argv[2]))
     elif cmd == "conns":
         conns(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "/")
+    elif cmd == "h2load":
+        h2load(sys.argv[2], sys.argv[3])
     elif cmd == "summary":
         summary(sys.argv[2])
     elif cmd == "redis-calls":
