@@ -1,10 +1,18 @@
---[[ common.lua: helpers shared by every tollgate script.
+--[[ common.lua: helpers shared by every tollgate function.
 
-A function library, no entry point. The Rust side (src/limit/store/redis.rs)
-loads one script per entry point, each the concatenation of
-  common.lua, the seven algorithm files, lockout.lua, then the entry file
-(dispatch.lua, release.lua, inspect.lua or lockouts.lua). Everything here is a
-`local` of that one chunk (Redis forbids globals), visible to the files after it.
+No entry point. The Rust side (src/limit/store/redis.rs, lua::Library) builds
+one Redis Functions library from the files, in this order:
+  `#!lua name=tollgate_<hash of the code>`, then as the body of one
+  `local function build()`: common.lua, the seven algorithm files,
+  lockout.lua, the entry files (dispatch.lua, release.lua, inspect.lua,
+  lockouts.lua: each defines `local function <name>(KEYS, ARGV)`) and a
+  `return` of the entry functions; last, one
+  `redis.register_function('tollgate_<hash>_<name>', ...)` per entry.
+Everything here is a `local` of `build` (Redis forbids globals), visible to
+the files after it. While FUNCTION LOAD runs the chunk, Lua's standard
+library (`math`, `string`, `table`, ...) does not exist yet, so `build` runs
+at the first call after a load, and its locals (the helpers, the algorithm
+tables) serve every later call: built once per load, not per call.
 
 Numbers: Lua 5.1 numbers are doubles, exact for integers below 2^53. The Rust
 side refuses parameters for which any value could reach that
@@ -15,10 +23,9 @@ redis.call as fmt() strings: "%d" (a C long, 64 bits wherever Redis runs) is
 exact for them and about twice as fast as Redis's own "%.17g" of a number
 argument, or Lua's "%.0f".
 
-Speed: these scripts run on every request, and Redis re-runs a script's whole
-chunk per call, so every `function` here is a closure made again each time
-(~0.1 µs each). The hot paths avoid closures and tables per call where a plain
-value does: measured with INFO commandstats (benches/RESULTS.md).
+Speed: these functions run on every request. The hot paths avoid tables
+per call where a plain value does: measured with INFO commandstats
+(benches/e2e/lua_cost, benches/RESULTS.md).
 
 Functions:
   fail(msg)             raise the error reply "ERR tollgate: <msg>"
@@ -230,8 +237,7 @@ end
 local DEFINE = {}
 
 -- name -> {nparams, params, load, check, store, encode}: see any algorithm
--- file. Built on first use: Redis runs the whole chunk on every call, so an
--- algorithm no check of the call names costs one closure, not six.
+-- file. Built on first use, once per library load.
 local ALGO = setmetatable({}, {__index = function(algos, name)
   local define = DEFINE[name]
   if define == nil then return nil end

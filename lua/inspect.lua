@@ -1,6 +1,9 @@
 --[[ inspect.lua: read the stored state of one (limit, client), for the admin
 API (GET /limits/...). Reads only.
 
+Called as `FCALL tollgate_<hash>_inspect <number of KEYS> KEYS... ARGV...`
+(see common.lua for the library).
+
 KEYS (2): the state key "<prefix>:{<32 hex>}:s" and the lockout key
           "<prefix>:{<32 hex>}:l".
 ARGV (1): the limit's algorithm (as in dispatch.lua).
@@ -10,23 +13,25 @@ Return: {found, state, lock}: found is 1 if the state key holds a state of
         {n, s, lu, lv} (zeros when there is none).
 ]]
 
-if #KEYS ~= 2 or #ARGV ~= 1 then
-  return redis.error_reply('ERR tollgate: inspect: expected 2 KEYS (state, lockout) and '
-    .. '1 ARGV (algorithm), got ' .. #KEYS .. ' and ' .. #ARGV)
-end
-local algo = ALGO[ARGV[1]]
-if algo == nil then
-  return redis.error_reply('ERR tollgate: inspect: unknown algorithm ' .. ARGV[1])
-end
-local found = 0
-local state = {}
-if key_type(KEYS[1]) ~= 'none' then
-  -- load() needs no params to read (they only shape the maths).
-  local st = algo.load(KEYS[1], nil)
-  if not st.foreign then
-    found = 1
-    state = algo.encode(st)
+local function inspect(KEYS, ARGV)
+  if #KEYS ~= 2 or #ARGV ~= 1 then
+    return redis.error_reply('ERR tollgate: inspect: expected 2 KEYS (state, lockout) and '
+      .. '1 ARGV (algorithm), got ' .. #KEYS .. ' and ' .. #ARGV)
   end
+  local algo = ALGO[ARGV[1]]
+  if algo == nil then
+    return redis.error_reply('ERR tollgate: inspect: unknown algorithm ' .. ARGV[1])
+  end
+  local found = 0
+  local state = {}
+  if key_type(KEYS[1]) ~= 'none' then
+    -- load() needs no params to read (they only shape the maths).
+    local st = algo.load(KEYS[1], nil)
+    if not st.foreign then
+      found = 1
+      state = algo.encode(st)
+    end
+  end
+  local l = lock_load(KEYS[2])
+  return {found, state, {l.n, l.s, l.lu, l.lv}}
 end
-local l = lock_load(KEYS[2])
-return {found, state, {l.n, l.s, l.lu, l.lv}}

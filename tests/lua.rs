@@ -10,7 +10,7 @@
 //!   beside allowed limits).
 //! - GCRA answers redis-cell's documented `CL.THROTTLE` figures.
 //! - Arity errors are clear error replies.
-//! - The store: NOSCRIPT recovery, deadlines under SIGSTOP, healing after a
+//! - The store: the function library loaded at start and after FUNCTION FLUSH, deadlines under SIGSTOP, healing after a
 //!   restart, the circuit breaker, key hygiene, resets over pub/sub.
 //!
 //! The driven clock and Redis's real clock differ, so the trace tests
@@ -62,20 +62,93 @@ fn runner(cases: u32) -> TestRunner {
     })
 }
 
-/// A script: `lua/common.lua`, the named algorithm files, then `entry`.
-fn script_of(algorithms: &[&str], entry: &str) -> redis::Script {
-    let mut src = String::from(lua::COMMON);
-    for name in algorithms {
-        let (_, file) = lua::ALGORITHMS
-            .iter()
-            .find(|(n, _)| n == name)
-            .expect("a known algorithm");
-        src.push('\n');
-        src.push_str(file);
+/// The gateway's library (`lua::Library`) with the tests' own entry points
+/// beside its own: every test runs the very code the gateway loads.
+fn test_library() -> &'static lua::Library {
+    static LIBRARY: std::sync::OnceLock<lua::Library> = std::sync::OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let mut entries = lua::ENTRIES.to_vec();
+        entries.extend([
+            ("algo_probe", ALGO_ENTRY),
+            ("release_probe", RELEASE_ENTRY),
+            ("lock_probe", LOCK_ENTRY),
+            ("dispatch_probe", DISPATCH_PROBE),
+        ]);
+        lua::Library::with_entries(&entries)
+    })
+}
+
+/// One function of [`test_library`], called the way `redis::Script` is
+/// (`f.key(k).arg(a).invoke(conn)`): `FCALL`, loading the library first
+/// into a server that does not have it.
+#[derive(Clone)]
+struct Function {
+    name: String,
+}
+
+impl Function {
+    fn of(entry: &str) -> Function {
+        Function {
+            name: test_library().function(entry),
+        }
     }
-    src.push('\n');
-    src.push_str(entry);
-    redis::Script::new(&src)
+
+    fn prepare_invoke(&self) -> Invocation {
+        Invocation {
+            function: self.name.clone(),
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    fn key(&self, k: impl redis::ToRedisArgs) -> Invocation {
+        let mut inv = self.prepare_invoke();
+        inv.key(k);
+        inv
+    }
+}
+
+struct Invocation {
+    function: String,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation {
+    fn key(&mut self, k: impl redis::ToRedisArgs) -> &mut Invocation {
+        self.keys.extend(k.to_redis_args());
+        self
+    }
+
+    fn arg(&mut self, a: impl redis::ToRedisArgs) -> &mut Invocation {
+        self.args.extend(a.to_redis_args());
+        self
+    }
+
+    fn invoke<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut redis::Connection,
+    ) -> redis::RedisResult<T> {
+        let call = |conn: &mut redis::Connection| {
+            redis::cmd("FCALL")
+                .arg(&self.function)
+                .arg(self.keys.len())
+                .arg(&self.keys)
+                .arg(&self.args)
+                .query::<T>(conn)
+        };
+        match call(conn) {
+            Err(e) if e.detail() == Some("Function not found") => {
+                redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg("REPLACE")
+                    .arg(&test_library().src)
+                    .query::<()>(conn)?;
+                call(conn)
+            }
+            other => other,
+        }
+    }
 }
 
 /// The per-test entry that runs one algorithm file on its own.
@@ -84,29 +157,33 @@ const ALGO_ENTRY: &str = r#"
 -- KEYS[1]: the state key. ARGV: algo, now, cost, lease, params...
 -- Return: allowed, delay, limit, window, remaining, reset_after,
 -- retry_after (-1: never), ttl, then the key's PTTL right after the write.
-if #KEYS ~= 1 then return redis.error_reply('ERR test entry: expected 1 key') end
-local a = ALGO[ARGV[1]]
-local now = int(ARGV[2], 'now')
-local p = a.params(ARGV, 5)
-if #ARGV ~= 4 + a.nparams then
-  return redis.error_reply('ERR test entry: ' .. #ARGV .. ' ARGV for ' .. a.nparams .. ' params')
+local function algo_probe(KEYS, ARGV)
+  if #KEYS ~= 1 then return redis.error_reply('ERR test entry: expected 1 key') end
+  local a = ALGO[ARGV[1]]
+  local now = int(ARGV[2], 'now')
+  local p = a.params(ARGV, 5)
+  if #ARGV ~= 4 + a.nparams then
+    return redis.error_reply('ERR test entry: ' .. #ARGV .. ' ARGV for ' .. a.nparams .. ' params')
+  end
+  local st = a.load(KEYS[1], p)
+  local v = a.check(p, st, now, int(ARGV[3], 'cost'), ARGV[4])
+  if v.allowed then a.store(KEYS[1], p, st, v, now) end
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('PERSIST', KEYS[1])
+  return {v.allowed and 1 or 0, v.delay, v.limit, v.window, v.remaining, v.reset_after,
+    v.retry_after, v.ttl, pttl}
 end
-local st = a.load(KEYS[1], p)
-local v = a.check(p, st, now, int(ARGV[3], 'cost'), ARGV[4])
-if v.allowed then a.store(KEYS[1], p, st, v, now) end
-local pttl = redis.call('PTTL', KEYS[1])
-redis.call('PERSIST', KEYS[1])
-return {v.allowed and 1 or 0, v.delay, v.limit, v.window, v.remaining, v.reset_after,
-  v.retry_after, v.ttl, pttl}
 "#;
 
 /// The per-test entry that releases a concurrency lease.
 const RELEASE_ENTRY: &str = r#"
 -- test entry: KEYS[1] the state key; ARGV: lease, now. Return: found, PTTL.
-local found = ALGO.concurrency.release(KEYS[1], ARGV[1], int(ARGV[2], 'now'))
-local pttl = redis.call('PTTL', KEYS[1])
-redis.call('PERSIST', KEYS[1])
-return {found, pttl}
+local function release_probe(KEYS, ARGV)
+  local found = ALGO.concurrency.release(KEYS[1], ARGV[1], int(ARGV[2], 'now'))
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('PERSIST', KEYS[1])
+  return {found, pttl}
+end
 "#;
 
 /// The Redis-side figures of one check, in the Rust verdict's terms.
@@ -324,8 +401,8 @@ fn conformance(
     trace: &[Step],
 ) -> Result<(), TestCaseError> {
     let name = params[0].name();
-    let check = script_of(&[name], ALGO_ENTRY);
-    let release = script_of(&[name], RELEASE_ENTRY);
+    let check = Function::of("algo_probe");
+    let release = Function::of("release_probe");
     let key = "t:{00000000000000000000000000000000}:s";
     redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
     let mut model: Option<AlgoState> = None;
@@ -511,15 +588,17 @@ const LOCK_ENTRY: &str = r#"
 -- test entry: KEYS[1] the lockout key; ARGV: now, after, within, duration,
 -- escalate, max_duration, forget_after. Counts one strike.
 -- Return: the lockout it started (-1: none), ttl, then the key's PTTL.
-if #KEYS ~= 1 or #ARGV ~= 7 then return redis.error_reply('ERR test entry: arity') end
-local now = int(ARGV[1], 'now')
-local p = lock_params(ARGV, 2)
-local st, length = lock_strike(p, lock_load(KEYS[1]), now)
-local ttl = lock_ttl(p, st, now)
-lock_store(KEYS[1], st, ttl)
-local pttl = redis.call('PTTL', KEYS[1])
-redis.call('PERSIST', KEYS[1])
-return {length or -1, ttl, pttl}
+local function lock_probe(KEYS, ARGV)
+  if #KEYS ~= 1 or #ARGV ~= 7 then return redis.error_reply('ERR test entry: arity') end
+  local now = int(ARGV[1], 'now')
+  local p = lock_params(ARGV, 2)
+  local st, length = lock_strike(p, lock_load(KEYS[1]), now)
+  local ttl = lock_ttl(p, st, now)
+  lock_store(KEYS[1], st, ttl)
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('PERSIST', KEYS[1])
+  return {length or -1, ttl, pttl}
+end
 "#;
 
 #[test]
@@ -527,14 +606,7 @@ fn lockout_matches_rust() {
     let _busy = CPU.blocking_read();
     let server = RedisServer::start();
     let conn = RefCell::new(server.connection());
-    let script = {
-        let mut src = String::from(lua::COMMON);
-        src.push('\n');
-        src.push_str(lua::LOCKOUT);
-        src.push('\n');
-        src.push_str(LOCK_ENTRY);
-        redis::Script::new(&src)
-    };
+    let script = Function::of("lock_probe");
     // Small integers, so that strikes meet the window and lock edges.
     let params = (1u64..4, 1u64..8, 1u64..8, 1u64..4, 0u64..20, 0u64..20).prop_map(
         |(after, within, duration, escalate, extra, forget_after)| LockParams {
@@ -630,7 +702,7 @@ fn gcra_gives_redis_cells_figures() {
     let _busy = CPU.blocking_read();
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let script = script_of(&["gcra"], ALGO_ENTRY);
+    let script = Function::of("algo_probe");
     let key = "t:{00000000000000000000000000000001}:s";
     // `CL.THROTTLE user123 15 30 60 1` at `now`: redis-cell's five integers.
     let mut throttle = |at: Micros| -> [i64; 5] {
@@ -676,7 +748,7 @@ fn another_algorithms_state_counts_as_fresh() {
     let key = "t:{00000000000000000000000000000002}:s";
     let run = |conn: &mut redis::Connection, params: AlgoParams| -> Figures {
         let name = params.name();
-        let script = script_of(&[name], ALGO_ENTRY);
+        let script = Function::of("algo_probe");
         let mut inv = script.key(key);
         inv.arg(name).arg(T0).arg(1).arg(7);
         for v in wire::algo_params(&params) {
@@ -742,29 +814,25 @@ fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
 
 /// `dispatch.lua` wrapped so the test sees every key's PTTL right after the
 /// write (then PERSISTs it, as the trace tests do).
-fn dispatch_probe() -> redis::Script {
-    redis::Script::new(&format!(
-        "{}\nlocal function dispatch()\n{}\nend\nlocal out = dispatch()\n{}",
-        lua::library(),
-        lua::DISPATCH,
-        r#"
-local ttls = {}
-for i, k in ipairs(KEYS) do
-  ttls[i] = redis.call('PTTL', k)
-  redis.call('PERSIST', k)
+const DISPATCH_PROBE: &str = r#"
+local function dispatch_probe(KEYS, ARGV)
+  local out = dispatch(KEYS, ARGV)
+  local ttls = {}
+  for i, k in ipairs(KEYS) do
+    ttls[i] = redis.call('PTTL', k)
+    redis.call('PERSIST', k)
+  end
+  return {out, ttls}
 end
-return {out, ttls}
-"#
-    ))
-}
+"#;
 
 fn run_script(
     conn: &mut redis::Connection,
-    script: &redis::Script,
+    function: &Function,
     keys: &[String],
     args: &[String],
 ) -> redis::RedisResult<Value> {
-    let mut inv = script.prepare_invoke();
+    let mut inv = function.prepare_invoke();
     for k in keys {
         inv.key(k);
     }
@@ -855,9 +923,9 @@ fn dispatch_matches_decide() {
     let _busy = CPU.blocking_read();
     let server = RedisServer::start();
     let conn = RefCell::new(server.connection());
-    let probe = dispatch_probe();
-    let inspect = redis::Script::new(&lua::script(lua::INSPECT));
-    let lockouts = redis::Script::new(&lua::script(lua::LOCKOUTS));
+    let probe = Function::of("dispatch_probe");
+    let inspect = Function::of("inspect");
+    let lockouts = Function::of("lockouts");
     let strategy = (
         proptest::collection::vec(any_limit(), 4),
         proptest::collection::vec(any_request(), 1..40),
@@ -997,7 +1065,7 @@ fn arity_errors_are_clear() {
         let e = r.expect_err("an error reply");
         e.to_string()
     };
-    let dispatch = redis::Script::new(&lua::script(lua::DISPATCH));
+    let dispatch = Function::of("dispatch");
     let keys = |n: usize| -> Vec<String> { (0..n).map(|i| format!("k{i}")).collect() };
     let s = |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.to_string()).collect() };
 
@@ -1048,23 +1116,23 @@ fn arity_errors_are_clear() {
     assert!(e.contains("lockout (after, within"), "{e}");
 
     for (entry, n_keys, args, want) in [
-        (lua::RELEASE, 2, s(&["1", "1"]), "release: expected 1 KEYS"),
-        (lua::RELEASE, 1, s(&["1"]), "release: expected 1 KEYS"),
-        (lua::INSPECT, 1, s(&["gcra"]), "inspect: expected 2 KEYS"),
+        ("release", 2, s(&["1", "1"]), "release: expected 1 KEYS"),
+        ("release", 1, s(&["1"]), "release: expected 1 KEYS"),
+        ("inspect", 1, s(&["gcra"]), "inspect: expected 2 KEYS"),
         (
-            lua::INSPECT,
+            "inspect",
             2,
             s(&["nope"]),
             "inspect: unknown algorithm nope",
         ),
-        (lua::LOCKOUTS, 1, s(&[]), "lockouts: expected 1 KEYS"),
+        ("lockouts", 1, s(&[]), "lockouts: expected 1 KEYS"),
     ] {
-        let script = redis::Script::new(&lua::script(entry));
+        let script = Function::of(entry);
         let e = err(run_script(&mut conn, &script, &keys(n_keys), &args));
         assert!(e.contains(want), "{e}");
     }
     // An algorithm file on its own checks its params too.
-    let script = script_of(&["token_bucket"], ALGO_ENTRY);
+    let script = Function::of("algo_probe");
     let e = err(run_script(
         &mut conn,
         &script,
@@ -1251,31 +1319,46 @@ async fn the_store_clock_is_redis_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn noscript_heals_after_script_flush() {
+async fn the_library_is_loaded_at_start_and_again_after_function_flush() {
     let _busy = CPU.read().await;
     let server = RedisServer::start();
-    let store = local_store(&server);
-    let c = [check(0, 0, fixed(100, SECOND), 1)];
-    store.decide(&c, T0).await.unwrap();
-    let sha = redis::Script::new(&lua::script(lua::DISPATCH))
-        .get_hash()
-        .to_owned();
     let mut conn = server.connection();
-    let exists = |conn: &mut redis::Connection| -> Vec<i64> {
-        redis::cmd("SCRIPT")
-            .arg("EXISTS")
-            .arg(&sha)
-            .query(conn)
-            .unwrap()
+    let libraries = |conn: &mut redis::Connection| -> Vec<String> {
+        let list: Vec<Value> = redis::cmd("FUNCTION").arg("LIST").query(conn).unwrap();
+        list.iter()
+            .map(|lib| {
+                let Value::Array(fields) = lib else {
+                    panic!("{lib:?}")
+                };
+                let at = fields
+                    .iter()
+                    .position(|f| matches!(f, Value::BulkString(b) if b == b"library_name"))
+                    .unwrap();
+                redis::from_redis_value(fields[at + 1].clone()).unwrap()
+            })
+            .collect()
     };
-    assert_eq!(exists(&mut conn), [1]);
-    redis::cmd("SCRIPT")
+    let name = lua::Library::gateway().name;
+    // Loaded when the store starts, before any call.
+    let store = local_store(&server);
+    let mut waited = Duration::ZERO;
+    while libraries(&mut conn) != [name.clone()] && waited < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    assert_eq!(libraries(&mut conn), std::slice::from_ref(&name));
+    let c = [check(0, 0, fixed(100, SECOND), 1)];
+    assert_eq!(store.decide(&c, T0).await.unwrap()[0].remaining, 99);
+    // Gone (FUNCTION FLUSH, or a restart without persistence): the next
+    // call loads it again and is answered, counted once.
+    redis::cmd("FUNCTION")
         .arg("FLUSH")
         .query::<()>(&mut conn)
         .unwrap();
-    assert_eq!(exists(&mut conn), [0]);
+    assert!(libraries(&mut conn).is_empty());
     assert_eq!(store.decide(&c, T0).await.unwrap()[0].remaining, 98);
-    assert_eq!(exists(&mut conn), [1]);
+    assert_eq!(libraries(&mut conn), [name]);
+    assert_eq!(store.decide(&c, T0).await.unwrap()[0].remaining, 97);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! store keys, §5.3 deny cache and resets across instances, §6 failures):
 //! exactness under concurrency over several instances for every algorithm,
 //! unlocking through another instance, all-or-nothing, `on_error` while
-//! Redis is killed, frozen and back, `SCRIPT FLUSH`, script calls per
+//! Redis is killed, frozen and back, `FUNCTION FLUSH`, function calls per
 //! request, and key hygiene.
 //!
 //! Every test runs its own `redis-server` and gateways.
@@ -590,7 +590,7 @@ impl Drop for Monitor {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_flush_heals_by_itself() {
+async fn function_flush_heals_by_itself() {
     let redis = RedisServer::start();
     let gw = Gateway::start(&template(
         &redis,
@@ -610,41 +610,41 @@ async fn script_flush_heals_by_itself() {
         assert_ok(&r);
         assert!(rl_opt(&r, "l").is_some());
     }
-    let _: String = redis.cmd(&["SCRIPT", "FLUSH"]).await;
+    let _: String = redis.cmd(&["FUNCTION", "FLUSH"]).await;
     redis.reset_stats().await;
     for i in 0..5 {
         let r = c.get("/").await;
         assert_eq!(
             r.status,
             200,
-            "request {i} after SCRIPT FLUSH: {}",
+            "request {i} after FUNCTION FLUSH: {}",
             r.text()
         );
         assert!(rl_opt(&r, "l").is_some(), "decided on Redis");
     }
     let s = redis.command_stats().await;
-    eprintln!("after SCRIPT FLUSH, 5 requests: {s:?}");
+    eprintln!("after FUNCTION FLUSH, 5 requests: {s:?}");
     assert_eq!(
-        calls(&s, "eval") + calls(&s, "script|load"),
+        calls(&s, "function|load"),
         1,
-        "the script is sent again once: {s:?}"
+        "the library is loaded again once: {s:?}"
     );
     assert_eq!(
-        ok_calls(&s, "evalsha") + ok_calls(&s, "eval"),
+        ok_calls(&s, "fcall"),
         5,
-        "one successful script run per request: {s:?}"
+        "one successful function call per request: {s:?}"
     );
     redis.reset_stats().await;
     for _ in 0..5 {
         assert_ok(&c.get("/").await);
     }
     let s = redis.command_stats().await;
-    assert_eq!(calls(&s, "evalsha"), 5, "{s:?}");
-    assert_eq!(calls(&s, "eval") + calls(&s, "script|load"), 0, "{s:?}");
+    assert_eq!(calls(&s, "fcall"), 5, "{s:?}");
+    assert_eq!(calls(&s, "function|load"), 0, "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
+async fn one_function_call_per_request_and_none_for_a_locked_out_client() {
     let redis = RedisServer::start();
     let gw = Gateway::start(&template(
         &redis,
@@ -684,12 +684,12 @@ async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
     let s = redis.command_stats().await;
     let sent = monitor.top_level().await;
     eprintln!("10 requests, 1 limit: sent {sent:?}; commandstats {s:?}");
-    assert_eq!(calls(&s, "evalsha"), 10, "one EVALSHA per request: {s:?}");
-    assert_eq!(calls(&s, "eval") + calls(&s, "script|load"), 0, "{s:?}");
+    assert_eq!(calls(&s, "fcall"), 10, "one FCALL per request: {s:?}");
+    assert_eq!(calls(&s, "function|load"), 0, "{s:?}");
     assert_eq!(
-        sent.get("evalsha").copied(),
+        sent.get("fcall").copied(),
         Some(10),
-        "one EVALSHA per request: {sent:?}"
+        "one FCALL per request: {sent:?}"
     );
     assert_eq!(
         other(&sent),
@@ -708,11 +708,11 @@ async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
     let sent = monitor.top_level().await;
     eprintln!("10 requests, 3 limits: sent {sent:?}; commandstats {s:?}");
     assert_eq!(
-        calls(&s, "evalsha"),
+        calls(&s, "fcall"),
         10,
-        "one EVALSHA per request for 3 limits: {s:?}"
+        "one FCALL per request for 3 limits: {s:?}"
     );
-    assert_eq!(sent.get("evalsha").copied(), Some(10), "{sent:?}");
+    assert_eq!(sent.get("fcall").copied(), Some(10), "{sent:?}");
     assert_eq!(
         other(&sent),
         BTreeMap::new(),
@@ -730,7 +730,7 @@ async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
     let s = redis.command_stats().await;
     let sent = monitor.top_level().await;
     eprintln!("10 requests of a locked-out client: sent {sent:?}; commandstats {s:?}");
-    assert_eq!(calls(&s, "evalsha") + calls(&s, "eval"), 0, "{s:?}");
+    assert_eq!(calls(&s, "fcall"), 0, "{s:?}");
     assert_eq!(
         other(&sent),
         BTreeMap::new(),
@@ -738,10 +738,10 @@ async fn one_script_call_per_request_and_none_for_a_locked_out_client() {
     );
 }
 
-/// `sent` less our own and connection housekeeping commands, and EVALSHA.
+/// `sent` less our own and connection housekeeping commands, and FCALL.
 fn other(sent: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     sent.iter()
-        .filter(|(n, _)| *n != "evalsha" && !is_housekeeping(n))
+        .filter(|(n, _)| *n != "fcall" && !is_housekeeping(n))
         .map(|(n, c)| (n.clone(), *c))
         .collect()
 }

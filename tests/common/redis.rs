@@ -270,7 +270,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Parses `cmdstat_evalsha:calls=3,usec=...,rejected_calls=0,failed_calls=0`
+/// Parses `cmdstat_fcall:calls=3,usec=...,rejected_calls=0,failed_calls=0`
 /// lines.
 fn parse_command_stats(text: &str) -> BTreeMap<String, CommandStat> {
     let mut out = BTreeMap::new();

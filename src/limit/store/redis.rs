@@ -1,12 +1,14 @@
 //! The Redis store (SPEC §6, `backend: redis`): limit state shared by every
-//! gateway instance, decided by atomic Lua scripts.
+//! gateway instance, decided by atomic Lua functions.
 //!
-//! - One `EVALSHA` round trip per request decides all of its limits
+//! - One `FCALL` round trip per request decides all of its limits
 //!   (`lua/dispatch.lua`, mirroring [`decide`](crate::limit::decide::decide)).
-//!   The scripts live in `lua/`, one file per concern, embedded at build
-//!   time; each entry point is the library files followed by its entry file
-//!   ([`lua`]). On `NOSCRIPT` (a Redis restart, `SCRIPT FLUSH`) the call is
-//!   re-sent once as `EVAL`, which runs and caches the script again.
+//!   The code lives in `lua/`, one file per concern, embedded at build time
+//!   and registered as one Redis Functions library ([`lua::Library`]): by
+//!   `FUNCTION LOAD REPLACE` when the store starts, and again whenever a
+//!   server answers that a function is missing (a restart without
+//!   persistence, a failover, `FUNCTION FLUSH`), after which the call is
+//!   sent again (it was not run). Redis 7.0 or newer (Valkey 7.2+).
 //! - Keys: per (limit, client) a state key and a lockout key sharing one
 //!   Redis Cluster hash tag, `<prefix>:{<32 hex>}:s` and `...:l`, built by
 //!   [`keys`] only; client values never appear in them.
@@ -33,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, RedisError, RedisWrite, ServerErrorKind, ToRedisArgs, Value};
+use redis::{Client, RedisError, RedisWrite, ToRedisArgs, Value};
 use tokio::sync::mpsc;
 
 use self::breaker::{Admission, Breaker};
@@ -208,50 +210,125 @@ pub mod lua {
     pub const LOCKOUTS: &str =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lockouts.lua"));
 
-    /// The library every entry point starts with: [`COMMON`], the
-    /// algorithms, [`LOCKOUT`].
-    pub fn library() -> String {
-        let mut s = String::from(COMMON);
-        for (_, src) in ALGORITHMS {
-            s.push('\n');
-            s.push_str(src);
+    /// The gateway's entry points, `(name, source)`: each file defines
+    /// `local function <name>(KEYS, ARGV)`.
+    pub const ENTRIES: [(&str, &str); 4] = [
+        ("dispatch", DISPATCH),
+        ("release", RELEASE),
+        ("inspect", INSPECT),
+        ("lockouts", LOCKOUTS),
+    ];
+
+    /// A Redis Functions library made of the files: the shebang naming it,
+    /// then [`COMMON`], the algorithms, [`LOCKOUT`] and the entry files as
+    /// the body of one `build` function returning the entry functions, then
+    /// one `redis.register_function` per entry. `FUNCTION LOAD` gives a
+    /// library's chunk no standard library (`math`, `string`, `table`,
+    /// `setmetatable`... exist only while a function runs), so the first call
+    /// after a load runs `build`, and every later call reuses what it made:
+    /// the helpers and algorithm tables are built once per load, not per
+    /// call.
+    ///
+    /// The name carries a hash of the code (`tollgate_<12 hex>`) and so do
+    /// its functions (`tollgate_<12 hex>_dispatch`; Redis function names are
+    /// global, not per library): gateways of two versions sharing one Redis
+    /// during a rolling upgrade each call their own code.
+    #[derive(Debug, Clone)]
+    pub struct Library {
+        /// `tollgate_<12 hex>`.
+        pub name: String,
+        /// The source for `FUNCTION LOAD REPLACE`.
+        pub src: String,
+    }
+
+    /// The library's loader: `entry(name)` is the function registered for
+    /// entry `name`, which builds the library on the first call of any.
+    const ENTRY: &str = "local built
+local function entry(name)
+  local f
+  return function(KEYS, ARGV)
+    if f == nil then
+      if built == nil then built = build() end
+      f = built[name]
+    end
+    return f(KEYS, ARGV)
+  end
+end
+";
+
+    impl Library {
+        /// The gateway's library: the shared files and [`ENTRIES`].
+        pub fn gateway() -> Library {
+            Library::with_entries(&ENTRIES)
         }
-        s.push('\n');
-        s.push_str(LOCKOUT);
-        s
-    }
 
-    /// The script of one entry point: [`library`] then `entry`.
-    pub fn script(entry: &str) -> String {
-        let mut s = library();
-        s.push('\n');
-        s.push_str(entry);
-        s
+        /// The shared files, then `entries` (`(name, source)`, each source
+        /// defining `local function <name>(KEYS, ARGV)`): the gateway's, or
+        /// a test's own beside them.
+        pub fn with_entries(entries: &[(&str, &str)]) -> Library {
+            let mut shared = vec![COMMON];
+            shared.extend(ALGORITHMS.iter().map(|(_, src)| *src));
+            shared.push(LOCKOUT);
+            Library::from_parts(&shared, entries)
+        }
+
+        /// A library of `shared` (the sources before the entries: common,
+        /// the algorithms, the lockout, in order) and `entries`: what
+        /// [`Library::with_entries`] builds from the embedded files, or
+        /// `benches/e2e/lua_cost` from another checkout's `lua/`.
+        pub fn from_parts(shared: &[&str], entries: &[(&str, &str)]) -> Library {
+            let mut body = String::new();
+            for src in shared {
+                body.push_str(src);
+                body.push('\n');
+            }
+            for (_, src) in entries {
+                body.push('\n');
+                body.push_str(src);
+            }
+            let hash = redis::Script::new(&body).get_hash().to_owned();
+            let name = format!("tollgate_{}", &hash[..12]);
+            let exports: Vec<String> = entries.iter().map(|(e, _)| format!("{e} = {e}")).collect();
+            let mut src = format!(
+                "#!lua name={name}\nlocal function build()\n{body}\nreturn {{{}}}\nend\n{ENTRY}",
+                exports.join(", ")
+            );
+            for (entry, _) in entries {
+                src.push_str(&format!(
+                    "redis.register_function('{name}_{entry}', entry('{entry}'))\n"
+                ));
+            }
+            Library { name, src }
+        }
+
+        /// The registered name of `entry`: `<library>_<entry>`.
+        pub fn function(&self, entry: &str) -> String {
+            format!("{}_{entry}", self.name)
+        }
     }
 }
 
-/// One loaded script: its source and SHA-1.
+/// The library and the names of its functions.
 #[derive(Debug)]
-struct Lua {
-    src: String,
-    sha: String,
+struct Functions {
+    library: lua::Library,
+    dispatch: String,
+    release: String,
+    inspect: String,
+    lockouts: String,
 }
 
-impl Lua {
-    fn new(entry: &str) -> Lua {
-        let src = lua::script(entry);
-        let sha = redis::Script::new(&src).get_hash().to_owned();
-        Lua { src, sha }
+impl Functions {
+    fn new() -> Functions {
+        let library = lua::Library::gateway();
+        Functions {
+            dispatch: library.function("dispatch"),
+            release: library.function("release"),
+            inspect: library.function("inspect"),
+            lockouts: library.function("lockouts"),
+            library,
+        }
     }
-}
-
-/// The scripts of the store's entry points.
-#[derive(Debug)]
-struct Scripts {
-    dispatch: Lua,
-    release: Lua,
-    inspect: Lua,
-    lockouts: Lua,
 }
 
 /// A Redis-backed limit store. Cheap to clone: clones share one multiplexed
@@ -271,7 +348,7 @@ struct Inner {
     timeout: Duration,
     local_clock: bool,
     breaker: Mutex<Breaker>,
-    scripts: Scripts,
+    functions: Functions,
 }
 
 /// How long a background connection attempt may take (it does not hold up
@@ -321,7 +398,7 @@ impl RedisStore {
             return Err(StoreError::NoRuntime);
         }
         let conn = connection(&client).map_err(invalid)?;
-        Ok(RedisStore {
+        let store = RedisStore {
             inner: Arc::new(Inner {
                 client,
                 conn: Mutex::new(conn),
@@ -329,14 +406,26 @@ impl RedisStore {
                 timeout,
                 local_clock,
                 breaker: Mutex::new(Breaker::default()),
-                scripts: Scripts {
-                    dispatch: Lua::new(lua::DISPATCH),
-                    release: Lua::new(lua::RELEASE),
-                    inspect: Lua::new(lua::INSPECT),
-                    lockouts: Lua::new(lua::LOCKOUTS),
-                },
+                functions: Functions::new(),
             }),
-        })
+        };
+        store.load_library_soon();
+        Ok(store)
+    }
+
+    /// Registers the library in the background (best effort: Redis may be
+    /// down now; a call that finds the function missing loads it then).
+    fn load_library_soon(&self) {
+        let conn = lock(&self.inner.conn).clone();
+        let src = self.inner.functions.library.src.clone();
+        tokio::spawn(async move {
+            let loaded = tokio::time::timeout(CONNECT_TIMEOUT * 5, load_library(conn, &src)).await;
+            match loaded {
+                Ok(Ok(())) => tracing::debug!("redis: function library loaded"),
+                Ok(Err(e)) => tracing::debug!(%e, "redis: function library not loaded yet"),
+                Err(_) => tracing::debug!("redis: function library not loaded yet (timeout)"),
+            }
+        });
     }
 
     /// The key prefix.
@@ -365,7 +454,7 @@ impl RedisStore {
             now: self.inner.local_clock.then_some(now),
             checks,
         };
-        let reply = self.call(|s| &s.dispatch, keys_.len(), keys_, args).await?;
+        let reply = self.call(|f| &f.dispatch, keys_.len(), keys_, args).await?;
         Ok(wire::outcomes(&reply, checks.len())?)
     }
 
@@ -380,7 +469,7 @@ impl RedisStore {
         let (state, _) = keys(&self.inner.prefix, key);
         let reply = self
             .call(
-                |s| &s.release,
+                |f| &f.release,
                 1,
                 state,
                 &[lease.to_string(), self.clock(now)][..],
@@ -401,7 +490,7 @@ impl RedisStore {
     ) -> Result<(Option<AlgoState>, LockState), StoreError> {
         let (s, l) = keys(&self.inner.prefix, &check.key);
         let reply = self
-            .call(|sc| &sc.inspect, 2, &[s, l][..], check.params.name())
+            .call(|f| &f.inspect, 2, &[s, l][..], check.params.name())
             .await?;
         Ok(wire::inspected(&reply, &check.params)?)
     }
@@ -499,7 +588,7 @@ impl RedisStore {
     pub async fn lockouts(&self, now: Micros) -> Result<Vec<(StoreKey, Micros)>, StoreError> {
         let index = index_key(&self.inner.prefix);
         let reply = self
-            .call(|s| &s.lockouts, 1, index, self.clock(now))
+            .call(|f| &f.lockouts, 1, index, self.clock(now))
             .await?;
         Ok(wire::lockouts(&reply)?)
     }
@@ -514,17 +603,19 @@ impl RedisStore {
         }
     }
 
-    /// Run a script by `EVALSHA` with `nkeys` keys (written by `keys_`) and
-    /// `args`, through the breaker and within the deadline.
+    /// Call one of the library's functions by `FCALL` with `nkeys` keys
+    /// (written by `keys_`) and `args`, through the breaker and within the
+    /// deadline.
     async fn call(
         &self,
-        script: fn(&Scripts) -> &Lua,
+        function: fn(&Functions) -> &str,
         nkeys: usize,
         keys_: impl ToRedisArgs,
         args: impl ToRedisArgs,
     ) -> Result<Value, StoreError> {
-        let script = script(&self.inner.scripts);
-        self.bounded(|conn| evalsha(conn, script, nkeys, &keys_, &args))
+        let functions = &self.inner.functions;
+        let name = function(functions);
+        self.bounded(|conn| fcall(conn, &functions.library, name, nkeys, &keys_, &args))
             .await
     }
 
@@ -616,39 +707,54 @@ impl Drop for Permit<'_> {
     }
 }
 
-/// `EVALSHA`; on `NOSCRIPT`, `EVAL` (which also caches the script again). A
-/// refused connection is retried once: the command was never sent, and the
-/// manager has started a new connection.
-async fn evalsha(
+/// `FCALL`; when the server says the function is missing (a restart
+/// without persistence, a failover to a server that never had it,
+/// `FUNCTION FLUSH`), `FUNCTION LOAD REPLACE` and the call again: it was not
+/// run, so it cannot count twice. A refused connection is retried once: the
+/// command was never sent, and the manager has started a new connection.
+async fn fcall(
     mut conn: ConnectionManager,
-    script: &Lua,
+    library: &lua::Library,
+    function: &str,
     nkeys: usize,
     keys_: &impl ToRedisArgs,
     args: &impl ToRedisArgs,
 ) -> Result<Value, RedisError> {
-    let mut retried = false;
+    let (mut loaded, mut retried) = (false, false);
     loop {
-        let result = redis::cmd("EVALSHA")
-            .arg(&script.sha)
+        let result = redis::cmd("FCALL")
+            .arg(function)
             .arg(nkeys)
             .arg(keys_)
             .arg(args)
             .query_async::<Value>(&mut conn)
             .await;
         match result {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                return redis::cmd("EVAL")
-                    .arg(&script.src)
-                    .arg(nkeys)
-                    .arg(keys_)
-                    .arg(args)
-                    .query_async::<Value>(&mut conn)
-                    .await;
+            Err(e) if function_missing(&e) && !loaded => {
+                tracing::info!(library = %library.name, "redis: loading the function library");
+                load_library(conn.clone(), &library.src).await?;
+                loaded = true;
             }
             Err(e) if e.is_connection_refusal() && !retried => retried = true,
             other => return other,
         }
     }
+}
+
+/// Whether Redis answered that the called function does not exist.
+fn function_missing(e: &RedisError) -> bool {
+    e.code() == Some("ERR") && e.detail() == Some("Function not found")
+}
+
+/// `FUNCTION LOAD REPLACE` the library.
+async fn load_library(mut conn: ConnectionManager, src: &str) -> Result<(), RedisError> {
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(src)
+        .query_async::<Value>(&mut conn)
+        .await
+        .map(drop)
 }
 
 /// A Redis error as a store error: unreachable (counts against the
@@ -752,11 +858,22 @@ mod tests {
     }
 
     #[test]
-    fn every_entry_builds_on_the_library() {
-        for entry in [lua::DISPATCH, lua::RELEASE, lua::INSPECT, lua::LOCKOUTS] {
-            let s = lua::script(entry);
-            assert!(s.starts_with(lua::COMMON) && s.ends_with(entry));
+    fn the_library_registers_every_entry_under_a_versioned_name() {
+        let library = lua::Library::gateway();
+        assert!(library.name.starts_with("tollgate_") && library.name.len() == 21);
+        assert!(library
+            .src
+            .starts_with(&format!("#!lua name={}\n", library.name)));
+        for (entry, src) in lua::ENTRIES {
+            assert!(src.contains(&format!("local function {entry}(KEYS, ARGV)")));
+            assert!(library.src.contains(&format!(
+                "redis.register_function('{}', entry('{entry}'))",
+                library.function(entry)
+            )));
         }
+        // Other code, another name: two versions can share one Redis.
+        let other = lua::Library::with_entries(&lua::ENTRIES[..1]);
+        assert_ne!(other.name, library.name);
     }
 
     #[tokio::test]
