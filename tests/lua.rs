@@ -1357,8 +1357,45 @@ async fn the_library_is_loaded_at_start_and_again_after_function_flush() {
         .unwrap();
     assert!(libraries(&mut conn).is_empty());
     assert_eq!(store.decide(&c, T0).await.unwrap()[0].remaining, 98);
-    assert_eq!(libraries(&mut conn), [name]);
+    assert_eq!(libraries(&mut conn), std::slice::from_ref(&name));
     assert_eq!(store.decide(&c, T0).await.unwrap()[0].remaining, 97);
+
+    // Every request in flight finds it missing at once (a failover): one
+    // load between them, and each request counted once.
+    redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query::<()>(&mut conn)
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(&mut conn)
+        .unwrap();
+    // Frozen while the calls are sent, so that all of them reach it before
+    // any answer (the store's deadline here is 2 s).
+    server.stop();
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let (store, c) = (store.clone(), c.clone());
+            tokio::spawn(async move { store.decide(&c, T0).await.unwrap()[0].status })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.cont();
+    for call in calls {
+        assert_eq!(call.await.unwrap(), Status::Allowed);
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
+    let loads = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_function|load:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or("0");
+    assert_eq!(loads, "1", "{stats}");
+    assert_eq!(libraries(&mut conn), [name]);
+    assert_eq!(store.decide(&c, T0).await.unwrap()[0].remaining, 46);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,7 @@
 pub mod breaker;
 pub mod wire;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -316,6 +317,11 @@ struct Functions {
     release: String,
     inspect: String,
     lockouts: String,
+    /// How many times a call found the library missing and loaded it.
+    loads: AtomicU64,
+    /// Held while loading: the calls that find the library missing at once
+    /// (every request in flight at a failover) load it once between them.
+    loading: tokio::sync::Mutex<()>,
 }
 
 impl Functions {
@@ -327,12 +333,27 @@ impl Functions {
             inspect: library.function("inspect"),
             lockouts: library.function("lockouts"),
             library,
+            loads: AtomicU64::new(0),
+            loading: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Load the library after a call that started when `seen` loads had
+    /// happened found it missing, unless another call has loaded it since.
+    async fn reload(&self, conn: &ConnectionManager, seen: u64) -> Result<(), RedisError> {
+        let _one = self.loading.lock().await;
+        if self.loads.load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        tracing::info!(library = %self.library.name, "redis: loading the function library");
+        load_library(conn.clone(), &self.library.src).await?;
+        self.loads.fetch_add(1, Ordering::Release);
+        Ok(())
     }
 }
 
 /// A Redis-backed limit store. Cheap to clone: clones share one multiplexed
-/// connection, one breaker and the scripts.
+/// connection, one breaker and the functions.
 #[derive(Debug, Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -615,7 +636,7 @@ impl RedisStore {
     ) -> Result<Value, StoreError> {
         let functions = &self.inner.functions;
         let name = function(functions);
-        self.bounded(|conn| fcall(conn, &functions.library, name, nkeys, &keys_, &args))
+        self.bounded(|conn| fcall(conn, functions, name, nkeys, &keys_, &args))
             .await
     }
 
@@ -709,12 +730,13 @@ impl Drop for Permit<'_> {
 
 /// `FCALL`; when the server says the function is missing (a restart
 /// without persistence, a failover to a server that never had it,
-/// `FUNCTION FLUSH`), `FUNCTION LOAD REPLACE` and the call again: it was not
-/// run, so it cannot count twice. A refused connection is retried once: the
+/// `FUNCTION FLUSH`), `FUNCTION LOAD REPLACE` (once for all the calls that
+/// found it so, [`Functions::reload`]) and the call again: it was not run,
+/// so it cannot count twice. A refused connection is retried once: the
 /// command was never sent, and the manager has started a new connection.
 async fn fcall(
     mut conn: ConnectionManager,
-    library: &lua::Library,
+    functions: &Functions,
     function: &str,
     nkeys: usize,
     keys_: &impl ToRedisArgs,
@@ -722,6 +744,7 @@ async fn fcall(
 ) -> Result<Value, RedisError> {
     let (mut loaded, mut retried) = (false, false);
     loop {
+        let seen = functions.loads.load(Ordering::Acquire);
         let result = redis::cmd("FCALL")
             .arg(function)
             .arg(nkeys)
@@ -731,8 +754,7 @@ async fn fcall(
             .await;
         match result {
             Err(e) if function_missing(&e) && !loaded => {
-                tracing::info!(library = %library.name, "redis: loading the function library");
-                load_library(conn.clone(), &library.src).await?;
+                functions.reload(&conn, seen).await?;
                 loaded = true;
             }
             Err(e) if e.is_connection_refusal() && !retried => retried = true,
