@@ -4,10 +4,10 @@ Mirrors src/limit/algorithm/concurrency.rs line for line.
 
 A function library over common.lua; registers DEFINE.concurrency (building
 ALGO.concurrency) with the functions every algorithm file has (see
-fixed_window.lua; check's `lease` is the request's lease id), and release(key,
-id, now) for release.lua.
+fixed_window.lua), and release(key, id, now) for release.lua.
 
-Params (nparams = 2): limit, lease (µs).
+Params (nparams = 2): limit, lease (µs); then the request's lease id (the
+table's `lease` is true), which check() gets as its last argument.
 State: a sorted set of leases: member = the lease id (a decimal u64, kept as
 a string: it may exceed 2^53), score = its expiry.
 
@@ -41,18 +41,16 @@ DEFINE.concurrency = function()
 
   return {
     nparams = 2,
-
-    params = function(args, i)
-      local a = take(args, i, 2, 'concurrency (limit, lease)')
-      return {limit = a[1], lease = a[2]}
-    end,
+    what = 'concurrency (limit, lease)',
+    lease = true,
+    zset = true,
 
     load = function(key)
       return leases_load(key)
     end,
 
-    check = function(p, s, now, cost, id)
-      local top = now + p.lease
+    check = function(s, now, cost, limit, lease, _, _, id)
+      local top = now + lease
       local live = {}
       for _, l in ipairs(s.leases) do
         if l.exp > now then live[#live + 1] = {id = l.id, exp = min(l.exp, top)} end
@@ -66,7 +64,7 @@ DEFINE.concurrency = function()
       if held ~= nil then
         held.exp = top
         allowed, retry = true, 0
-      elseif n < p.limit then
+      elseif n < limit then
         live[#live + 1] = {id = id, exp = top}
         allowed, retry = true, 0
       else
@@ -79,22 +77,19 @@ DEFINE.concurrency = function()
         retry = max(first - now, 1)
       end
       local ttl = leases_ttl(live, now)
-      return {
-        allowed = allowed, delay = 0, limit = p.limit, window = p.lease,
-        remaining = max(p.limit - #live, 0), reset_after = ttl, retry_after = retry,
-        state = {leases = live, id = id}, ttl = ttl,
-      }
+      return allowed, 0, limit, lease, max(limit - #live, 0), ttl, retry, ttl,
+        allowed and id or nil
     end,
 
-    store = function(key, p, s, v, now)
+    store = function(key, s, id, ttl, now, limit, lease)
       if s.foreign then redis.call('DEL', key) end
-      local top = now + p.lease
+      local top = now + lease
       redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
       -- Leases granted under a longer lease (the limit changed) end by top.
       local long = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(top), '+inf')
       for _, m in ipairs(long) do redis.call('ZADD', key, fmt(top), m) end
-      redis.call('ZADD', key, fmt(top), v.state.id)
-      set_ttl(key, v.ttl)
+      redis.call('ZADD', key, fmt(top), id)
+      set_ttl(key, ttl)
     end,
 
     release = function(key, id, now)

@@ -2,25 +2,33 @@
 Mirrors src/limit/algorithm/fixed_window.rs line for line.
 
 A function library over common.lua; registers DEFINE.fixed_window, which
-builds ALGO.fixed_window on first use. Every algorithm's table has the same
-five functions:
+builds ALGO.fixed_window on first use. Every algorithm's table has:
 
-  nparams                   how many params the algorithm takes
-  params(args, i) -> p      p from args[i .. i + nparams - 1] (decimal strings);
-                            fails if args ends before
-  load(key, p) -> st        the stored state (a fresh one if the key is missing)
-  check(p, st, now, cost, lease) -> v
-                            the verdict, nothing stored: {allowed (boolean), delay,
-                            limit, window, remaining, reset_after, retry_after
-                            (-1: never), state, ttl}
-  store(key, p, st, v, now) commit v.state (loaded as st) for v.ttl; 0 deletes
-  encode(st) -> array       the state for inspect.lua, fields in the Rust order
+  nparams     how many integer params follow the check's cost in ARGV
+  lease       true if the request's lease id (a decimal string: it may exceed
+              2^53) follows the params (concurrency only)
+  zset        true if the state is a sorted set the algorithm reads and writes
+              itself (sliding_log, concurrency); else one string (common.lua,
+              "States"), which dispatch.lua reads with MGET and writes with SET
+  check(st, now, cost, a, b, c, d, lease) -> allowed, delay, limit, window,
+              remaining, reset_after, retry_after (-1: never), ttl, state'
+              the verdict, nothing stored; a .. d are the params. st is the
+              stored string (false or nil: none), or load(key) for a zset
+              algorithm; state' is what to store for ttl (0: delete), only
+              when allowed (else nil): a string, or for a zset algorithm
+              what its store() takes
+  decode(st) -> array   (string states) the stored string's fields in the
+              Rust state's order, or nil if st is not a state of this
+              algorithm (inspect.lua)
+  load(key) -> st, store(key, st, state', ttl, now, a, b, c, d), encode(st)
+              (sorted-set states) read, write, and list for inspect.lua
 
-(load, store and encode come from common.lua's hash_state for the algorithms
-whose state is one hash: all but sliding_log and concurrency.)
+Multiple return values, not tables: check runs for every check of every
+request (common.lua, "Speed").
 
 Params (nparams = 2): limit, window (µs; 0 = calendar months, UTC).
-State: a hash {ws = start of the counted window, n = units taken in it}.
+State: "fw <ws> <n>": ws the start of the counted window, n the units taken
+in it.
 
   (start, end) = bounds(now)
   n   = s.n if start <= s.ws < end else 0
@@ -72,32 +80,39 @@ DEFINE.fixed_window = function()
     return days_from_civil(y, m, 1) * DAY, days_from_civil(ny, nm, 1) * DAY
   end
 
-  local FIELDS = {'ws', 'n'}
+  -- ws, n of a stored state; nil if st is none or another's.
+  local function parse(st)
+    if not st then return nil end
+    local ws, n = match(st, '^fw (%d+) (%d+)$')
+    if ws == nil then return nil end
+    return tonumber(ws), tonumber(n)
+  end
 
-  return hash_state(FIELDS, {
+  return {
     nparams = 2,
+    what = 'fixed_window (limit, window)',
 
-    params = function(args, i)
-      local a = take(args, i, 2, 'fixed_window (limit, window)')
-      return {limit = a[1], window = a[2]}
-    end,
-
-    check = function(p, s, now, cost)
+    check = function(st, now, cost, limit, window)
       cost = max(cost, 1)
-      local start, finish = bounds(p.window, now)
-      local n = 0
-      if start <= s.ws and s.ws < finish then n = s.n end
-      local fits = cost <= p.limit
-      local allowed = fits and n + cost <= p.limit
-      if allowed then n = n + cost end
+      local ws, n = parse(st)
+      local start, finish = bounds(window, now)
+      if ws == nil or ws < start or ws >= finish then n = 0 end
+      local fits = cost <= limit
+      local allowed = fits and n + cost <= limit
       local left = finish - now
-      local retry = -1
-      if allowed then retry = 0 elseif fits then retry = left end
-      return {
-        allowed = allowed, delay = 0, limit = p.limit, window = finish - start,
-        remaining = max(p.limit - n, 0), reset_after = left, retry_after = retry,
-        state = {ws = start, n = n}, ttl = n > 0 and left or 0,
-      }
+      if not allowed then
+        return false, 0, limit, finish - start, max(limit - n, 0), left,
+          fits and left or -1, n > 0 and left or 0, nil
+      end
+      n = n + cost
+      return true, 0, limit, finish - start, max(limit - n, 0), left, 0, left,
+        format('fw %d %d', start, n)
     end,
-  })
+
+    decode = function(st)
+      local ws, n = parse(st)
+      if ws == nil then return nil end
+      return {ws, n}
+    end,
+  }
 end

@@ -7,7 +7,7 @@ with the functions every algorithm file has (see fixed_window.lua).
 
 Params (nparams = 3): interval T = floor(period / count) (µs, >= 1), burst,
 max_delay.
-State: a hash {tat = the theoretical arrival time (0: fresh)}.
+State: "gc <tat>": the theoretical arrival time (0: fresh).
 
   tau  = T * burst                                  -- the window
   tat  = min(max(s.tat, now), now + tau + max_delay)
@@ -19,38 +19,41 @@ State: a hash {tat = the theoretical arrival time (0: fresh)}.
 ]]
 
 DEFINE.gcra = function()
-  local FIELDS = {'tat'}
+  -- tat of a stored state; nil if st is none or another's.
+  local function parse(st)
+    if not st then return nil end
+    local tat = match(st, '^gc (%d+)$')
+    return tonumber(tat)
+  end
 
-  return hash_state(FIELDS, {
+  return {
     nparams = 3,
+    what = 'gcra (interval, burst, max_delay)',
 
-    params = function(args, i)
-      local a = take(args, i, 3, 'gcra (interval, burst, max_delay)')
-      if a[1] < 1 then fail('gcra: interval must be at least 1') end
-      return {interval = a[1], burst = a[2], max_delay = a[3]}
-    end,
-
-    check = function(p, s, now, cost)
+    check = function(st, now, cost, interval, burst, max_delay)
+      if interval < 1 then fail('gcra: interval must be at least 1') end
       cost = max(cost, 1)
-      local tau = p.interval * p.burst
-      local tat = min(max(s.tat, now), now + tau + p.max_delay)
+      local tau = interval * burst
+      local tat = min(max(parse(st) or 0, now), now + tau + max_delay)
       local allowed, delay, retry, tat2 = false, 0, -1, tat
-      if cost <= p.burst then
-        local new = tat + p.interval * cost
+      if cost <= burst then
+        local new = tat + interval * cost
         local wait = max(new - (now + tau), 0)
-        if wait <= p.max_delay then
+        if wait <= max_delay then
           allowed, delay, retry, tat2 = true, wait, 0, new
         else
-          retry = wait - p.max_delay
+          retry = wait - max_delay
         end
       end
       local ttl = tat2 - now
-      return {
-        allowed = allowed, delay = delay, limit = p.burst, window = tau,
-        remaining = floor(max(tau - ttl, 0) / p.interval),
-        reset_after = min(ttl, tau), retry_after = retry,
-        state = {tat = tat2}, ttl = ttl,
-      }
+      return allowed, delay, burst, tau, floor(max(tau - ttl, 0) / interval),
+        min(ttl, tau), retry, ttl, allowed and format('gc %d', tat2) or nil
     end,
-  })
+
+    decode = function(st)
+      local tat = parse(st)
+      if tat == nil then return nil end
+      return {tat}
+    end,
+  }
 end

@@ -10,8 +10,8 @@ ALGO.leaky_bucket) with the functions every algorithm file has (see
 fixed_window.lua).
 
 Params (nparams = 4): unit, drain, burst, max_delay (as token_bucket.lua).
-State: a hash {lv = the level in ticks, ts = when lv was computed, u = the
-tick size lv is counted in (0: fresh)}.
+State: "lb <lv> <ts> <u>": lv the level in ticks, ts when lv was computed, u
+the tick size lv is counted in (0: fresh).
 
   cap = burst * unit;  md = max_delay * drain;  window = ceil(cap / drain)
   lv  = drained(adopt(s.lv, s.u), max(0, now - s.ts));  ts = max(s.ts, now)
@@ -25,52 +25,54 @@ tick size lv is counted in (0: fresh)}.
 ]]
 
 DEFINE.leaky_bucket = function()
-  local FIELDS = {'lv', 'ts', 'u'}
+  -- lv, ts, u of a stored state; nil if st is none or another's.
+  local function parse(st)
+    if not st then return nil end
+    local lv, ts, u = match(st, '^lb (%d+) (%d+) (%d+)$')
+    if lv == nil then return nil end
+    return tonumber(lv), tonumber(ts), tonumber(u)
+  end
 
-  return hash_state(FIELDS, {
+  return {
     nparams = 4,
+    what = 'leaky_bucket (unit, drain, burst, max_delay)',
 
-    params = function(args, i)
-      local a = take(args, i, 4, 'leaky_bucket (unit, drain, burst, max_delay)')
-      local p = {unit = a[1], drain = a[2], burst = a[3], max_delay = a[4]}
-      -- The level never exceeds the bucket: no slack.
-      p.fluid = fluid(p.unit, p.drain, p.burst, 0)
-      p.md = p.max_delay * p.drain
-      return p
-    end,
-
-    check = function(p, s, now, cost)
+    check = function(st, now, cost, unit, drain, burst, max_delay)
       cost = max(cost, 1)
-      local f = p.fluid
-      local shaping = p.max_delay > 0
-      local lv = fl_drained(f, fl_adopt(f, s.lv, s.u), max(now - s.ts, 0))
-      local ts = max(s.ts, now)
+      local slv, ts, su = parse(st)
+      if slv == nil then slv, ts, su = 0, 0, 0 end
+      local cap, md = burst * unit, max_delay * drain
+      local shaping = max_delay > 0
+      local lv = fl_drained(fl_adopt(slv, su, unit, cap), max(now - ts, 0), drain)
+      ts = max(ts, now)
       local allowed, delay, retry = false, 0, -1
-      if cost <= p.burst then
-        local k = cost * f.unit
-        local ahead = shaping and fl_drain_time(f, lv) or 0
-        if lv + k <= f.cap and ahead <= p.max_delay then
+      if cost <= burst then
+        local k = cost * unit
+        local ahead = shaping and fl_drain_time(lv, drain) or 0
+        if lv + k <= cap and ahead <= max_delay then
           allowed, delay, retry = true, ahead, 0
         else
-          -- Room in the bucket, and (shaping) a short enough queue.
-          local room = fl_drain_time(f, max(lv + k - f.cap, 0))
-          local queue = shaping and fl_drain_time(f, max(lv - p.md, 0)) or 0
+          local room = fl_drain_time(max(lv + k - cap, 0), drain)
+          local queue = shaping and fl_drain_time(max(lv - md, 0), drain) or 0
           retry = max(room, queue)
         end
       end
-      local lv2 = allowed and lv + cost * f.unit or lv
-      local remaining = fl_units_free(f, lv2)
+      local lv2 = allowed and lv + cost * unit or lv
+      local remaining = fl_units_free(lv2, cap, unit)
       if shaping then
         local queued = 0
-        if lv2 <= p.md then queued = floor((p.md - lv2) / f.unit) + 1 end
+        if lv2 <= md then queued = floor((md - lv2) / unit) + 1 end
         remaining = min(remaining, queued)
       end
-      local ttl = fl_drain_time(f, lv2)
-      return {
-        allowed = allowed, delay = delay, limit = p.burst, window = fl_drain_time(f, f.cap),
-        remaining = remaining, reset_after = ttl, retry_after = retry,
-        state = {lv = lv2, ts = ts, u = f.unit}, ttl = ttl,
-      }
+      local ttl = fl_drain_time(lv2, drain)
+      return allowed, delay, burst, fl_drain_time(cap, drain), remaining, ttl, retry, ttl,
+        allowed and format('lb %d %d %d', lv2, ts, unit) or nil
     end,
-  })
+
+    decode = function(st)
+      local lv, ts, u = parse(st)
+      if lv == nil then return nil end
+      return {lv, ts, u}
+    end,
+  }
 end

@@ -25,13 +25,10 @@ DEFINE.sliding_log = function()
 
   return {
     nparams = 2,
+    what = 'sliding_log (limit, window)',
+    zset = true,
 
-    params = function(args, i)
-      local a = take(args, i, 2, 'sliding_log (limit, window)')
-      return {limit = a[1], window = a[2]}
-    end,
-
-    load = function(key, p)
+    load = function(key)
       local st = {entries = {}, foreign = false}
       local raw = read('ZRANGE', key, 0, -1)
       if raw == nil then
@@ -46,9 +43,8 @@ DEFINE.sliding_log = function()
       return st
     end,
 
-    check = function(p, s, now, cost)
+    check = function(s, now, cost, limit, w)
       cost = max(cost, 1)
-      local w, limit = p.window, p.limit
       local live, used = {}, 0
       for _, e in ipairs(s.entries) do
         if e.t + w > now then
@@ -90,23 +86,19 @@ DEFINE.sliding_log = function()
       end
       local ttl = 0
       if #live > 0 then ttl = max(live[#live].t + w - now, 0) end
-      return {
-        allowed = allowed, delay = 0, limit = limit, window = w,
-        remaining = max(limit - used, 0), reset_after = min(ttl, w),
-        retry_after = retry,
-        state = {entries = live, merged = merged, added = added}, ttl = ttl,
-      }
+      return allowed, 0, limit, w, max(limit - used, 0), min(ttl, w), retry, ttl,
+        allowed and {merged = merged, added = added} or nil
     end,
 
-    store = function(key, p, s, v, now)
+    store = function(key, s, new, ttl, now, limit, w)
       if s.foreign then redis.call('DEL', key) end
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p.window))
-      local a = v.state.added
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - w))
+      local a = new.added
       if a ~= nil then
-        if v.state.merged ~= nil then redis.call('ZREM', key, v.state.merged) end
+        if new.merged ~= nil then redis.call('ZREM', key, new.merged) end
         redis.call('ZADD', key, fmt(a.t), member(a.t, a.n))
       end
-      set_ttl(key, v.ttl)
+      set_ttl(key, ttl)
     end,
 
     encode = function(s)

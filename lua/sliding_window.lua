@@ -7,8 +7,8 @@ ALGO.sliding_window) with the functions every algorithm file has (see
 fixed_window.lua).
 
 Params (nparams = 2): limit, window (µs).
-State: a hash {ws = start of the current window, cur = units in it,
-prev = units in the window before}.
+State: "sw <ws> <cur> <prev>": ws the start of the current window, cur the
+units in it, prev the units in the window before.
 
   S     = 1000;  start = now - now % w;  e = now - start
   (prev, cur) = (s.prev, s.cur) if s.ws >= start
@@ -48,25 +48,29 @@ DEFINE.sliding_window = function()
     return (w - e) + e2
   end
 
-  local FIELDS = {'ws', 'cur', 'prev'}
+  -- ws, cur, prev of a stored state; nil if st is none or another's.
+  local function parse(st)
+    if not st then return nil end
+    local ws, cur, prev = match(st, '^sw (%d+) (%d+) (%d+)$')
+    if ws == nil then return nil end
+    return tonumber(ws), tonumber(cur), tonumber(prev)
+  end
 
-  return hash_state(FIELDS, {
+  return {
     nparams = 2,
+    what = 'sliding_window (limit, window)',
 
-    params = function(args, i)
-      local a = take(args, i, 2, 'sliding_window (limit, window)')
-      return {limit = a[1], window = a[2]}
-    end,
-
-    check = function(p, s, now, cost)
+    check = function(st, now, cost, limit, w)
       cost = max(cost, 1)
-      local w, limit = p.window, p.limit
+      local ws, scur, sprev = parse(st)
       local start = now - now % w
       local prev, cur = 0, 0
-      if s.ws >= start then
-        prev, cur = s.prev, s.cur
-      elseif s.ws + w >= start then
-        prev, cur = s.cur, 0
+      if ws == nil then
+        -- fresh
+      elseif ws >= start then
+        prev, cur = sprev, scur
+      elseif ws + w >= start then
+        prev, cur = scur, 0
       end
       prev, cur = min(prev, limit), min(cur, limit)
       local e = now - start
@@ -87,11 +91,14 @@ DEFINE.sliding_window = function()
       elseif prev > 0 then
         reset, ttl = w - e, w - e
       end
-      return {
-        allowed = allowed, delay = 0, limit = limit, window = w,
-        remaining = allowed and room - cost or room, reset_after = reset,
-        retry_after = retry, state = {ws = start, cur = cur2, prev = prev}, ttl = ttl,
-      }
+      return allowed, 0, limit, w, allowed and room - cost or room, reset, retry, ttl,
+        allowed and format('sw %d %d %d', start, cur2, prev) or nil
     end,
-  })
+
+    decode = function(st)
+      local ws, cur, prev = parse(st)
+      if ws == nil then return nil end
+      return {ws, cur, prev}
+    end,
+  }
 end

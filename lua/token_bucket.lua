@@ -10,8 +10,8 @@ fixed_window.lua).
 Params (nparams = 4): unit, drain, burst, max_delay. The rate count/period
 arrives reduced (Rate::ticks): one token is `unit` ticks, one microsecond
 refills `drain` ticks.
-State: a hash {d = ticks missing from a full bucket, ts = when d was
-computed, u = the tick size d is counted in (0: fresh)}.
+State: "tb <d> <ts> <u>": d the ticks missing from a full bucket, ts when d
+was computed, u the tick size d is counted in (0: fresh).
 
   cap = burst * unit;  slack = max_delay * drain;  window = ceil(cap / drain)
   d   = drained(adopt(s.d, s.u), max(0, now - s.ts));  ts = max(s.ts, now)
@@ -23,40 +23,46 @@ computed, u = the tick size d is counted in (0: fresh)}.
 ]]
 
 DEFINE.token_bucket = function()
-  local FIELDS = {'d', 'ts', 'u'}
+  -- d, ts, u of a stored state; nil if st is none or another's.
+  local function parse(st)
+    if not st then return nil end
+    local d, ts, u = match(st, '^tb (%d+) (%d+) (%d+)$')
+    if d == nil then return nil end
+    return tonumber(d), tonumber(ts), tonumber(u)
+  end
 
-  return hash_state(FIELDS, {
+  return {
     nparams = 4,
+    what = 'token_bucket (unit, drain, burst, max_delay)',
 
-    params = function(args, i)
-      local a = take(args, i, 4, 'token_bucket (unit, drain, burst, max_delay)')
-      local p = {unit = a[1], drain = a[2], burst = a[3], max_delay = a[4]}
-      p.fluid = fluid(p.unit, p.drain, p.burst, p.max_delay * p.drain)
-      return p
-    end,
-
-    check = function(p, s, now, cost)
+    check = function(st, now, cost, unit, drain, burst, max_delay)
       cost = max(cost, 1)
-      local f = p.fluid
-      local d = fl_drained(f, fl_adopt(f, s.d, s.u), max(now - s.ts, 0))
-      local ts = max(s.ts, now)
+      local sd, ts, su = parse(st)
+      if sd == nil then sd, ts, su = 0, 0, 0 end
+      local cap = burst * unit
+      local d = fl_drained(fl_adopt(sd, su, unit, cap + max_delay * drain),
+        max(now - ts, 0), drain)
+      ts = max(ts, now)
       local allowed, delay, retry = false, 0, -1
-      if cost <= p.burst then
-        local need = d + cost * f.unit
-        local wait = fl_drain_time(f, max(need - f.cap, 0))
-        if wait <= p.max_delay then
+      if cost <= burst then
+        local need = d + cost * unit
+        local wait = fl_drain_time(max(need - cap, 0), drain)
+        if wait <= max_delay then
           allowed, delay, retry, d = true, wait, 0, need
         else
-          retry = wait - p.max_delay
+          retry = wait - max_delay
         end
       end
-      local ttl = fl_drain_time(f, d)
-      local window = fl_drain_time(f, f.cap)
-      return {
-        allowed = allowed, delay = delay, limit = p.burst, window = window,
-        remaining = fl_units_free(f, d), reset_after = min(ttl, window),
-        retry_after = retry, state = {d = d, ts = ts, u = f.unit}, ttl = ttl,
-      }
+      local ttl = fl_drain_time(d, drain)
+      local window = fl_drain_time(cap, drain)
+      return allowed, delay, burst, window, fl_units_free(d, cap, unit), min(ttl, window),
+        retry, ttl, allowed and format('tb %d %d %d', d, ts, unit) or nil
     end,
-  })
+
+    decode = function(st)
+      local d, ts, u = parse(st)
+      if d == nil then return nil end
+      return {d, ts, u}
+    end,
+  }
 end

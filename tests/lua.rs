@@ -161,17 +161,20 @@ local function algo_probe(KEYS, ARGV)
   if #KEYS ~= 1 then return redis.error_reply('ERR test entry: expected 1 key') end
   local a = ALGO[ARGV[1]]
   local now = int(ARGV[2], 'now')
-  local p = a.params(ARGV, 5)
+  local p1, p2, p3, p4 = ints(ARGV, 5, a.nparams, a.what)
   if #ARGV ~= 4 + a.nparams then
     return redis.error_reply('ERR test entry: ' .. #ARGV .. ' ARGV for ' .. a.nparams .. ' params')
   end
-  local st = a.load(KEYS[1], p)
-  local v = a.check(p, st, now, int(ARGV[3], 'cost'), ARGV[4])
-  if v.allowed then a.store(KEYS[1], p, st, v, now) end
+  local st
+  if a.zset then st = a.load(KEYS[1]) else st = redis.call('MGET', KEYS[1])[1] end
+  local ok, delay, limit, window, remaining, reset, retry, ttl, new =
+    a.check(st, now, int(ARGV[3], 'cost'), p1, p2, p3, p4, ARGV[4])
+  if ok then
+    if a.zset then a.store(KEYS[1], st, new, ttl, now, p1, p2, p3, p4) else put(KEYS[1], new, ttl) end
+  end
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('PERSIST', KEYS[1])
-  return {v.allowed and 1 or 0, v.delay, v.limit, v.window, v.remaining, v.reset_after,
-    v.retry_after, v.ttl, pttl}
+  return {ok and 1 or 0, delay, limit, window, remaining, reset, retry, ttl, pttl}
 end
 "#;
 
@@ -259,6 +262,17 @@ fn fail(step: usize, e: String) -> TestCaseError {
 }
 
 /// A state as stored, read with plain commands (not through the scripts).
+/// The `fields` integers of a state stored as one string, `"<tag> <n>..."`
+/// (lua/common.lua, "States").
+fn packed(raw: &str, tag: &str, fields: usize) -> Vec<u64> {
+    let mut words = raw.split(' ');
+    assert_eq!(words.next(), Some(tag), "the tag of {raw:?}");
+    let v: Vec<u64> = words.map(|w| w.parse().unwrap()).collect();
+    assert_eq!(v.len(), fields, "the fields of {raw:?}");
+    v
+}
+
+/// The state stored under `key`, read with plain Redis commands.
 fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Option<AlgoState> {
     let kind: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
     if kind == "none" {
@@ -277,23 +291,18 @@ fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Op
             .map(|(m, s)| (m, s.parse::<f64>().unwrap() as u64))
             .collect()
     };
-    let hash = |conn: &mut redis::Connection, fields: &[&str]| -> Vec<u64> {
-        assert_eq!(kind, "hash", "{key}");
-        let all: HashMap<String, String> = redis::cmd("HGETALL").arg(key).query(conn).unwrap();
-        let mut names: Vec<&str> = all.keys().map(String::as_str).collect();
-        names.sort_unstable();
-        let mut want = fields.to_vec();
-        want.sort_unstable();
-        assert_eq!(names, want, "the fields of {key}");
-        fields.iter().map(|f| all[*f].parse().unwrap()).collect()
+    let string = |conn: &mut redis::Connection, tag: &str, fields: usize| -> Vec<u64> {
+        assert_eq!(kind, "string", "{key}");
+        let raw: String = redis::cmd("GET").arg(key).query(conn).unwrap();
+        packed(&raw, tag, fields)
     };
     Some(match params {
         AlgoParams::FixedWindow(_) => {
-            let v = hash(conn, &["ws", "n"]);
+            let v = string(conn, "fw", 2);
             AlgoState::FixedWindow(fixed_window::State { ws: v[0], n: v[1] })
         }
         AlgoParams::SlidingWindow(_) => {
-            let v = hash(conn, &["ws", "cur", "prev"]);
+            let v = string(conn, "sw", 3);
             AlgoState::SlidingWindow(sliding_window::State {
                 ws: v[0],
                 cur: v[1],
@@ -301,7 +310,7 @@ fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Op
             })
         }
         AlgoParams::TokenBucket(_) => {
-            let v = hash(conn, &["d", "ts", "u"]);
+            let v = string(conn, "tb", 3);
             AlgoState::TokenBucket(token_bucket::State {
                 d: v[0],
                 ts: v[1],
@@ -309,10 +318,10 @@ fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Op
             })
         }
         AlgoParams::Gcra(_) => AlgoState::Gcra(gcra::State {
-            tat: hash(conn, &["tat"])[0],
+            tat: string(conn, "gc", 1)[0],
         }),
         AlgoParams::LeakyBucket(_) => {
-            let v = hash(conn, &["lv", "ts", "u"]);
+            let v = string(conn, "lb", 3);
             AlgoState::LeakyBucket(leaky_bucket::State {
                 lv: v[0],
                 ts: v[1],
@@ -591,10 +600,13 @@ const LOCK_ENTRY: &str = r#"
 local function lock_probe(KEYS, ARGV)
   if #KEYS ~= 1 or #ARGV ~= 7 then return redis.error_reply('ERR test entry: arity') end
   local now = int(ARGV[1], 'now')
-  local p = lock_params(ARGV, 2)
-  local st, length = lock_strike(p, lock_load(KEYS[1]), now)
-  local ttl = lock_ttl(p, st, now)
-  lock_store(KEYS[1], st, ttl)
+  local after, within, duration, escalate, max_duration, forget_after = lock_params(ARGV, 2)
+  local n, s, lu, lv = lock_parse(redis.call('MGET', KEYS[1])[1])
+  local length
+  n, s, lu, lv, length = lock_strike(n, s, lu, lv, now, after, within, duration, escalate,
+    max_duration, forget_after)
+  local ttl = lock_ttl(n, s, lu, lv, now, within, forget_after)
+  put(KEYS[1], lock_format(n, s, lu, lv), ttl)
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('PERSIST', KEYS[1])
   return {length or -1, ttl, pttl}
@@ -651,15 +663,17 @@ fn lockout_matches_rust() {
                 );
                 let kept = ttl_checked(r[2], ttl).map_err(|e| fail(i, e))?;
                 model = if kept { next } else { LockState::default() };
-                let all: HashMap<String, u64> = redis::cmd("HGETALL").arg(key).query(conn).unwrap();
-                let stored = if all.is_empty() {
-                    LockState::default()
-                } else {
-                    LockState {
-                        n: all["n"],
-                        s: all["s"],
-                        lu: all["lu"],
-                        lv: all["lv"],
+                let raw: Option<String> = redis::cmd("GET").arg(key).query(conn).unwrap();
+                let stored = match raw {
+                    None => LockState::default(),
+                    Some(raw) => {
+                        let v = packed(&raw, "lk", 4);
+                        LockState {
+                            n: v[0],
+                            s: v[1],
+                            lu: v[2],
+                            lv: v[3],
+                        }
                     }
                 };
                 prop_assert_eq!(stored, model, "step {}", i);
@@ -760,7 +774,7 @@ fn another_algorithms_state_counts_as_fresh() {
     let log = AlgoParams::SlidingLog(sliding_log::Params::new(3, SECOND).unwrap());
     let lease = AlgoParams::Concurrency(concurrency::Params::new(3, SECOND).unwrap());
 
-    // A sorted set under a fixed window's key: fresh, then a hash.
+    // A sorted set under a fixed window's key: fresh, then a string.
     let _: () = redis::cmd("ZADD")
         .arg(key)
         .arg(1)
@@ -771,9 +785,30 @@ fn another_algorithms_state_counts_as_fresh() {
     assert!(f.allowed);
     assert_eq!(f.remaining, 2, "a fresh window: 1 of 3 taken");
     let kind: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
-    assert_eq!(kind, "hash");
-    // That hash under a sliding log's (or a concurrency limit's) key:
-    // fresh, then a sorted set.
+    assert_eq!(kind, "string");
+    // The hash an earlier version kept (fields ws, n): fresh too, then
+    // replaced by a string.
+    let _: () = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg("ws")
+        .arg(0)
+        .arg("n")
+        .arg(3)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(run(&mut conn, fw.clone()).remaining, 2, "a fresh window");
+    let kind: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
+    assert_eq!(kind, "string");
+    // Another algorithm's string: fresh.
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("gc 99999999999999")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(run(&mut conn, fw.clone()).remaining, 2, "a fresh window");
+    // A hash under a sliding log's (or a concurrency limit's) key: fresh,
+    // then a sorted set.
     for params in [log, lease] {
         let _: () = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
         let _: () = redis::cmd("HSET")
@@ -961,20 +996,33 @@ fn dispatch_matches_decide() {
                     .collect();
                 let (want, writes) = decide(&checks, &loaded, now);
 
+                // KEYS: a state key per check, its lockout key when it
+                // has a lockout, the index last when any has; `slots` is
+                // where each check's two keys are (None: not sent).
                 let mut keys = Vec::new();
+                let mut slots = Vec::new();
                 let mut args = vec![now.to_string(), checks.len().to_string()];
                 for c in &checks {
                     let (s, l) = store::keys("t", &c.key);
                     keys.push(s);
-                    keys.push(l);
+                    let state = keys.len() - 1;
+                    let lock = c.lockout.map(|_| {
+                        keys.push(l);
+                        keys.len() - 1
+                    });
+                    slots.push((state, lock));
                     wire::push_check(&mut args, c);
                 }
-                keys.push(store::index_key("t"));
+                let locks = checks.iter().any(|c| c.lockout.is_some());
+                if locks {
+                    keys.push(store::index_key("t"));
+                }
                 let reply = run_script(conn, &probe, &keys, &args).unwrap();
                 let Value::Array(parts) = reply else {
                     panic!("dispatch reply")
                 };
-                let got = wire::outcomes(&parts[0], checks.len()).unwrap();
+                let answers = wire::answers(&parts[0], 1).unwrap();
+                let got = wire::outcomes(&answers[0], checks.len()).unwrap();
                 prop_assert_eq!(&got, &want, "step {}", step);
                 let ttls = ints(&parts[1]);
 
@@ -982,6 +1030,7 @@ fn dispatch_matches_decide() {
                 // TTL no longer than the reference's, untouched ones none.
                 for (i, (c, w)) in checks.iter().zip(&writes).enumerate() {
                     let entry = model.entry(c.key).or_default();
+                    let (state, lock) = slots[i];
                     let untouched = |slot: usize| {
                         if ttls[slot] < 0 {
                             Ok(())
@@ -991,25 +1040,35 @@ fn dispatch_matches_decide() {
                     };
                     match &w.algo {
                         Some((s, ttl)) => {
-                            let kept = ttl_checked(ttls[2 * i], *ttl).map_err(|e| fail(step, e))?;
+                            let kept = ttl_checked(ttls[state], *ttl).map_err(|e| fail(step, e))?;
                             entry.algo = kept.then(|| s.clone());
                         }
-                        None => untouched(2 * i)?,
+                        None => untouched(state)?,
                     }
-                    match &w.lock {
-                        Some((l, ttl)) => {
-                            let kept =
-                                ttl_checked(ttls[2 * i + 1], *ttl).map_err(|e| fail(step, e))?;
+                    match (&w.lock, lock) {
+                        (Some((l, ttl)), Some(slot)) => {
+                            let kept = ttl_checked(ttls[slot], *ttl).map_err(|e| fail(step, e))?;
                             entry.lock = if kept { *l } else { LockState::default() };
                         }
-                        None => untouched(2 * i + 1)?,
+                        (None, Some(slot)) => untouched(slot)?,
+                        (None, None) => {}
+                        (Some(_), None) => {
+                            return Err(fail(step, "a lockout written for a check without".into()))
+                        }
                     }
                     if got[i].lock_started {
                         index.insert(c.key, entry.lock.lu);
                     }
                 }
                 let live_end = index.values().filter(|lu| **lu > now).max();
-                let index_ttl = ttls[ttls.len() - 1];
+                let index_ttl = if locks {
+                    ttls[ttls.len() - 1]
+                } else {
+                    redis::cmd("PTTL")
+                        .arg(store::index_key("t"))
+                        .query(conn)
+                        .unwrap()
+                };
                 if got.iter().any(|o| o.lock_started) {
                     let end = live_end.expect("a lockout just started");
                     if !ttl_checked(index_ttl, end - now).map_err(|e| fail(step, e))? {
@@ -1069,15 +1128,20 @@ fn arity_errors_are_clear() {
     let keys = |n: usize| -> Vec<String> { (0..n).map(|i| format!("k{i}")).collect() };
     let s = |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.to_string()).collect() };
 
-    let e = err(run_script(&mut conn, &dispatch, &keys(2), &s(&["1", "1"])));
-    assert!(e.contains("dispatch: 1 checks need 3 KEYS"), "{e}");
-    let e = err(run_script(&mut conn, &dispatch, &keys(1), &s(&["1"])));
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(2),
+        &s(&["1", "1", "fixed_window", "0", "1", "5", "9"]),
+    ));
+    assert!(e.contains("dispatch: the checks need 1 KEYS"), "{e}");
+    let e = err(run_script(&mut conn, &dispatch, &keys(1), &s(&["1", "1"])));
     assert!(e.contains("ARGV must start with now, n"), "{e}");
     let e = err(run_script(
         &mut conn,
         &dispatch,
-        &keys(3),
-        &s(&["1", "1", "fixed_window", "1", "0", "0", "0", "5"]),
+        &keys(1),
+        &s(&["1", "1", "fixed_window", "0", "1", "5"]),
     ));
     assert!(
         e.contains("fixed_window (limit, window): expected 2 params"),
@@ -1086,22 +1150,22 @@ fn arity_errors_are_clear() {
     let e = err(run_script(
         &mut conn,
         &dispatch,
-        &keys(3),
-        &s(&["1", "1", "fixed_window", "1", "0", "0", "0", "5", "9", "7"]),
+        &keys(1),
+        &s(&["1", "1", "fixed_window", "0", "1", "5", "9", "7"]),
     ));
-    assert!(e.contains("1 checks take 9 arguments, got 10"), "{e}");
+    assert!(e.contains("the arguments end inside a check"), "{e}");
     let e = err(run_script(
         &mut conn,
         &dispatch,
-        &keys(3),
-        &s(&["1", "1", "nope", "1", "0", "0", "0"]),
+        &keys(1),
+        &s(&["1", "1", "nope", "0", "1"]),
     ));
     assert!(e.contains("unknown algorithm nope"), "{e}");
     let e = err(run_script(
         &mut conn,
         &dispatch,
-        &keys(3),
-        &s(&["1", "1", "gcra", "-3", "0", "0", "0", "1", "1", "0"]),
+        &keys(1),
+        &s(&["1", "1", "gcra", "0", "-3", "1", "1", "0"]),
     ));
     assert!(
         e.contains("cost: expected a non-negative integer, got -3"),
@@ -1110,10 +1174,29 @@ fn arity_errors_are_clear() {
     let e = err(run_script(
         &mut conn,
         &dispatch,
+        &keys(1),
+        &s(&["1", "1", "gcra", "4", "1", "1", "1", "0"]),
+    ));
+    assert!(e.contains("flags must be 0 to 3, got 4"), "{e}");
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
         &keys(3),
-        &s(&["1", "1", "gcra", "1", "0", "0", "1", "1"]),
+        &s(&["1", "1", "gcra", "2", "1", "1", "1", "0", "1", "1"]),
     ));
     assert!(e.contains("lockout (after, within"), "{e}");
+    // A failed call writes no string state.
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(2),
+        &s(&[
+            "1", "1", "gcra", "0", "1", "1", "1", "0", "1", "nope", "0", "1",
+        ]),
+    ));
+    assert!(e.contains("unknown algorithm nope"), "{e}");
+    let n: i64 = redis::cmd("EXISTS").arg("k0").query(&mut conn).unwrap();
+    assert_eq!(n, 0, "the first request's state was not written");
 
     for (entry, n_keys, args, want) in [
         ("release", 2, s(&["1", "1"]), "release: expected 1 KEYS"),

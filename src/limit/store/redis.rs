@@ -100,30 +100,53 @@ fn write_tagged(w: &mut impl std::io::Write, prefix: &str, key: &StoreKey, suffi
         .and_then(|()| w.write_all(suffix.as_bytes()));
 }
 
-/// `dispatch.lua`'s `KEYS`: each check's state and lockout key, then the
-/// lockout index, written straight into the command.
-struct DispatchKeys<'a> {
-    prefix: &'a str,
-    checks: &'a [Check],
+/// `dispatch.lua`'s `KEYS` for one request or a batch: each check's state
+/// key, then its lockout key if it has a lockout; last, the lockout index
+/// if any check has one. Written straight into the command.
+pub struct DispatchKeys<'a, R> {
+    /// The key prefix.
+    pub prefix: &'a str,
+    /// Each request's checks, in order.
+    pub requests: &'a [R],
 }
 
-impl DispatchKeys<'_> {
+impl<R: AsRef<[Check]>> DispatchKeys<'_, R> {
+    fn checks(&self) -> impl Iterator<Item = &Check> {
+        self.requests.iter().flat_map(|r| r.as_ref())
+    }
+
     /// How many keys there are.
-    fn len(&self) -> usize {
-        2 * self.checks.len() + 1
+    pub fn len(&self) -> usize {
+        let (mut keys, mut locks) = (0, false);
+        for c in self.checks() {
+            keys += 1 + usize::from(c.lockout.is_some());
+            locks |= c.lockout.is_some();
+        }
+        keys + usize::from(locks)
+    }
+
+    /// Whether there are none (no checks).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
-impl ToRedisArgs for DispatchKeys<'_> {
+impl<R: AsRef<[Check]>> ToRedisArgs for DispatchKeys<'_, R> {
     fn write_redis_args<W>(&self, out: &mut W)
     where
         W: ?Sized + RedisWrite,
     {
-        for c in self.checks {
+        let mut locks = false;
+        for c in self.checks() {
             write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "s");
-            write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "l");
+            if c.lockout.is_some() {
+                write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "l");
+                locks = true;
+            }
         }
-        write_index_key(&mut out.writer_for_next_arg(), self.prefix);
+        if locks {
+            write_index_key(&mut out.writer_for_next_arg(), self.prefix);
+        }
     }
 }
 
@@ -467,16 +490,18 @@ impl RedisStore {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
+        let requests = [checks];
         let keys_ = DispatchKeys {
             prefix: &self.inner.prefix,
-            checks,
+            requests: &requests,
         };
         let args = wire::DispatchArgs {
             now: self.inner.local_clock.then_some(now),
-            checks,
+            requests: &requests,
         };
         let reply = self.call(|f| &f.dispatch, keys_.len(), keys_, args).await?;
-        Ok(wire::outcomes(&reply, checks.len())?)
+        let answers = wire::answers(&reply, 1)?;
+        Ok(wire::outcomes(&answers[0], checks.len())?)
     }
 
     /// Give back the `concurrency` lease `lease` of `key` (the response

@@ -2,14 +2,20 @@
 //! scripts: how checks travel in `ARGV`, and how replies come back. The
 //! scripts' headers (`lua/*.lua`) give the same contract from their side.
 //!
-//! Every number is a decimal integer. A request's `ARGV` is `now` (µs; empty
-//! for Redis `TIME`), the number of checks, then per check:
+//! Every number is a decimal integer. A call's `ARGV` is `now` (µs; empty
+//! for Redis `TIME`), then per request (one, or a batch of several) its
+//! number of checks, then per check:
 //!
 //! ```text
-//! algo cost shadow(0|1) lease lockout(0|1) [after within duration escalate max_duration forget_after] params...
+//! algo flags cost params... [lease_id] [after within duration escalate max_duration forget_after]
 //! ```
 //!
-//! with the algorithm's params from [`algo_params`].
+//! with `flags` the sum of 1 (shadow) and 2 (the six lockout params follow),
+//! the algorithm's params from [`algo_params`], and the lease id for
+//! `concurrency` only. `KEYS` are each check's state key, then its lockout
+//! key when it has a lockout, and last the lockout index when any check has
+//! one ([`DispatchKeys`](super::DispatchKeys)). The reply is an array of
+//! one string per request ([`answers`], [`outcomes`]).
 
 use redis::{RedisWrite, ToRedisArgs, Value};
 
@@ -72,27 +78,30 @@ pub fn algo_params(p: &AlgoParams) -> impl Iterator<Item = u64> {
 pub fn check_args(c: &Check, mut arg: impl FnMut(&[u8])) {
     let mut n = itoa::Buffer::new();
     arg(c.params.name().as_bytes());
+    arg(match (c.shadow, c.lockout.is_some()) {
+        (false, false) => b"0",
+        (true, false) => b"1",
+        (false, true) => b"2",
+        (true, true) => b"3",
+    });
     arg(n.format(c.cost).as_bytes());
-    arg(if c.shadow { b"1" } else { b"0" });
-    arg(n.format(c.lease).as_bytes());
-    match &c.lockout {
-        None => arg(b"0"),
-        Some(l) => {
-            arg(b"1");
-            for v in [
-                l.after,
-                l.within,
-                l.duration,
-                l.escalate,
-                l.max_duration,
-                l.forget_after,
-            ] {
-                arg(n.format(v).as_bytes());
-            }
-        }
-    }
     for v in algo_params(&c.params) {
         arg(n.format(v).as_bytes());
+    }
+    if matches!(c.params, AlgoParams::Concurrency(_)) {
+        arg(n.format(c.lease).as_bytes());
+    }
+    if let Some(l) = &c.lockout {
+        for v in [
+            l.after,
+            l.within,
+            l.duration,
+            l.escalate,
+            l.max_duration,
+            l.forget_after,
+        ] {
+            arg(n.format(v).as_bytes());
+        }
     }
 }
 
@@ -101,17 +110,18 @@ pub fn push_check(args: &mut Vec<String>, c: &Check) {
     check_args(c, |a| args.push(String::from_utf8_lossy(a).into_owned()));
 }
 
-/// `dispatch.lua`'s whole `ARGV`, written straight into the command (no
-/// string per argument: this runs for every request).
+/// `dispatch.lua`'s whole `ARGV` for one request or a batch of them,
+/// written straight into the command (no string per argument: this runs
+/// for every request).
 #[derive(Debug, Clone, Copy)]
-pub struct DispatchArgs<'a> {
+pub struct DispatchArgs<'a, R> {
     /// The gateway's clock, or `None` for Redis `TIME` (an empty `now`).
     pub now: Option<Micros>,
-    /// The request's checks.
-    pub checks: &'a [Check],
+    /// Each request's checks, in the order they are to be decided.
+    pub requests: &'a [R],
 }
 
-impl ToRedisArgs for DispatchArgs<'_> {
+impl<R: AsRef<[Check]>> ToRedisArgs for DispatchArgs<'_, R> {
     fn write_redis_args<W>(&self, out: &mut W)
     where
         W: ?Sized + RedisWrite,
@@ -121,18 +131,35 @@ impl ToRedisArgs for DispatchArgs<'_> {
             Some(now) => out.write_arg(n.format(now).as_bytes()),
             None => out.write_arg(b""),
         }
-        out.write_arg(n.format(self.checks.len()).as_bytes());
-        for c in self.checks {
-            check_args(c, |a| out.write_arg(a));
+        for checks in self.requests {
+            let checks = checks.as_ref();
+            out.write_arg(n.format(checks.len()).as_bytes());
+            for c in checks {
+                check_args(c, |a| out.write_arg(a));
+            }
         }
     }
+}
+
+/// `dispatch.lua`'s reply for `requests` requests: one answer each, in
+/// order, for [`outcomes`].
+pub fn answers(reply: &Value, requests: usize) -> Result<&[Value], ReplyError> {
+    let items = array(reply).map_err(|e| ReplyError(format!("dispatch: {e}")))?;
+    if items.len() != requests {
+        return Err(ReplyError(format!(
+            "dispatch: {} answers for {requests} requests",
+            items.len()
+        )));
+    }
+    Ok(items)
 }
 
 /// The figures per check in `dispatch.lua`'s reply.
 const OUTCOME_WIDTH: usize = 8;
 
-/// `dispatch.lua`'s reply, one string of `OUTCOME_WIDTH` decimal
-/// integers per check, space-separated: one [`Outcome`] per check.
+/// One request's answer in `dispatch.lua`'s reply (see [`answers`]), one
+/// string of `OUTCOME_WIDTH` decimal integers per check, space-separated:
+/// one [`Outcome`] per check.
 pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, ReplyError> {
     let Value::BulkString(text) = reply else {
         return Err(ReplyError(format!(
@@ -389,42 +416,53 @@ mod tests {
             args,
             [
                 "token_bucket",
+                "3",
                 "2",
+                "100000",
                 "1",
-                "18446744073709551615",
-                "1",
+                "20",
+                "0",
                 "1",
                 "60",
                 "5",
                 "2",
                 "50",
-                "100",
-                "100000",
-                "1",
-                "20",
-                "0"
+                "100"
             ]
         );
-        // The whole ARGV: now, n, then each check as above.
+        // Only concurrency sends the lease id, after its params.
+        let lease = Check {
+            params: AlgoParams::Concurrency(concurrency::Params::new(3, 9).unwrap()),
+            lockout: None,
+            shadow: false,
+            ..c.clone()
+        };
+        let mut largs = Vec::new();
+        push_check(&mut largs, &lease);
+        assert_eq!(
+            largs,
+            ["concurrency", "0", "2", "3", "9", "18446744073709551615"]
+        );
+        // The whole ARGV: now, then per request n and its checks as above.
         let two = [c.clone(), c.clone()];
         let mut want = vec![b"7".to_vec(), b"2".to_vec()];
         want.extend(args.iter().chain(&args).map(|a| a.as_bytes().to_vec()));
         let got = DispatchArgs {
             now: Some(7),
-            checks: &two,
+            requests: &[&two[..]],
         }
         .to_redis_args();
         assert_eq!(got, want);
-        let store_clock = DispatchArgs {
+        let batch = DispatchArgs {
             now: None,
-            checks: &two[..1],
+            requests: &[&two[..1], &[lease][..]],
         }
         .to_redis_args();
-        assert_eq!(
-            (&store_clock[0][..], &store_clock[1][..]),
-            (&b""[..], &b"1"[..])
-        );
-        assert_eq!(store_clock.len(), 2 + args.len());
+        let mut want = vec![b"".to_vec(), b"1".to_vec()];
+        want.extend(args.iter().map(|a| a.as_bytes().to_vec()));
+        want.push(b"1".to_vec());
+        want.extend(largs.iter().map(|a| a.as_bytes().to_vec()));
+        assert_eq!(batch, want);
     }
 
     fn bulk(s: &str) -> Value {
@@ -453,6 +491,15 @@ mod tests {
         assert_eq!((got[1].reset, got[1].retry_after), (7000, 7000));
         let big = outcomes(&bulk("0 0 0 9007199254740991 1 1 1 1"), 1).unwrap();
         assert_eq!(big[0].limit, (1 << 53) - 1);
+    }
+
+    #[test]
+    fn a_reply_has_one_answer_per_request() {
+        let reply = Value::Array(vec![bulk("0 0 0 1 1 0 1 0"), bulk("1 0 0 1 1 0 1 1")]);
+        let got = answers(&reply, 2).unwrap();
+        assert_eq!(outcomes(&got[1], 1).unwrap()[0].status, Status::Rejected);
+        assert!(answers(&reply, 3).is_err());
+        assert!(answers(&bulk("0 0 0 1 1 0 1 0"), 1).is_err());
     }
 
     #[test]
