@@ -24,18 +24,23 @@ exact for them and about twice as fast as Redis's own "%.17g" of a number
 argument, or Lua's "%.0f".
 
 States: the five O(1) algorithms and the lockouts keep their state in one
-string per key, "<tag> <integer> <integer>...", the tag naming whose state it
-is (fw, sw, tb, gc, lb; lk for a lockout), written with one SET ... PX. A
-string with another tag, or a key of another type (a sliding log's sorted
-set, or the hashes that earlier versions of these scripts wrote), reads as a
-fresh state and is replaced when stored: "a state of another algorithm counts as fresh"
+string per key, written with one SET ... PX: little-endian doubles (exact
+for the integers here), a tag naming whose state it is (fixed_window 1,
+sliding_window 2, token_bucket 3, gcra 4, leaky_bucket 5, a lockout 9), then
+the fields (each file's "State:"). Binary, because Lua 5.1 turns numbers
+into text and back with snprintf and strtod, a microsecond or so per
+number: struct.pack and struct.unpack copy bytes. A string of another
+length or tag, or a key of another type (a sliding log's sorted set, or the
+hashes earlier versions of these scripts wrote), reads as a fresh state and
+is replaced when stored: "a state of another algorithm counts as fresh"
 (AlgoParams::check). sliding_log and concurrency keep sorted sets.
 
-Speed: dispatch runs on every request, so its path builds no table per call
-or per check (multiple return values and the scratch arrays of dispatch.lua
-instead), reads every string state with one MGET and writes each with one
-SET: measured with INFO commandstats (benches/e2e/lua_cost,
-benches/RESULTS.md).
+Speed: dispatch runs on every request, so its path parses each distinct
+check spec once per load (a cache), builds no table per check (multiple
+return values and the scratch arrays of dispatch.lua instead), calls few
+C functions, reads every string state with one MGET and writes each with
+one SET. Measured with callgrind and INFO commandstats
+(benches/e2e/lua_cost, benches/RESULTS.md).
 
 Functions:
   fail(msg)             raise the error reply "ERR tollgate: <msg>"
@@ -55,6 +60,9 @@ Functions:
                         are in milliseconds
   set_ttl(key, ttl)     PEXPIRE key ttl_ms(ttl), or DEL key when ttl is 0
   put(key, st, ttl)     SET key st PX ttl_ms(ttl), or DEL key when ttl is 0
+  state_unpack(st, tag, n) the n fields of the state string st, or nil if st
+                        is none, or another's (see "States")
+  state_pack(tag, n, a, b, c, d) the state string of tag and n fields
   key_type(key)         TYPE key: 'none', 'hash', 'zset', ...
   read(cmd, key, ...)   redis.call(cmd, key, ...), except that a key of
                         another type answers nil instead of raising WRONGTYPE
@@ -74,6 +82,7 @@ Functions:
 -- lookup on every use.
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local format, match = string.format, string.match
+local spack, sunpack = struct.pack, struct.unpack
 
 local function fail(msg)
   error({err = 'ERR tollgate: ' .. msg}, 0)
@@ -153,6 +162,21 @@ local function put(key, st, ttl)
   else
     redis.call('SET', key, st, 'PX', ttl_ms(ttl))
   end
+end
+
+-- struct formats of a state of n fields: the tag, then the fields.
+local STATE_FORMAT = {'<dd', '<ddd', '<dddd', '<ddddd'}
+
+local function state_unpack(st, tag, n)
+  if st and #st == 8 * (n + 1) then
+    local t, a, b, c, d = sunpack(STATE_FORMAT[n], st)
+    if t == tag then return a, b, c, d end
+  end
+  return nil
+end
+
+local function state_pack(tag, n, a, b, c, d)
+  return spack(STATE_FORMAT[n], tag, a, b, c, d)
 end
 
 local function key_type(key)

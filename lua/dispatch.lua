@@ -12,23 +12,28 @@ KEYS: for each request, for each of its checks: the check's state key
       key "<prefix>:{<32 hex>}:l" (one hash tag per (limit, client)); last,
       if any check has a lockout, the lockout index "<prefix>:lockouts" (a
       sorted set: member = the 32 hex, score = the lock's end).
-ARGV: now (µs since the epoch; '' = Redis TIME), then for each request: n,
-      its number of checks, then for each check:
+ARGV: now (µs since the epoch; '' = Redis TIME), r (the number of requests),
+      then for each request: n, its number of checks, then for each check
+      its spec, one string of space-separated words:
         algo        fixed_window | sliding_window | sliding_log | token_bucket |
                     gcra | leaky_bucket | concurrency
         flags       0, or the sum of 1 (mode: shadow: never rejects, never
                     locks) and 2 (a lockout follows)
         cost        units this request takes
-        params...   the algorithm's params (see its file); for concurrency
-                    then the request's lease id, a decimal u64
+        params...   the algorithm's params (see its file)
         lockout     with flag 2: after, within, duration, escalate,
                     max_duration, forget_after
-Return: an array, one string per request: 8 decimal integers per check,
-        space-separated, in order: status (0 allowed, 1 rejected, 2
+      and for concurrency, then the request's lease id (a decimal u64) as
+      an argument of its own. A spec is the same for every request of a
+      limit (and override), so each distinct one is parsed once per load
+      (a cache of at most 1024).
+Return: one string of 8 little-endian doubles per check (every request's
+        checks in order), each an integer: status (0 allowed, 1 rejected, 2
         locked_out, 3 shadow_rejected, 4 not_consumed), lock_started (0|1),
-        delay, limit, window, remaining, reset, retry_after (µs). (A string,
-        not 8n integers: the gateway parses it in a sixth of the
-        instructions.)
+        delay, limit, window, remaining, reset, retry_after (µs). Binary
+        (struct.pack), because Redis turns an array of n integers into its
+        reply at several hundred instructions each, and a text of them costs
+        an snprintf each (common.lua, "States").
 
   one MGET reads every string state of the call (algorithms and lockouts)
   for each request, in order:
@@ -50,37 +55,67 @@ runs while another does, and each call clears what it reads (common.lua,
 
 local ALLOWED, REJECTED, LOCKED_OUT, SHADOW_REJECTED, NOT_CONSUMED = 0, 1, 2, 3, 4
 
--- The checks of the request being decided, by check number: what was
--- parsed, and the figures its answer is made of.
-local D_ALGO, D_KEY, D_LKEY, D_LOCKAT, D_ST = {}, {}, {}, {}, {}
-local D_P1, D_P2, D_P3, D_P4, D_LEASE, D_TAKEN = {}, {}, {}, {}, {}, {}
-local D_STATUS, D_OK, D_NEW, D_TTL = {}, {}, {}, {}
-local D_DELAY, D_LIMIT, D_WINDOW, D_REMAIN, D_RESET, D_RETRY = {}, {}, {}, {}, {}, {}
-local PARTS = {}
+-- spec string -> {algo, shadow, locks, cost, taken, p1 .. p4, after ..
+-- forget_after}; SPEC_COUNT entries.
+local SPECS, SPEC_COUNT = {}, 0
 
--- The call's string states by key, as of the request being decided (false:
--- none), and the keys to write at the end with the TTL of their state.
-local CURRENT, DIRTY = {}, {}
-
--- The answers, one per request.
-local OUT = {}
-
--- Parses and checks check c of the request whose arguments continue at
--- ARGV[i] and keys at KEYS[k]. Returns i and k past it, and whether the
--- check blocks the request (locked out, or rejected).
-local function check_one(KEYS, ARGV, nargs, i, k, c, now)
-  if nargs < i + 2 then fail('dispatch: the arguments end inside a check') end
-  local algo = ALGO[ARGV[i]]
-  if algo == nil then fail('dispatch: unknown algorithm ' .. ARGV[i]) end
-  local flags = ARGV[i + 1]
+-- The parsed spec s (see ARGV above), from the cache or parsed now.
+local function spec(s)
+  local sp = SPECS[s]
+  if sp ~= nil then return sp end
+  if type(s) ~= 'string' then fail('dispatch: the arguments end inside a request') end
+  local words = {}
+  for w in string.gmatch(s, '[^ ]+') do words[#words + 1] = w end
+  local algo = ALGO[words[1] or '']
+  if algo == nil then fail('dispatch: unknown algorithm ' .. (words[1] or '')) end
+  local flags = words[2]
   if flags ~= '0' and flags ~= '1' and flags ~= '2' and flags ~= '3' then
-    fail('dispatch: flags must be 0 to 3, got ' .. flags)
+    fail('dispatch: flags must be 0 to 3, got ' .. tostring(flags))
   end
-  local shadow = flags == '1' or flags == '3'
-  local cost = int(ARGV[i + 2], 'cost')
-  i = i + 3
-  local p1, p2, p3, p4 = ints(ARGV, i, algo.nparams, algo.what)
-  i = i + algo.nparams
+  sp = {algo = algo, shadow = flags == '1' or flags == '3', locks = flags >= '2',
+    cost = int(words[3], 'cost'), taken = 1}
+  -- Units the request would take: one slot for concurrency, else its cost
+  -- (at least 1, as the algorithms count it).
+  if not algo.lease then sp.taken = max(sp.cost, 1) end
+  local np = algo.nparams
+  sp.p1, sp.p2, sp.p3, sp.p4 = ints(words, 4, np, algo.what)
+  local used = 3 + np
+  if sp.locks then
+    sp.after, sp.within, sp.duration, sp.escalate, sp.max_duration, sp.forget_after =
+      lock_params(words, used + 1)
+    used = used + 6
+  end
+  if #words ~= used then
+    fail('dispatch: ' .. words[1] .. ' takes ' .. used .. ' words here, got ' .. #words
+      .. ': ' .. s)
+  end
+  if SPEC_COUNT >= 1024 then SPECS, SPEC_COUNT = {}, 0 end
+  SPECS[s], SPEC_COUNT = sp, SPEC_COUNT + 1
+  return sp
+end
+
+-- The checks of the request being decided, by check number: its spec,
+-- the place of its state key (see VALS below), the loaded state, the state
+-- to store and its TTL, and the place of its lockout key.
+local D_SPEC, D_AT, D_ST, D_NEW, D_TTL, D_LAT = {}, {}, {}, {}, {}, {}
+
+-- The call's string states: VALS (MGET's reply) holds each key's state as
+-- of the request being decided (false: none), at the key's first place in
+-- KEYS (FIRST: key -> that place, kept for a batch only); DIRTY[j] is the
+-- TTL of a state to write at the end, false when untouched.
+local FIRST, DIRTY = {}, {}
+local first_used = false
+
+-- The answers: 8 integers per check, and struct formats of m checks.
+local OUT, OUT_FORMAT = {}, {}
+
+-- Decides check c of the request whose arguments continue at ARGV[i] and
+-- keys at KEYS[k], and writes its answer at OUT[out + 1 .. out + 8].
+-- Returns i and k past it, and its status.
+local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
+  local sp = SPECS[ARGV[i]] or spec(ARGV[i])
+  local algo = sp.algo
+  i = i + 1
   local lease = nil
   if algo.lease then
     lease = ARGV[i]
@@ -89,65 +124,54 @@ local function check_one(KEYS, ARGV, nargs, i, k, c, now)
   end
   local key = KEYS[k]
   if key == nil then fail('dispatch: the KEYS end before check ' .. c) end
+  local at = batch and FIRST[key] or k
   k = k + 1
   local lu = 0
-  D_LOCKAT[c] = 0
-  if flags >= '2' then
-    lock_params(ARGV, i)
-    D_LOCKAT[c], D_LKEY[c] = i, KEYS[k]
+  if sp.locks then
     if KEYS[k] == nil then fail('dispatch: the KEYS end before the lockout key of check ' .. c) end
-    if not shadow then
+    local lat = batch and FIRST[KEYS[k]] or k
+    D_LAT[c] = lat
+    if not sp.shadow then
       local _
-      _, _, lu = lock_parse(CURRENT[KEYS[k]])
+      _, _, lu = lock_parse(vals[lat])
     end
-    i, k = i + 6, k + 1
+    k = k + 1
   end
 
   local st
-  if algo.zset then st = algo.load(key) else st = CURRENT[key] end
+  if algo.zset then st = algo.load(key) else st = vals[at] end
   local ok, delay, limit, window, remaining, reset, retry, ttl, new =
-    algo.check(st, now, cost, p1, p2, p3, p4, lease)
-  local status
+    algo.check(st, now, sp.cost, sp.p1, sp.p2, sp.p3, sp.p4, lease)
+  local status = ALLOWED
   if lu > now then
     local left = lu - now
-    status, delay, remaining, reset, retry = LOCKED_OUT, 0, 0, min(left, window), left
-  else
-    if ok then
-      status = ALLOWED
-    elseif shadow then
-      status = SHADOW_REJECTED
-    else
-      status = REJECTED
-    end
-    reset = reset_hint(ok, reset, retry, window)
-    retry = ok and 0 or retry_hint(retry, window)
+    status, delay, remaining, retry = LOCKED_OUT, 0, 0, left
+    reset = left < window and left or window
+  elseif not ok then
+    status = sp.shadow and SHADOW_REJECTED or REJECTED
+    reset = reset_hint(false, reset, retry, window)
+    retry = retry_hint(retry, window)
   end
-  D_ALGO[c], D_KEY[c], D_ST[c], D_LEASE[c] = algo, key, st, lease
-  D_P1[c], D_P2[c], D_P3[c], D_P4[c] = p1, p2, p3, p4
-  -- Units the request would have taken: one slot for concurrency, else its
-  -- cost (at least 1, as the algorithms count it).
-  D_TAKEN[c] = algo.lease and 1 or max(cost, 1)
-  D_STATUS[c], D_OK[c], D_NEW[c], D_TTL[c] = status, ok, new, ttl
-  D_DELAY[c], D_LIMIT[c], D_WINDOW[c] = delay, limit, window
-  D_REMAIN[c], D_RESET[c], D_RETRY[c] = remaining, reset, retry
-  return i, k, status == LOCKED_OUT or status == REJECTED
+  OUT[out + 1], OUT[out + 2], OUT[out + 3], OUT[out + 4] = status, 0, delay, limit
+  OUT[out + 5], OUT[out + 6], OUT[out + 7], OUT[out + 8] = window, remaining, reset, retry
+  D_SPEC[c], D_AT[c], D_ST[c], D_NEW[c], D_TTL[c] = sp, at, st, new, ttl
+  return i, k, status
 end
 
 -- Counts a strike for the rejected check c; starts a lockout (and enters
 -- it in the index) when it is the one too many. Returns its length, or nil.
-local function strike(ARGV, c, now, index)
-  local after, within, duration, escalate, max_duration, forget_after =
-    lock_params(ARGV, D_LOCKAT[c])
-  local lkey = D_LKEY[c]
-  local n, s, lu, lv = lock_parse(CURRENT[lkey])
+local function strike(KEYS, vals, c, now)
+  local sp, at = D_SPEC[c], D_LAT[c]
+  local n, s, lu, lv = lock_parse(vals[at])
   local length
-  n, s, lu, lv, length = lock_strike(n, s, lu, lv, now, after, within, duration,
-    escalate, max_duration, forget_after)
-  local ttl = lock_ttl(n, s, lu, lv, now, within, forget_after)
-  CURRENT[lkey], DIRTY[lkey] = ttl > 0 and lock_format(n, s, lu, lv), ttl
+  n, s, lu, lv, length = lock_strike(n, s, lu, lv, now, sp.after, sp.within, sp.duration,
+    sp.escalate, sp.max_duration, sp.forget_after)
+  local ttl = lock_ttl(n, s, lu, lv, now, sp.within, sp.forget_after)
+  vals[at], DIRTY[at] = ttl > 0 and lock_format(n, s, lu, lv), ttl
   if length ~= nil then
     -- The index behind GET /lockouts. It has no hash tag of its own, so it
     -- may live on another slot: Redis Cluster support must move it.
+    local index, lkey = KEYS[#KEYS], KEYS[at]
     local hex = match(lkey, '{(%x+)}:l$') or lkey
     redis.call('ZADD', index, fmt(lu), hex)
     redis.call('ZREMRANGEBYSCORE', index, '-inf', fmt(now))
@@ -158,75 +182,87 @@ local function strike(ARGV, c, now, index)
 end
 
 -- Decides the request whose arguments start at ARGV[i] (its n) and keys at
--- KEYS[k]. Returns i and k past it, its answer, and whether it has a
--- lockout.
-local function decide_one(KEYS, ARGV, nargs, i, k, now, index)
+-- KEYS[k], writing its answer to OUT from out + 1. Returns i, k and out
+-- past it, and whether it has a lockout.
+local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   local n = int(ARGV[i], 'dispatch: n')
   if n < 1 then fail('dispatch: a request of no checks') end
   i = i + 1
-  local blocked, locks = false, false
+  local blocked, locks, status = false, false, nil
   for c = 1, n do
-    local stops
-    i, k, stops = check_one(KEYS, ARGV, nargs, i, k, c, now)
-    blocked = blocked or stops
-    locks = locks or D_LOCKAT[c] > 0
+    i, k, status = check_one(KEYS, ARGV, vals, batch, i, k, c, now, out + 8 * (c - 1))
+    if status == REJECTED or status == LOCKED_OUT then blocked = true end
+    if D_SPEC[c].locks then locks = true end
   end
 
-  -- Commit: everything, or only the strikes.
-  for c = 1, n do
-    local status, started = D_STATUS[c], 0
-    if not blocked then
-      if D_OK[c] then
-        local algo, key, ttl = D_ALGO[c], D_KEY[c], D_TTL[c]
+  if not blocked then
+    -- Commit every allowed check's state (a rejected one has none).
+    for c = 1, n do
+      local new = D_NEW[c]
+      if new ~= nil then
+        local algo, at, ttl = D_SPEC[c].algo, D_AT[c], D_TTL[c]
         if algo.zset then
-          algo.store(key, D_ST[c], D_NEW[c], ttl, now, D_P1[c], D_P2[c], D_P3[c], D_P4[c])
+          local sp = D_SPEC[c]
+          algo.store(KEYS[at], D_ST[c], new, ttl, now, sp.p1, sp.p2, sp.p3, sp.p4)
         else
-          CURRENT[key], DIRTY[key] = ttl > 0 and D_NEW[c], ttl
+          vals[at], DIRTY[at] = ttl > 0 and new, ttl
         end
       end
-    elseif status == ALLOWED then
-      -- Another limit rejected the request: nothing was taken here.
-      status = NOT_CONSUMED
-      D_DELAY[c] = 0
-      D_REMAIN[c] = min(D_REMAIN[c] + D_TAKEN[c], D_LIMIT[c])
-    elseif status == REJECTED and D_LOCKAT[c] > 0 then
-      local length = strike(ARGV, c, now, index)
-      if length ~= nil then
-        status, started = LOCKED_OUT, 1
-        D_REMAIN[c], D_RETRY[c], D_RESET[c] = 0, length, min(length, D_WINDOW[c])
-      end
-    elseif status == SHADOW_REJECTED then
-      D_DELAY[c] = 0
     end
-    PARTS[c] = format('%d %d %d %d %d %d %d %d', status, started, D_DELAY[c],
-      D_LIMIT[c], D_WINDOW[c], D_REMAIN[c], D_RESET[c], D_RETRY[c])
+  else
+    -- Store no limit state; count the strikes.
+    for c = 1, n do
+      local o = out + 8 * (c - 1)
+      local st = OUT[o + 1]
+      if st == ALLOWED then
+        -- Another limit rejected the request: nothing was taken here.
+        OUT[o + 1], OUT[o + 3] = NOT_CONSUMED, 0
+        OUT[o + 6] = min(OUT[o + 6] + D_SPEC[c].taken, OUT[o + 4])
+      elseif st == REJECTED and D_SPEC[c].locks then
+        local length = strike(KEYS, vals, c, now)
+        if length ~= nil then
+          OUT[o + 1], OUT[o + 2], OUT[o + 6] = LOCKED_OUT, 1, 0
+          OUT[o + 7], OUT[o + 8] = min(length, OUT[o + 5]), length
+        end
+      end
+    end
   end
-  return i, k, table.concat(PARTS, ' ', 1, n), locks
+  return i, k, out + 8 * n, locks
 end
 
 local function dispatch(KEYS, ARGV)
   local nargs, nkeys = #ARGV, #KEYS
-  if nargs < 3 then
-    return redis.error_reply('ERR tollgate: dispatch: ARGV must start with now, n')
+  if nargs < 4 then
+    return redis.error_reply('ERR tollgate: dispatch: ARGV must start with now, r, n')
   end
   local now = now_arg(ARGV[1])
+  local r = int(ARGV[2], 'dispatch: r')
+  local batch = r > 1
   -- A call that failed may have left these behind.
-  for key in pairs(DIRTY) do DIRTY[key] = nil end
-  for key in pairs(CURRENT) do CURRENT[key] = nil end
-  if nkeys > 0 then
-    -- Every string state at once; a sorted set (or a hash) reads as false.
-    local vals = redis.call('MGET', unpack(KEYS))
-    for j = 1, nkeys do CURRENT[KEYS[j]] = vals[j] end
+  if first_used then
+    for key in pairs(FIRST) do FIRST[key] = nil end
+    first_used = false
   end
+  for j = 1, nkeys do DIRTY[j] = false end
+  if batch then
+    -- A key of several requests keeps one state, at its first place.
+    for j = 1, nkeys do
+      local key = KEYS[j]
+      if FIRST[key] == nil then FIRST[key] = j end
+    end
+    first_used = true
+  end
+  -- Every string state at once; a sorted set (or a hash) reads as false.
+  local vals = redis.call('MGET', unpack(KEYS))
 
-  local index = KEYS[nkeys]
-  local i, k, r, locks = 2, 1, 0, false
-  while i <= nargs do
-    local answer, lock
-    i, k, answer, lock = decide_one(KEYS, ARGV, nargs, i, k, now, index)
-    r = r + 1
-    OUT[r] = answer
+  local i, k, out, locks = 3, 1, 0, false
+  for _ = 1, r do
+    local lock
+    i, k, out, lock = decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
     locks = locks or lock
+  end
+  if i ~= nargs + 1 then
+    fail('dispatch: ' .. r .. ' requests take ' .. (i - 1) .. ' arguments, got ' .. nargs)
   end
   local want = k - 1 + (locks and 1 or 0)
   if want ~= nkeys then
@@ -234,7 +270,15 @@ local function dispatch(KEYS, ARGV)
       .. 'each with a lockout, then the index if any), got ' .. nkeys)
   end
 
-  for key, ttl in pairs(DIRTY) do put(key, CURRENT[key], ttl) end
-  for j = r + 1, #OUT do OUT[j] = nil end
-  return OUT
+  for j = 1, nkeys do
+    local ttl = DIRTY[j]
+    if ttl then put(KEYS[j], vals[j], ttl) end
+  end
+  local m = out / 8
+  local f = OUT_FORMAT[m]
+  if f == nil then
+    f = '<' .. string.rep('d', out)
+    OUT_FORMAT[m] = f
+  end
+  return spack(f, unpack(OUT, 1, out))
 end

@@ -27,8 +27,7 @@ Multiple return values, not tables: check runs for every check of every
 request (common.lua, "Speed").
 
 Params (nparams = 2): limit, window (µs; 0 = calendar months, UTC).
-State: "fw <ws> <n>": ws the start of the counted window, n the units taken
-in it.
+State (tag 1): ws the start of the counted window, n the units taken in it.
 
   (start, end) = bounds(now)
   n   = s.n if start <= s.ws < end else 0
@@ -80,13 +79,7 @@ DEFINE.fixed_window = function()
     return days_from_civil(y, m, 1) * DAY, days_from_civil(ny, nm, 1) * DAY
   end
 
-  -- ws, n of a stored state; nil if st is none or another's.
-  local function parse(st)
-    if not st then return nil end
-    local ws, n = match(st, '^fw (%d+) (%d+)$')
-    if ws == nil then return nil end
-    return tonumber(ws), tonumber(n)
-  end
+  local TAG = 1
 
   return {
     nparams = 2,
@@ -94,7 +87,7 @@ DEFINE.fixed_window = function()
 
     check = function(st, now, cost, limit, window)
       cost = max(cost, 1)
-      local ws, n = parse(st)
+      local ws, n = state_unpack(st, TAG, 2)
       local start, finish = bounds(window, now)
       if ws == nil or ws < start or ws >= finish then n = 0 end
       local fits = cost <= limit
@@ -106,11 +99,11 @@ DEFINE.fixed_window = function()
       end
       n = n + cost
       return true, 0, limit, finish - start, max(limit - n, 0), left, 0, left,
-        format('fw %d %d', start, n)
+        state_pack(TAG, 2, start, n)
     end,
 
     decode = function(st)
-      local ws, n = parse(st)
+      local ws, n = state_unpack(st, TAG, 2)
       if ws == nil then return nil end
       return {ws, n}
     end,

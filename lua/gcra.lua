@@ -7,7 +7,7 @@ with the functions every algorithm file has (see fixed_window.lua).
 
 Params (nparams = 3): interval T = floor(period / count) (µs, >= 1), burst,
 max_delay.
-State: "gc <tat>": the theoretical arrival time (0: fresh).
+State (tag 4): tat, the theoretical arrival time (0: fresh).
 
   tau  = T * burst                                  -- the window
   tat  = min(max(s.tat, now), now + tau + max_delay)
@@ -19,12 +19,7 @@ State: "gc <tat>": the theoretical arrival time (0: fresh).
 ]]
 
 DEFINE.gcra = function()
-  -- tat of a stored state; nil if st is none or another's.
-  local function parse(st)
-    if not st then return nil end
-    local tat = match(st, '^gc (%d+)$')
-    return tonumber(tat)
-  end
+  local TAG = 4
 
   return {
     nparams = 3,
@@ -34,7 +29,7 @@ DEFINE.gcra = function()
       if interval < 1 then fail('gcra: interval must be at least 1') end
       cost = max(cost, 1)
       local tau = interval * burst
-      local tat = min(max(parse(st) or 0, now), now + tau + max_delay)
+      local tat = min(max(state_unpack(st, TAG, 1) or 0, now), now + tau + max_delay)
       local allowed, delay, retry, tat2 = false, 0, -1, tat
       if cost <= burst then
         local new = tat + interval * cost
@@ -47,11 +42,11 @@ DEFINE.gcra = function()
       end
       local ttl = tat2 - now
       return allowed, delay, burst, tau, floor(max(tau - ttl, 0) / interval),
-        min(ttl, tau), retry, ttl, allowed and format('gc %d', tat2) or nil
+        min(ttl, tau), retry, ttl, allowed and state_pack(TAG, 1, tat2) or nil
     end,
 
     decode = function(st)
-      local tat = parse(st)
+      local tat = state_unpack(st, TAG, 1)
       if tat == nil then return nil end
       return {tat}
     end,

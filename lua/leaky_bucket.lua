@@ -10,8 +10,8 @@ ALGO.leaky_bucket) with the functions every algorithm file has (see
 fixed_window.lua).
 
 Params (nparams = 4): unit, drain, burst, max_delay (as token_bucket.lua).
-State: "lb <lv> <ts> <u>": lv the level in ticks, ts when lv was computed, u
-the tick size lv is counted in (0: fresh).
+State (tag 5): lv the level in ticks, ts when lv was computed, u the tick
+size lv is counted in (0: fresh).
 
   cap = burst * unit;  md = max_delay * drain;  window = ceil(cap / drain)
   lv  = drained(adopt(s.lv, s.u), max(0, now - s.ts));  ts = max(s.ts, now)
@@ -25,13 +25,7 @@ the tick size lv is counted in (0: fresh).
 ]]
 
 DEFINE.leaky_bucket = function()
-  -- lv, ts, u of a stored state; nil if st is none or another's.
-  local function parse(st)
-    if not st then return nil end
-    local lv, ts, u = match(st, '^lb (%d+) (%d+) (%d+)$')
-    if lv == nil then return nil end
-    return tonumber(lv), tonumber(ts), tonumber(u)
-  end
+  local TAG = 5
 
   return {
     nparams = 4,
@@ -39,7 +33,7 @@ DEFINE.leaky_bucket = function()
 
     check = function(st, now, cost, unit, drain, burst, max_delay)
       cost = max(cost, 1)
-      local slv, ts, su = parse(st)
+      local slv, ts, su = state_unpack(st, TAG, 3)
       if slv == nil then slv, ts, su = 0, 0, 0 end
       local cap, md = burst * unit, max_delay * drain
       local shaping = max_delay > 0
@@ -66,11 +60,11 @@ DEFINE.leaky_bucket = function()
       end
       local ttl = fl_drain_time(lv2, drain)
       return allowed, delay, burst, fl_drain_time(cap, drain), remaining, ttl, retry, ttl,
-        allowed and format('lb %d %d %d', lv2, ts, unit) or nil
+        allowed and state_pack(TAG, 3, lv2, ts, unit) or nil
     end,
 
     decode = function(st)
-      local lv, ts, u = parse(st)
+      local lv, ts, u = state_unpack(st, TAG, 3)
       if lv == nil then return nil end
       return {lv, ts, u}
     end,

@@ -16,9 +16,9 @@ A function library over common.lua:
                               how long the state must be kept (0: delete it)
   lock_format(n, s, lu, lv)   the state as stored
 
-State: "lk <n> <s> <lu> <lv>": n strikes in the current `within` window,
-which started at s; lu the end of the latest lockout (0: never); lv lockouts
-so far (escalation level). One string, written with SET ... PX like the
+State (tag 9): n strikes in the current `within` window, which started at
+s; lu the end of the latest lockout (0: never); lv lockouts so far
+(escalation level). One string, written with SET ... PX like the
 algorithms' states (common.lua, "States").
 
   locked(now) = lu > now
@@ -35,12 +35,12 @@ local function lock_params(args, i)
     'lockout (after, within, duration, escalate, max_duration, forget_after)')
 end
 
+local LOCK_TAG = 9
+
 local function lock_parse(st)
-  if st then
-    local n, s, lu, lv = match(st, '^lk (%d+) (%d+) (%d+) (%d+)$')
-    if n ~= nil then return tonumber(n), tonumber(s), tonumber(lu), tonumber(lv) end
-  end
-  return 0, 0, 0, 0
+  local n, s, lu, lv = state_unpack(st, LOCK_TAG, 4)
+  if n == nil then return 0, 0, 0, 0 end
+  return n, s, lu, lv
 end
 
 -- The length of lockout number level + 1 (lockout::lock_length).
@@ -77,5 +77,5 @@ local function lock_ttl(n, s, lu, lv, now, within, forget_after)
 end
 
 local function lock_format(n, s, lu, lv)
-  return format('lk %d %d %d %d', n, s, lu, lv)
+  return state_pack(LOCK_TAG, 4, n, s, lu, lv)
 end

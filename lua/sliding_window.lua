@@ -7,8 +7,8 @@ ALGO.sliding_window) with the functions every algorithm file has (see
 fixed_window.lua).
 
 Params (nparams = 2): limit, window (µs).
-State: "sw <ws> <cur> <prev>": ws the start of the current window, cur the
-units in it, prev the units in the window before.
+State (tag 2): ws the start of the current window, cur the units in it,
+prev the units in the window before.
 
   S     = 1000;  start = now - now % w;  e = now - start
   (prev, cur) = (s.prev, s.cur) if s.ws >= start
@@ -48,13 +48,7 @@ DEFINE.sliding_window = function()
     return (w - e) + e2
   end
 
-  -- ws, cur, prev of a stored state; nil if st is none or another's.
-  local function parse(st)
-    if not st then return nil end
-    local ws, cur, prev = match(st, '^sw (%d+) (%d+) (%d+)$')
-    if ws == nil then return nil end
-    return tonumber(ws), tonumber(cur), tonumber(prev)
-  end
+  local TAG = 2
 
   return {
     nparams = 2,
@@ -62,7 +56,7 @@ DEFINE.sliding_window = function()
 
     check = function(st, now, cost, limit, w)
       cost = max(cost, 1)
-      local ws, scur, sprev = parse(st)
+      local ws, scur, sprev = state_unpack(st, TAG, 3)
       local start = now - now % w
       local prev, cur = 0, 0
       if ws == nil then
@@ -92,11 +86,11 @@ DEFINE.sliding_window = function()
         reset, ttl = w - e, w - e
       end
       return allowed, 0, limit, w, allowed and room - cost or room, reset, retry, ttl,
-        allowed and format('sw %d %d %d', start, cur2, prev) or nil
+        allowed and state_pack(TAG, 3, start, cur2, prev) or nil
     end,
 
     decode = function(st)
-      local ws, cur, prev = parse(st)
+      local ws, cur, prev = state_unpack(st, TAG, 3)
       if ws == nil then return nil end
       return {ws, cur, prev}
     end,

@@ -10,8 +10,8 @@ fixed_window.lua).
 Params (nparams = 4): unit, drain, burst, max_delay. The rate count/period
 arrives reduced (Rate::ticks): one token is `unit` ticks, one microsecond
 refills `drain` ticks.
-State: "tb <d> <ts> <u>": d the ticks missing from a full bucket, ts when d
-was computed, u the tick size d is counted in (0: fresh).
+State (tag 3): d the ticks missing from a full bucket, ts when d was
+computed, u the tick size d is counted in (0: fresh).
 
   cap = burst * unit;  slack = max_delay * drain;  window = ceil(cap / drain)
   d   = drained(adopt(s.d, s.u), max(0, now - s.ts));  ts = max(s.ts, now)
@@ -23,13 +23,7 @@ was computed, u the tick size d is counted in (0: fresh).
 ]]
 
 DEFINE.token_bucket = function()
-  -- d, ts, u of a stored state; nil if st is none or another's.
-  local function parse(st)
-    if not st then return nil end
-    local d, ts, u = match(st, '^tb (%d+) (%d+) (%d+)$')
-    if d == nil then return nil end
-    return tonumber(d), tonumber(ts), tonumber(u)
-  end
+  local TAG = 3
 
   return {
     nparams = 4,
@@ -37,7 +31,7 @@ DEFINE.token_bucket = function()
 
     check = function(st, now, cost, unit, drain, burst, max_delay)
       cost = max(cost, 1)
-      local sd, ts, su = parse(st)
+      local sd, ts, su = state_unpack(st, TAG, 3)
       if sd == nil then sd, ts, su = 0, 0, 0 end
       local cap = burst * unit
       local d = fl_drained(fl_adopt(sd, su, unit, cap + max_delay * drain),
@@ -56,11 +50,11 @@ DEFINE.token_bucket = function()
       local ttl = fl_drain_time(d, drain)
       local window = fl_drain_time(cap, drain)
       return allowed, delay, burst, window, fl_units_free(d, cap, unit), min(ttl, window),
-        retry, ttl, allowed and format('tb %d %d %d', d, ts, unit) or nil
+        retry, ttl, allowed and state_pack(TAG, 3, d, ts, unit) or nil
     end,
 
     decode = function(st)
-      local d, ts, u = parse(st)
+      local d, ts, u = state_unpack(st, TAG, 3)
       if d == nil then return nil end
       return {d, ts, u}
     end,

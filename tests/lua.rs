@@ -262,14 +262,20 @@ fn fail(step: usize, e: String) -> TestCaseError {
 }
 
 /// A state as stored, read with plain commands (not through the scripts).
-/// The `fields` integers of a state stored as one string, `"<tag> <n>..."`
-/// (lua/common.lua, "States").
-fn packed(raw: &str, tag: &str, fields: usize) -> Vec<u64> {
-    let mut words = raw.split(' ');
-    assert_eq!(words.next(), Some(tag), "the tag of {raw:?}");
-    let v: Vec<u64> = words.map(|w| w.parse().unwrap()).collect();
-    assert_eq!(v.len(), fields, "the fields of {raw:?}");
-    v
+/// The `fields` integers of a state stored as one string: little-endian
+/// doubles, the tag then the fields (lua/common.lua, "States").
+fn packed(raw: &[u8], tag: u64, fields: usize) -> Vec<u64> {
+    assert_eq!(raw.len(), 8 * (fields + 1), "the length of {raw:?}");
+    let v: Vec<u64> = raw
+        .chunks(8)
+        .map(|b| {
+            let x = f64::from_le_bytes(b.try_into().unwrap());
+            assert!(x >= 0.0 && x.fract() == 0.0 && x < 2f64.powi(53), "{x}");
+            x as u64
+        })
+        .collect();
+    assert_eq!(v[0], tag, "the tag of {raw:?}");
+    v[1..].to_vec()
 }
 
 /// The state stored under `key`, read with plain Redis commands.
@@ -291,18 +297,18 @@ fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Op
             .map(|(m, s)| (m, s.parse::<f64>().unwrap() as u64))
             .collect()
     };
-    let string = |conn: &mut redis::Connection, tag: &str, fields: usize| -> Vec<u64> {
+    let string = |conn: &mut redis::Connection, tag: u64, fields: usize| -> Vec<u64> {
         assert_eq!(kind, "string", "{key}");
-        let raw: String = redis::cmd("GET").arg(key).query(conn).unwrap();
+        let raw: Vec<u8> = redis::cmd("GET").arg(key).query(conn).unwrap();
         packed(&raw, tag, fields)
     };
     Some(match params {
         AlgoParams::FixedWindow(_) => {
-            let v = string(conn, "fw", 2);
+            let v = string(conn, 1, 2);
             AlgoState::FixedWindow(fixed_window::State { ws: v[0], n: v[1] })
         }
         AlgoParams::SlidingWindow(_) => {
-            let v = string(conn, "sw", 3);
+            let v = string(conn, 2, 3);
             AlgoState::SlidingWindow(sliding_window::State {
                 ws: v[0],
                 cur: v[1],
@@ -310,7 +316,7 @@ fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Op
             })
         }
         AlgoParams::TokenBucket(_) => {
-            let v = string(conn, "tb", 3);
+            let v = string(conn, 3, 3);
             AlgoState::TokenBucket(token_bucket::State {
                 d: v[0],
                 ts: v[1],
@@ -318,10 +324,10 @@ fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Op
             })
         }
         AlgoParams::Gcra(_) => AlgoState::Gcra(gcra::State {
-            tat: string(conn, "gc", 1)[0],
+            tat: string(conn, 4, 1)[0],
         }),
         AlgoParams::LeakyBucket(_) => {
-            let v = string(conn, "lb", 3);
+            let v = string(conn, 5, 3);
             AlgoState::LeakyBucket(leaky_bucket::State {
                 lv: v[0],
                 ts: v[1],
@@ -663,11 +669,11 @@ fn lockout_matches_rust() {
                 );
                 let kept = ttl_checked(r[2], ttl).map_err(|e| fail(i, e))?;
                 model = if kept { next } else { LockState::default() };
-                let raw: Option<String> = redis::cmd("GET").arg(key).query(conn).unwrap();
+                let raw: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).unwrap();
                 let stored = match raw {
                     None => LockState::default(),
                     Some(raw) => {
-                        let v = packed(&raw, "lk", 4);
+                        let v = packed(&raw, 9, 4);
                         LockState {
                             n: v[0],
                             s: v[1],
@@ -800,10 +806,11 @@ fn another_algorithms_state_counts_as_fresh() {
     assert_eq!(run(&mut conn, fw.clone()).remaining, 2, "a fresh window");
     let kind: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
     assert_eq!(kind, "string");
-    // Another algorithm's string: fresh.
+    // Another algorithm's state (a GCRA's: tag 4, tat): fresh.
+    let gcra: Vec<u8> = [4f64, 9e15].iter().flat_map(|x| x.to_le_bytes()).collect();
     let _: () = redis::cmd("SET")
         .arg(key)
-        .arg("gc 99999999999999")
+        .arg(gcra)
         .query(&mut conn)
         .unwrap();
     assert_eq!(run(&mut conn, fw.clone()).remaining, 2, "a fresh window");
@@ -1001,7 +1008,7 @@ fn dispatch_matches_decide() {
                 // where each check's two keys are (None: not sent).
                 let mut keys = Vec::new();
                 let mut slots = Vec::new();
-                let mut args = vec![now.to_string(), checks.len().to_string()];
+                let mut args = vec![now.to_string(), "1".to_owned(), checks.len().to_string()];
                 for c in &checks {
                     let (s, l) = store::keys("t", &c.key);
                     keys.push(s);
@@ -1021,8 +1028,7 @@ fn dispatch_matches_decide() {
                 let Value::Array(parts) = reply else {
                     panic!("dispatch reply")
                 };
-                let answers = wire::answers(&parts[0], 1).unwrap();
-                let got = wire::outcomes(&answers[0], checks.len()).unwrap();
+                let got = wire::outcomes(&parts[0], checks.len()).unwrap();
                 prop_assert_eq!(&got, &want, "step {}", step);
                 let ttls = ints(&parts[1]);
 
@@ -1132,16 +1138,16 @@ fn arity_errors_are_clear() {
         &mut conn,
         &dispatch,
         &keys(2),
-        &s(&["1", "1", "fixed_window", "0", "1", "5", "9"]),
+        &s(&["1", "1", "1", "fixed_window 0 1 5 9"]),
     ));
     assert!(e.contains("dispatch: the checks need 1 KEYS"), "{e}");
     let e = err(run_script(&mut conn, &dispatch, &keys(1), &s(&["1", "1"])));
-    assert!(e.contains("ARGV must start with now, n"), "{e}");
+    assert!(e.contains("ARGV must start with now, r, n"), "{e}");
     let e = err(run_script(
         &mut conn,
         &dispatch,
         &keys(1),
-        &s(&["1", "1", "fixed_window", "0", "1", "5"]),
+        &s(&["1", "1", "1", "fixed_window 0 1 5"]),
     ));
     assert!(
         e.contains("fixed_window (limit, window): expected 2 params"),
@@ -1151,21 +1157,28 @@ fn arity_errors_are_clear() {
         &mut conn,
         &dispatch,
         &keys(1),
-        &s(&["1", "1", "fixed_window", "0", "1", "5", "9", "7"]),
+        &s(&["1", "1", "1", "fixed_window 0 1 5 9 7"]),
     ));
-    assert!(e.contains("the arguments end inside a check"), "{e}");
+    assert!(e.contains("takes 5 words here, got 6"), "{e}");
     let e = err(run_script(
         &mut conn,
         &dispatch,
         &keys(1),
-        &s(&["1", "1", "nope", "0", "1"]),
+        &s(&["1", "1", "1", "fixed_window 0 1 5 9", "7"]),
+    ));
+    assert!(e.contains("1 requests take 4 arguments, got 5"), "{e}");
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(1),
+        &s(&["1", "1", "1", "nope 0 1"]),
     ));
     assert!(e.contains("unknown algorithm nope"), "{e}");
     let e = err(run_script(
         &mut conn,
         &dispatch,
         &keys(1),
-        &s(&["1", "1", "gcra", "0", "-3", "1", "1", "0"]),
+        &s(&["1", "1", "1", "gcra 0 -3 1 1 0"]),
     ));
     assert!(
         e.contains("cost: expected a non-negative integer, got -3"),
@@ -1175,24 +1188,29 @@ fn arity_errors_are_clear() {
         &mut conn,
         &dispatch,
         &keys(1),
-        &s(&["1", "1", "gcra", "4", "1", "1", "1", "0"]),
+        &s(&["1", "1", "1", "gcra 4 1 1 1 0"]),
     ));
     assert!(e.contains("flags must be 0 to 3, got 4"), "{e}");
     let e = err(run_script(
         &mut conn,
         &dispatch,
         &keys(3),
-        &s(&["1", "1", "gcra", "2", "1", "1", "1", "0", "1", "1"]),
+        &s(&["1", "1", "1", "gcra 2 1 1 1 0 1 1"]),
     ));
     assert!(e.contains("lockout (after, within"), "{e}");
+    let e = err(run_script(
+        &mut conn,
+        &dispatch,
+        &keys(1),
+        &s(&["1", "1", "1", "concurrency 0 1 1 1000"]),
+    ));
+    assert!(e.contains("the lease id is missing"), "{e}");
     // A failed call writes no string state.
     let e = err(run_script(
         &mut conn,
         &dispatch,
         &keys(2),
-        &s(&[
-            "1", "1", "gcra", "0", "1", "1", "1", "0", "1", "nope", "0", "1",
-        ]),
+        &s(&["1", "2", "1", "gcra 0 1 1 1 0", "1", "nope 0 1"]),
     ));
     assert!(e.contains("unknown algorithm nope"), "{e}");
     let n: i64 = redis::cmd("EXISTS").arg("k0").query(&mut conn).unwrap();

@@ -500,8 +500,7 @@ impl RedisStore {
             requests: &requests,
         };
         let reply = self.call(|f| &f.dispatch, keys_.len(), keys_, args).await?;
-        let answers = wire::answers(&reply, 1)?;
-        Ok(wire::outcomes(&answers[0], checks.len())?)
+        Ok(wire::outcomes(&reply, checks.len())?)
     }
 
     /// Give back the `concurrency` lease `lease` of `key` (the response

@@ -3,19 +3,23 @@
 //! scripts' headers (`lua/*.lua`) give the same contract from their side.
 //!
 //! Every number is a decimal integer. A call's `ARGV` is `now` (µs; empty
-//! for Redis `TIME`), then per request (one, or a batch of several) its
-//! number of checks, then per check:
+//! for Redis `TIME`), the number of requests (one, or a batch of several),
+//! then per request its number of checks, then per check its spec, one
+//! argument of space-separated words:
 //!
 //! ```text
-//! algo flags cost params... [lease_id] [after within duration escalate max_duration forget_after]
+//! algo flags cost params... [after within duration escalate max_duration forget_after]
 //! ```
 //!
-//! with `flags` the sum of 1 (shadow) and 2 (the six lockout params follow),
-//! the algorithm's params from [`algo_params`], and the lease id for
-//! `concurrency` only. `KEYS` are each check's state key, then its lockout
-//! key when it has a lockout, and last the lockout index when any check has
-//! one ([`DispatchKeys`](super::DispatchKeys)). The reply is an array of
-//! one string per request ([`answers`], [`outcomes`]).
+//! with `flags` the sum of 1 (shadow) and 2 (the six lockout params
+//! follow) and the algorithm's params from [`algo_params`]; for
+//! `concurrency`, the request's lease id follows as an argument of its own.
+//! A spec depends only on the limit's config, so the script parses each
+//! distinct one once. `KEYS` are each check's state key, then its lockout
+//! key when it has a lockout, and last the lockout index when any check
+//! has one ([`DispatchKeys`](super::DispatchKeys)). The reply is one
+//! string of 8 little-endian `f64`s per check, each an integer, every
+//! request's checks in order ([`outcomes`]).
 
 use redis::{RedisWrite, ToRedisArgs, Value};
 
@@ -73,23 +77,20 @@ pub fn algo_params(p: &AlgoParams) -> impl Iterator<Item = u64> {
     values.into_iter().take(n)
 }
 
-/// Writes one check's part of `dispatch.lua`'s `ARGV`, one argument at a
-/// time, to `arg`.
-pub fn check_args(c: &Check, mut arg: impl FnMut(&[u8])) {
+/// Writes one check's spec (see the module docs) to `w`.
+fn write_spec(c: &Check, w: &mut impl std::io::Write) -> std::io::Result<()> {
     let mut n = itoa::Buffer::new();
-    arg(c.params.name().as_bytes());
-    arg(match (c.shadow, c.lockout.is_some()) {
-        (false, false) => b"0",
-        (true, false) => b"1",
-        (false, true) => b"2",
-        (true, true) => b"3",
-    });
-    arg(n.format(c.cost).as_bytes());
+    w.write_all(c.params.name().as_bytes())?;
+    w.write_all(match (c.shadow, c.lockout.is_some()) {
+        (false, false) => b" 0 ",
+        (true, false) => b" 1 ",
+        (false, true) => b" 2 ",
+        (true, true) => b" 3 ",
+    })?;
+    w.write_all(n.format(c.cost).as_bytes())?;
     for v in algo_params(&c.params) {
-        arg(n.format(v).as_bytes());
-    }
-    if matches!(c.params, AlgoParams::Concurrency(_)) {
-        arg(n.format(c.lease).as_bytes());
+        w.write_all(b" ")?;
+        w.write_all(n.format(v).as_bytes())?;
     }
     if let Some(l) = &c.lockout {
         for v in [
@@ -100,14 +101,22 @@ pub fn check_args(c: &Check, mut arg: impl FnMut(&[u8])) {
             l.max_duration,
             l.forget_after,
         ] {
-            arg(n.format(v).as_bytes());
+            w.write_all(b" ")?;
+            w.write_all(n.format(v).as_bytes())?;
         }
     }
+    Ok(())
 }
 
-/// Appends one check's part of `dispatch.lua`'s `ARGV` to `args`.
+/// Appends one check's part of `dispatch.lua`'s `ARGV` to `args`: its
+/// spec, then the lease id for `concurrency`.
 pub fn push_check(args: &mut Vec<String>, c: &Check) {
-    check_args(c, |a| args.push(String::from_utf8_lossy(a).into_owned()));
+    let mut spec = Vec::new();
+    write_spec(c, &mut spec).expect("a Vec takes every write");
+    args.push(String::from_utf8(spec).expect("names and digits"));
+    if matches!(c.params, AlgoParams::Concurrency(_)) {
+        args.push(c.lease.to_string());
+    }
 }
 
 /// `dispatch.lua`'s whole `ARGV` for one request or a batch of them,
@@ -131,80 +140,74 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchArgs<'_, R> {
             Some(now) => out.write_arg(n.format(now).as_bytes()),
             None => out.write_arg(b""),
         }
+        out.write_arg(n.format(self.requests.len()).as_bytes());
         for checks in self.requests {
             let checks = checks.as_ref();
             out.write_arg(n.format(checks.len()).as_bytes());
             for c in checks {
-                check_args(c, |a| out.write_arg(a));
+                // Writing to the command's buffer cannot fail.
+                let _ = write_spec(c, &mut out.writer_for_next_arg());
+                if matches!(c.params, AlgoParams::Concurrency(_)) {
+                    out.write_arg(n.format(c.lease).as_bytes());
+                }
             }
         }
     }
 }
 
-/// `dispatch.lua`'s reply for `requests` requests: one answer each, in
-/// order, for [`outcomes`].
-pub fn answers(reply: &Value, requests: usize) -> Result<&[Value], ReplyError> {
-    let items = array(reply).map_err(|e| ReplyError(format!("dispatch: {e}")))?;
-    if items.len() != requests {
-        return Err(ReplyError(format!(
-            "dispatch: {} answers for {requests} requests",
-            items.len()
-        )));
-    }
-    Ok(items)
-}
-
 /// The figures per check in `dispatch.lua`'s reply.
 const OUTCOME_WIDTH: usize = 8;
 
-/// One request's answer in `dispatch.lua`'s reply (see [`answers`]), one
-/// string of `OUTCOME_WIDTH` decimal integers per check, space-separated:
-/// one [`Outcome`] per check.
+/// `dispatch.lua`'s reply, `OUTCOME_WIDTH` little-endian `f64`s per check,
+/// each a non-negative integer below 2^53: one [`Outcome`] per check,
+/// `checks` in all (every request's, in order).
 pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, ReplyError> {
-    let Value::BulkString(text) = reply else {
+    let Value::BulkString(bytes) = reply else {
         return Err(ReplyError(format!(
             "dispatch: expected a string, got {reply:?}"
         )));
     };
-    let mut items = Vec::with_capacity(checks * OUTCOME_WIDTH);
-    for word in text.split(|&b| b == b' ') {
-        items.push(decimal(word).ok_or_else(|| {
-            format!(
-                "dispatch: not an integer: {:?}",
-                String::from_utf8_lossy(word)
-            )
-        })?);
-    }
-    if items.len() != checks * OUTCOME_WIDTH {
+    if bytes.len() != checks * OUTCOME_WIDTH * 8 {
         return Err(ReplyError(format!(
-            "dispatch: {} values for {checks} checks, expected {}",
-            items.len(),
-            checks * OUTCOME_WIDTH
+            "dispatch: {} bytes for {checks} checks, expected {}",
+            bytes.len(),
+            checks * OUTCOME_WIDTH * 8
         )));
     }
-    items
-        .chunks(OUTCOME_WIDTH)
-        .map(|o| {
-            Ok(Outcome {
-                status: match o[0] {
-                    0 => Status::Allowed,
-                    1 => Status::Rejected,
-                    2 => Status::LockedOut,
-                    3 => Status::ShadowRejected,
-                    4 => Status::NotConsumed,
-                    s => return Err(ReplyError(format!("dispatch: unknown status {s}"))),
-                },
-                lock_started: o[1] == 1,
-                delay: o[2],
-                limit: o[3],
-                window: o[4],
-                remaining: o[5],
-                reset: o[6],
-                retry_after: o[7],
-            })
-        })
-        .collect()
+    let mut out = Vec::with_capacity(checks);
+    for o in bytes.chunks_exact(OUTCOME_WIDTH * 8) {
+        let mut v = [0u64; OUTCOME_WIDTH];
+        for (slot, b) in v.iter_mut().zip(o.chunks_exact(8)) {
+            let x = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+            if !(0.0..MAX_EXACT).contains(&x) || x.fract() != 0.0 {
+                return Err(ReplyError(format!("dispatch: not a figure: {x}")));
+            }
+            // Exact: a non-negative integer below 2^53.
+            *slot = x as u64;
+        }
+        out.push(Outcome {
+            status: match v[0] {
+                0 => Status::Allowed,
+                1 => Status::Rejected,
+                2 => Status::LockedOut,
+                3 => Status::ShadowRejected,
+                4 => Status::NotConsumed,
+                s => return Err(ReplyError(format!("dispatch: unknown status {s}"))),
+            },
+            lock_started: v[1] == 1,
+            delay: v[2],
+            limit: v[3],
+            window: v[4],
+            remaining: v[5],
+            reset: v[6],
+            retry_after: v[7],
+        });
+    }
+    Ok(out)
 }
+
+/// 2^53: every integer below it is exact as an `f64`.
+const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
 
 /// `inspect.lua`'s reply: the stored state (`None`: a fresh key) and the
 /// lockout state.
@@ -366,17 +369,6 @@ fn int(v: &Value) -> Result<u64, ReplyError> {
     }
 }
 
-/// A non-negative decimal integer of at most 19 digits (below 10^19, so it
-/// cannot overflow a u64), no sign, no spaces.
-fn decimal(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 19 {
-        return None;
-    }
-    s.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
-    })
-}
-
 fn text(v: &Value) -> Result<String, ReplyError> {
     match v {
         Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
@@ -412,25 +404,8 @@ mod tests {
         };
         let mut args = Vec::new();
         push_check(&mut args, &c);
-        assert_eq!(
-            args,
-            [
-                "token_bucket",
-                "3",
-                "2",
-                "100000",
-                "1",
-                "20",
-                "0",
-                "1",
-                "60",
-                "5",
-                "2",
-                "50",
-                "100"
-            ]
-        );
-        // Only concurrency sends the lease id, after its params.
+        assert_eq!(args, ["token_bucket 3 2 100000 1 20 0 1 60 5 2 50 100"]);
+        // Only concurrency sends the lease id, after its spec.
         let lease = Check {
             params: AlgoParams::Concurrency(concurrency::Params::new(3, 9).unwrap()),
             lockout: None,
@@ -439,13 +414,10 @@ mod tests {
         };
         let mut largs = Vec::new();
         push_check(&mut largs, &lease);
-        assert_eq!(
-            largs,
-            ["concurrency", "0", "2", "3", "9", "18446744073709551615"]
-        );
-        // The whole ARGV: now, then per request n and its checks as above.
+        assert_eq!(largs, ["concurrency 0 2 3 9", "18446744073709551615"]);
+        // The whole ARGV: now, r, then per request n and its checks.
         let two = [c.clone(), c.clone()];
-        let mut want = vec![b"7".to_vec(), b"2".to_vec()];
+        let mut want = vec![b"7".to_vec(), b"1".to_vec(), b"2".to_vec()];
         want.extend(args.iter().chain(&args).map(|a| a.as_bytes().to_vec()));
         let got = DispatchArgs {
             now: Some(7),
@@ -458,21 +430,27 @@ mod tests {
             requests: &[&two[..1], &[lease][..]],
         }
         .to_redis_args();
-        let mut want = vec![b"".to_vec(), b"1".to_vec()];
+        let mut want = vec![b"".to_vec(), b"2".to_vec(), b"1".to_vec()];
         want.extend(args.iter().map(|a| a.as_bytes().to_vec()));
         want.push(b"1".to_vec());
         want.extend(largs.iter().map(|a| a.as_bytes().to_vec()));
         assert_eq!(batch, want);
     }
 
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+    fn ints(v: &[i64]) -> Value {
+        floats(&v.iter().map(|&i| i as f64).collect::<Vec<_>>())
+    }
+
+    fn floats(v: &[f64]) -> Value {
+        Value::BulkString(v.iter().flat_map(|x| x.to_le_bytes()).collect())
     }
 
     #[test]
     fn outcomes_read_eight_integers_per_check() {
         let got = outcomes(
-            &bulk("0 0 5 10 60000000 9 60000000 0 2 1 0 3 1000 0 7000 7000"),
+            &ints(&[
+                0, 0, 5, 10, 60000000, 9, 60000000, 0, 2, 1, 0, 3, 1000, 0, 7000, 7000,
+            ]),
             2,
         )
         .unwrap();
@@ -489,33 +467,38 @@ mod tests {
         assert_eq!(got[1].status, Status::LockedOut);
         assert!(got[1].lock_started && !got[0].lock_started);
         assert_eq!((got[1].reset, got[1].retry_after), (7000, 7000));
-        let big = outcomes(&bulk("0 0 0 9007199254740991 1 1 1 1"), 1).unwrap();
+        let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1]), 1).unwrap();
         assert_eq!(big[0].limit, (1 << 53) - 1);
-    }
-
-    #[test]
-    fn a_reply_has_one_answer_per_request() {
-        let reply = Value::Array(vec![bulk("0 0 0 1 1 0 1 0"), bulk("1 0 0 1 1 0 1 1")]);
-        let got = answers(&reply, 2).unwrap();
-        assert_eq!(outcomes(&got[1], 1).unwrap()[0].status, Status::Rejected);
-        assert!(answers(&reply, 3).is_err());
-        assert!(answers(&bulk("0 0 0 1 1 0 1 0"), 1).is_err());
     }
 
     #[test]
     fn replies_that_do_not_fit_are_errors_not_panics() {
         assert!(outcomes(&Value::Int(1), 1).is_err());
-        assert!(outcomes(&Value::Array(vec![Value::Int(0); 8]), 1).is_err());
-        assert!(outcomes(&bulk("0 0 0 0 0 0 0"), 1).is_err(), "7 of 8");
-        assert!(outcomes(&bulk("0 0 0 0 0 0 0 0 0"), 1).is_err(), "9 of 8");
-        assert!(outcomes(&bulk("9 0 0 0 0 0 0 0"), 1).is_err(), "status 9");
-        assert!(outcomes(&bulk("0 0 0 -1 0 0 0 0"), 1).is_err(), "negative");
-        assert!(outcomes(&bulk("0 0 0 1e+15 0 0 0 0"), 1).is_err(), "not %d");
+        assert!(outcomes(&ints(&[0; 7]), 1).is_err(), "7 of 8");
+        assert!(outcomes(&ints(&[0; 9]), 1).is_err(), "9 of 8");
+        assert!(outcomes(&ints(&[0; 16]), 1).is_err(), "two checks for one");
         assert!(
-            outcomes(&bulk("0 0  0 0 0 0 0 0"), 1).is_err(),
-            "two spaces"
+            outcomes(&ints(&[9, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
+            "status 9"
         );
-        assert!(outcomes(&bulk("0 0 0 99999999999999999999 0 0 0 0"), 1).is_err());
+        assert!(
+            outcomes(&ints(&[0, 0, 0, -1, 0, 0, 0, 0]), 1).is_err(),
+            "negative"
+        );
+        let array = Value::Array(vec![Value::Int(0); 8]);
+        assert!(outcomes(&array, 1).is_err(), "an array");
+        assert!(outcomes(&floats(&[0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]), 1).is_err());
+        assert!(outcomes(&floats(&[0.0, 0.0, 0.0, f64::NAN, 1.0, 1.0, 1.0, 1.0]), 1).is_err());
+        assert!(outcomes(
+            &floats(&[0.0, 0.0, 0.0, 2f64.powi(53), 1.0, 1.0, 1.0, 1.0]),
+            1
+        )
+        .is_err());
+        let mut short = ints(&[0; 8]);
+        if let Value::BulkString(b) = &mut short {
+            b.pop();
+        }
+        assert!(outcomes(&short, 1).is_err(), "a byte short");
         assert!(lockouts(&Value::Array(vec![Value::Int(1)])).is_err());
         assert_eq!(parse_key("zz"), None);
         assert_eq!(parse_key(&"ab".repeat(16)), Some([0xab; 16]));
