@@ -871,3 +871,78 @@ async fn store_keys_hold_no_client_value_and_expire() {
     );
     assert_eq!(index, 1, "the lockout index: {keys:?}");
 }
+
+// ---------------------------------------------------------------------------
+// Coalescing: the requests that arrive while a call is in flight share the
+// next call
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_arriving_during_a_call_share_the_next_one_exactly() {
+    let redis = RedisServer::start();
+    let gw = Gateway::start(&template_with_timeout(
+        &redis,
+        "5s",
+        "deny",
+        None,
+        r#"
+        limits:
+          x: { algorithm: token_bucket, rate: 1/h, burst: 100, key: route }
+          y: { algorithm: sliding_window, limit: 1000, window: 1h, key: client_ip }
+        routes:
+          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [x, y] }
+        "#,
+    ))
+    .await;
+    let c = Caller::new(gw.addr());
+    assert_ok(&c.get("/").await);
+    redis.reset_stats().await;
+
+    // Redis paused: the first request's call waits in flight, and the other
+    // 299 arrive meanwhile.
+    redis.stop();
+    let handles: Vec<_> = (0..300)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.try_get_h("/", &[]).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.cont();
+    let mut statuses = Vec::new();
+    let mut left = Vec::new();
+    for h in handles {
+        let r = h.await.unwrap().unwrap_or_else(|e| panic!("request: {e}"));
+        if r.status == 200 {
+            left.push(remaining(&r, "x"));
+        } else {
+            assert_rejected(&r, "rate_limited", "x");
+        }
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(
+        tally(statuses),
+        [(200, 99), (429, 201)].into_iter().collect(),
+        "exactly the 99 tokens left are taken"
+    );
+    // Each answer reached its own request: the admitted ones saw the
+    // bucket at every level from 98 down to 0, once each.
+    left.sort_unstable();
+    assert_eq!(left, (0..99).collect::<Vec<i64>>());
+    let s = redis.command_stats().await;
+    let fcalls = calls(&s, "fcall");
+    eprintln!("300 concurrent requests: {fcalls} FCALLs; {s:?}");
+    assert!(
+        (1..=20).contains(&fcalls),
+        "300 requests share a few calls (at most 64 each): {fcalls}"
+    );
+
+    // Idle again: a lone request goes at once, in a call of its own.
+    redis.reset_stats().await;
+    let start = Instant::now();
+    let r = c.get("/").await;
+    assert_eq!(r.status, 429);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    let s = redis.command_stats().await;
+    assert!(calls(&s, "fcall") <= 1, "{s:?}");
+}

@@ -28,6 +28,7 @@
 //! (`PEXPIRE`), so they hold under either clock.
 
 pub mod breaker;
+pub mod coalesce;
 pub mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +41,7 @@ use redis::{Client, RedisError, RedisWrite, ToRedisArgs, Value};
 use tokio::sync::mpsc;
 
 use self::breaker::{Admission, Breaker};
+use self::coalesce::{Arrival, Queue, Waiting};
 use crate::limit::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
 
 /// Why a store call gave no answer. Every variant means "apply `on_error`".
@@ -393,6 +395,8 @@ struct Inner {
     local_clock: bool,
     breaker: Mutex<Breaker>,
     functions: Functions,
+    /// Decision calls in flight and the requests waiting for the next one.
+    queue: Mutex<Queue>,
 }
 
 /// How long a background connection attempt may take (it does not hold up
@@ -451,6 +455,7 @@ impl RedisStore {
                 local_clock,
                 breaker: Mutex::new(Breaker::default()),
                 functions: Functions::new(),
+                queue: Mutex::new(Queue::default()),
             }),
         };
         store.load_library_soon();
@@ -484,23 +489,85 @@ impl RedisStore {
         lock(&self.inner.breaker).is_closed()
     }
 
-    /// Decide a request's `checks` at `now`, all or nothing, in one round
-    /// trip: one [`Outcome`] per check, in order.
+    /// Decide a request's `checks` at `now`, all or nothing: one
+    /// [`Outcome`] per check, in order. At most one round trip: sent at
+    /// once when no decision call is in flight, else with the requests that
+    /// arrived meanwhile as the next call ([`coalesce`]); either way the
+    /// wait is bounded by the store's `timeout`.
     pub async fn decide(&self, checks: &[Check], now: Micros) -> Result<Vec<Outcome>, StoreError> {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
-        let requests = [checks];
+        if !self.is_available() {
+            // The breaker fails this fast (or lets it probe): nothing to wait for.
+            return self.dispatch(&[checks], now).await;
+        }
+        let arrival = lock(&self.inner.queue).arrive(checks, now);
+        match arrival {
+            Arrival::SendNow => {
+                let _flight = InFlight(self);
+                self.dispatch(&[checks], now).await
+            }
+            Arrival::Wait(rx, full) => {
+                if let Some(batch) = full {
+                    tokio::spawn(self.clone().send_batch(batch));
+                }
+                match tokio::time::timeout(self.inner.timeout, rx).await {
+                    Ok(Ok(answer)) => answer,
+                    // The batch was dropped unsent (the runtime is ending).
+                    Ok(Err(_)) => Err(StoreError::BreakerOpen),
+                    Err(_) => Err(StoreError::Timeout),
+                }
+            }
+        }
+    }
+
+    /// Sends a batch of waiting requests as one call and hands out the
+    /// answers; then the next batch, if any, goes.
+    async fn send_batch(self, batch: Vec<Waiting>) {
+        let _flight = InFlight(&self);
+        // A request whose caller went away is not counted.
+        let batch: Vec<Waiting> = batch.into_iter().filter(|w| !w.tx.is_closed()).collect();
+        let Some(now) = batch.iter().map(|w| w.now).max() else {
+            return;
+        };
+        let requests: Vec<&[Check]> = batch.iter().map(|w| &w.checks[..]).collect();
+        let result = self.dispatch(&requests, now).await;
+        coalesce::answer(batch, result);
+    }
+
+    /// One decision call for `requests` (decided in order at `now`): the
+    /// outcomes of every request's checks, in order.
+    async fn dispatch(
+        &self,
+        requests: &[&[Check]],
+        now: Micros,
+    ) -> Result<Vec<Outcome>, StoreError> {
         let keys_ = DispatchKeys {
             prefix: &self.inner.prefix,
-            requests: &requests,
+            requests,
         };
         let args = wire::DispatchArgs {
             now: self.inner.local_clock.then_some(now),
-            requests: &requests,
+            requests,
         };
         let reply = self.call(|f| &f.dispatch, keys_.len(), keys_, args).await?;
-        Ok(wire::outcomes(&reply, checks.len())?)
+        let checks = requests.iter().map(|r| r.len()).sum();
+        Ok(wire::outcomes(&reply, checks)?)
+    }
+
+    /// A decision call ended: send the next batch, if any requests wait.
+    fn call_ended(&self) {
+        let next = lock(&self.inner.queue).call_ended();
+        if let Some(batch) = next {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(self.clone().send_batch(batch));
+                }
+                // No runtime left to send it: the waiting requests time out.
+                Err(_) => drop(batch),
+            }
+        }
     }
 
     /// Give back the `concurrency` lease `lease` of `key` (the response
@@ -706,6 +773,16 @@ impl RedisStore {
                 *lock(&self.inner.conn) = fresh;
             }
         }
+    }
+}
+
+/// A decision call in flight: when it ends (or is dropped, its caller gone),
+/// the next batch goes.
+struct InFlight<'a>(&'a RedisStore);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.call_ended();
     }
 }
 
