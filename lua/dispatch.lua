@@ -55,6 +55,10 @@ runs while another does, and each call clears what it reads (common.lua,
 
 local ALLOWED, REJECTED, LOCKED_OUT, SHADOW_REJECTED, NOT_CONSUMED = 0, 1, 2, 3, 4
 
+-- '1' .. '64' -> 1 .. 64: the counts in ARGV without tonumber (strtod).
+local SMALL = {}
+for j = 1, 64 do SMALL[tostring(j)] = j end
+
 -- spec string -> {algo, shadow, locks, cost, taken, p1 .. p4, after ..
 -- forget_after}; SPEC_COUNT entries.
 local SPECS, SPEC_COUNT = {}, 0
@@ -185,7 +189,7 @@ end
 -- KEYS[k], writing its answer to OUT from out + 1. Returns i, k and out
 -- past it, and whether it has a lockout.
 local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
-  local n = int(ARGV[i], 'dispatch: n')
+  local n = SMALL[ARGV[i]] or int(ARGV[i], 'dispatch: n')
   if n < 1 then fail('dispatch: a request of no checks') end
   i = i + 1
   local blocked, locks, status = false, false, nil
@@ -236,7 +240,7 @@ local function dispatch(KEYS, ARGV)
     return redis.error_reply('ERR tollgate: dispatch: ARGV must start with now, r, n')
   end
   local now = now_arg(ARGV[1])
-  local r = int(ARGV[2], 'dispatch: r')
+  local r = SMALL[ARGV[2]] or int(ARGV[2], 'dispatch: r')
   local batch = r > 1
   -- A call that failed may have left these behind.
   if first_used then
