@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use common::redis::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use redis::Value;
+use redis::{ToRedisArgs, Value};
 use tollgate::algorithm::fixed_window::{days_from_civil, Window};
 use tollgate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
@@ -1115,6 +1115,143 @@ fn dispatch_matches_decide() {
                     "step {} lockouts",
                     step
                 );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// What is stored under `prefix` (the prefix cut off): each key's value, as
+/// Redis dumps it. (No key has a TTL between calls: `dispatch_probe`
+/// records and removes them.)
+fn stored(conn: &mut redis::Connection, prefix: &str) -> BTreeMap<String, Vec<u8>> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query(conn)
+        .unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let kind: String = redis::cmd("TYPE").arg(&k).query(conn).unwrap();
+            let value: Vec<u8> = if kind == "string" {
+                redis::cmd("GET").arg(&k).query(conn).unwrap()
+            } else {
+                let members: Vec<(String, String)> = redis::cmd("ZRANGE")
+                    .arg(&k)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(conn)
+                    .unwrap();
+                format!("{members:?}").into_bytes()
+            };
+            (k[prefix.len()..].to_owned(), value)
+        })
+        .collect()
+}
+
+/// One dispatch call for `requests` at `now`, keys under `prefix`, encoded
+/// as the store sends it, through `dispatch_probe`: every check's outcome,
+/// in order. `ttls` gets the TTL (ms) each key written by the call got (the
+/// prefix cut off); the probe removes them, so nothing expires in real time.
+fn dispatch_call(
+    conn: &mut redis::Connection,
+    prefix: &str,
+    requests: &[Vec<Check>],
+    now: Micros,
+    ttls: &mut BTreeMap<String, i64>,
+) -> Vec<tollgate::limit::Outcome> {
+    let keys = store::DispatchKeys { prefix, requests };
+    let names: Vec<String> = keys
+        .to_redis_args()
+        .into_iter()
+        .map(|k| String::from_utf8(k).unwrap())
+        .collect();
+    let mut inv = Function::of("dispatch_probe").prepare_invoke();
+    inv.key(&names);
+    inv.arg(wire::DispatchArgs {
+        now: Some(now),
+        requests,
+    });
+    let Value::Array(parts) = inv.invoke::<Value>(conn).unwrap() else {
+        panic!("dispatch_probe's reply")
+    };
+    for (name, ttl) in names.iter().zip(ints(&parts[1])) {
+        let name = name[prefix.len()..].to_owned();
+        match ttl {
+            -2 => {
+                ttls.remove(&name);
+            }
+            -1 => {}
+            t => {
+                ttls.insert(name, t);
+            }
+        }
+    }
+    let checks = requests.iter().map(Vec::len).sum();
+    wire::outcomes(&parts[0], checks).unwrap()
+}
+
+#[test]
+fn a_batch_decides_as_its_requests_would_one_by_one() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = RefCell::new(server.connection());
+    // Rounds of requests over a pool of 4 limits and 2 clients (so keys
+    // repeat within a batch), each round one call at one now.
+    let strategy = (
+        proptest::collection::vec(any_limit(), 4),
+        proptest::collection::vec(
+            (proptest::collection::vec(any_request(), 1..12), 0u64..3_000),
+            1..10,
+        ),
+    );
+    runner(32)
+        .run(&strategy, |(pool, rounds)| {
+            let conn = &mut *conn.borrow_mut();
+            redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+            let (mut ttl_a, mut ttl_b) = (BTreeMap::new(), BTreeMap::new());
+            let mut now = T0;
+            for (round, (requests, gap)) in rounds.iter().enumerate() {
+                now += gap;
+                let requests: Vec<Vec<Check>> = requests
+                    .iter()
+                    .map(|&(mask, client, cost, lease, _)| {
+                        pool.iter()
+                            .enumerate()
+                            .filter(|(i, _)| mask & (1 << i) != 0)
+                            .map(|(i, (p, l, shadow))| Check {
+                                lockout: *l,
+                                shadow: *shadow,
+                                lease,
+                                ..check(i as u8, client, p.clone(), cost)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let batch = dispatch_call(conn, "a", &requests, now, &mut ttl_a);
+                let mut single = Vec::new();
+                for r in &requests {
+                    let r = std::slice::from_ref(r);
+                    single.extend(dispatch_call(conn, "b", r, now, &mut ttl_b));
+                }
+                prop_assert_eq!(&batch, &single, "round {}: the answers", round);
+                // The same keys, values and TTLs (give or take the
+                // millisecond a TTL may lose before the probe reads it).
+                prop_assert_eq!(stored(conn, "a"), stored(conn, "b"), "round {}", round);
+                prop_assert_eq!(
+                    ttl_a.keys().collect::<Vec<_>>(),
+                    ttl_b.keys().collect::<Vec<_>>()
+                );
+                for (key, t) in &ttl_a {
+                    prop_assert!(
+                        (t - ttl_b[key]).abs() <= 1,
+                        "round {}: {} TTL {} vs {}",
+                        round,
+                        key,
+                        t,
+                        ttl_b[key]
+                    );
+                }
             }
             Ok(())
         })
