@@ -62,19 +62,38 @@ pub async fn serve(
     shared.metrics.connections.inc();
     match tls {
         None => serve_io(stream, "http", peer, &shared, handler, shutdown, closing).await,
+        // Boxed: a TLS connection's state (rustls' connection, the
+        // handshake) is several KiB, which every plain connection's task
+        // would otherwise reserve too, idle or not.
         Some(config) => {
-            let header_read = shared.runtime.load().config.server.header_read_timeout;
-            let handshake = TlsAcceptor::from(config).accept(stream);
-            match tokio::time::timeout(header_read, handshake).await {
-                Ok(Ok(stream)) => {
-                    serve_io(stream, "https", peer, &shared, handler, shutdown, closing).await;
-                }
-                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, "no TLS handshake within header_read: closing"),
-            }
+            Box::pin(serve_tls(
+                stream, config, peer, &shared, handler, shutdown, closing,
+            ))
+            .await
         }
     }
     shared.metrics.connections.dec();
+}
+
+/// The TLS handshake within `header_read`, then HTTP over TLS.
+async fn serve_tls(
+    stream: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    handler: Arc<dyn Handler>,
+    shutdown: CancellationToken,
+    closing: CancellationToken,
+) {
+    let header_read = shared.runtime.load().config.server.header_read_timeout;
+    let handshake = TlsAcceptor::from(config).accept(stream);
+    match tokio::time::timeout(header_read, handshake).await {
+        Ok(Ok(stream)) => {
+            serve_io(stream, "https", peer, shared, handler, shutdown, closing).await;
+        }
+        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "no TLS handshake within header_read: closing"),
+    }
 }
 
 /// Serve HTTP on `io` (`proto`: `http` or `https`, for X-Forwarded-Proto).
