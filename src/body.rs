@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
-use http_body::{Body as _, Frame, SizeHint};
+use http_body::{Frame, SizeHint};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
 
 /// The error type carried by every body.
@@ -51,12 +51,22 @@ where
 /// for a frame. If an attempt fails before that (the connection was refused),
 /// [`RetrySlot::take_back`] recovers the untouched body for the next target:
 /// "retried only when no byte was sent" without buffering anything.
+/// A body that has ended before it starts (a GET's) needs no slot: it is
+/// never read (hyper sends an ended body as no body), and any attempt can
+/// send it again.
 pub struct UpstreamBody {
-    slot: Arc<Mutex<Option<Body>>>,
+    /// The body's slot, shared with the [`RetrySlot`]; `None` for an ended body.
+    slot: Option<Arc<Slot>>,
     inner: Option<Body>,
     hint: SizeHint,
     end: bool,
-    fault: Arc<AtomicU8>,
+}
+
+/// What an [`UpstreamBody`] and its [`RetrySlot`] share: the body until the
+/// first read, and how the client's body failed.
+struct Slot {
+    body: Mutex<Option<Body>>,
+    fault: AtomicU8,
 }
 
 /// How the client's own request body failed.
@@ -78,42 +88,63 @@ const TOO_LARGE: u8 = 2;
 /// telling whether the client broke its body.
 #[derive(Clone)]
 pub struct RetrySlot {
-    slot: Arc<Mutex<Option<Body>>>,
-    fault: Arc<AtomicU8>,
+    /// As [`UpstreamBody::slot`]; for an ended body, its size hint instead.
+    slot: Result<Arc<Slot>, SizeHint>,
 }
 
 impl UpstreamBody {
     /// Wrap `body`; returns the body to send and the slot that can take it back.
     pub fn new(body: Body) -> (UpstreamBody, RetrySlot) {
         let hint = http_body::Body::size_hint(&body);
-        let end = http_body::Body::is_end_stream(&body);
-        let slot = Arc::new(Mutex::new(Some(body)));
-        let fault = Arc::new(AtomicU8::new(NO_FAULT));
+        if http_body::Body::is_end_stream(&body) {
+            return UpstreamBody::ended(hint);
+        }
+        let slot = Arc::new(Slot {
+            body: Mutex::new(Some(body)),
+            fault: AtomicU8::new(NO_FAULT),
+        });
         let handle = RetrySlot {
-            slot: slot.clone(),
-            fault: fault.clone(),
+            slot: Ok(slot.clone()),
         };
         let body = UpstreamBody {
-            slot,
+            slot: Some(slot),
             inner: None,
             hint,
-            end,
-            fault,
+            end: false,
         };
         (body, handle)
+    }
+
+    /// An ended body with the size hint `hint`, and its slot.
+    fn ended(hint: SizeHint) -> (UpstreamBody, RetrySlot) {
+        let body = UpstreamBody {
+            slot: None,
+            inner: None,
+            hint,
+            end: true,
+        };
+        (body, RetrySlot { slot: Err(hint) })
     }
 }
 
 impl RetrySlot {
     /// The body again, if no attempt has read from it yet.
     pub fn take_back(&self) -> Option<(UpstreamBody, RetrySlot)> {
-        let body = self.slot.lock().ok()?.take()?;
-        Some(UpstreamBody::new(body))
+        match &self.slot {
+            Ok(slot) => {
+                let body = slot.body.lock().ok()?.take()?;
+                Some(UpstreamBody::new(body))
+            }
+            Err(hint) => Some(UpstreamBody::ended(*hint)),
+        }
     }
 
     /// Whether, and how, the client's own body failed.
     pub fn client_fault(&self) -> Option<ClientFault> {
-        match self.fault.load(Ordering::Relaxed) {
+        let Ok(slot) = &self.slot else {
+            return None;
+        };
+        match slot.fault.load(Ordering::Relaxed) {
             NO_FAULT => None,
             TOO_LARGE => Some(ClientFault::TooLarge),
             _ => Some(ClientFault::Broken),
@@ -130,9 +161,12 @@ impl http_body::Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        let Some(slot) = &this.slot else {
+            return Poll::Ready(None);
+        };
         if this.inner.is_none() {
             // First read: from now on a retry could not resend this body.
-            let taken = this.slot.lock().ok().and_then(|mut s| s.take());
+            let taken = slot.body.lock().ok().and_then(|mut s| s.take());
             match taken {
                 Some(body) => this.inner = Some(body),
                 None => return Poll::Ready(Some(Err("request body already taken".into()))),
@@ -148,7 +182,7 @@ impl http_body::Body for UpstreamBody {
                 } else {
                     BROKEN
                 };
-                this.fault.store(fault, Ordering::Relaxed);
+                slot.fault.store(fault, Ordering::Relaxed);
                 Poll::Ready(Some(Err(e)))
             }
             other => other,
@@ -191,15 +225,15 @@ pub fn ended<D, E>(
 ///
 /// The pipeline uses it to write the access-log line with the real byte
 /// count and, later, to release concurrency leases.
-pub struct Finish<F: FnOnce(u64, bool) + Send + 'static> {
-    inner: Body,
+pub struct Finish<B: http_body::Body, F: FnOnce(u64, bool) + Send + 'static> {
+    inner: B,
     bytes: u64,
     on_end: Option<F>,
 }
 
-impl<F: FnOnce(u64, bool) + Send + 'static> Finish<F> {
+impl<B: http_body::Body, F: FnOnce(u64, bool) + Send + 'static> Finish<B, F> {
     /// Wrap `inner`; `on_end(bytes_sent, completed)` runs once.
-    pub fn new(inner: Body, on_end: F) -> Self {
+    pub fn new(inner: B, on_end: F) -> Self {
         Finish {
             inner,
             bytes: 0,
@@ -214,7 +248,11 @@ impl<F: FnOnce(u64, bool) + Send + 'static> Finish<F> {
     }
 }
 
-impl<F: FnOnce(u64, bool) + Send + Unpin + 'static> http_body::Body for Finish<F> {
+impl<B, F> http_body::Body for Finish<B, F>
+where
+    B: http_body::Body<Data = Bytes, Error = BoxError> + Unpin,
+    F: FnOnce(u64, bool) + Send + Unpin + 'static,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -244,7 +282,7 @@ impl<F: FnOnce(u64, bool) + Send + Unpin + 'static> http_body::Body for Finish<F
     }
 }
 
-impl<F: FnOnce(u64, bool) + Send + 'static> Drop for Finish<F> {
+impl<B: http_body::Body, F: FnOnce(u64, bool) + Send + 'static> Drop for Finish<B, F> {
     fn drop(&mut self) {
         let completed = self.inner.is_end_stream();
         self.end(completed);

@@ -271,8 +271,8 @@ impl Rejection {
 }
 
 /// Add the rate-limit fields of `style` for `figures` to `response`.
-pub fn add_limit_headers(
-    response: &mut Response<Body>,
+pub fn add_limit_headers<B>(
+    response: &mut Response<B>,
     style: crate::config::HeaderStyle,
     figures: &[Figure],
 ) {

@@ -46,10 +46,11 @@ pub struct AccessRecord {
     pub client: IpAddr,
     /// The request method.
     pub method: http::Method,
-    /// The Host (or `:authority`) the client sent, if any.
-    pub host: Option<String>,
+    /// The Host (or `:authority`) the client sent, if any (written as text
+    /// when it is; a value that is not is logged empty).
+    pub host: Option<http::HeaderValue>,
     /// The normalised path (or the raw one when it could not be normalised).
-    pub path: String,
+    pub path: LoggedPath,
     /// The matched route's name.
     pub route: Option<Arc<str>>,
     /// The upstream target that answered (`scheme://authority`).
@@ -62,6 +63,36 @@ pub struct AccessRecord {
     pub decision: &'static str,
     /// When the request arrived.
     pub started: Instant,
+}
+
+/// The path an access-log line shows: the request's own, shared with the
+/// request (nothing copied: the common case, a path already in normal
+/// form), or one the gateway wrote.
+#[derive(Debug, Clone)]
+pub enum LoggedPath {
+    /// The path part of the request-target as it came.
+    Target(http::uri::PathAndQuery),
+    /// A path the gateway wrote (normalised), or a request's path that has
+    /// no path-and-query (an authority-form target: empty).
+    Text(String),
+}
+
+impl LoggedPath {
+    /// The path of `uri`, as [`http::Uri::path`] reads it.
+    pub fn of(uri: &http::Uri) -> LoggedPath {
+        match uri.path_and_query() {
+            Some(pq) => LoggedPath::Target(pq.clone()),
+            None => LoggedPath::Text(uri.path().to_owned()),
+        }
+    }
+
+    /// The path as text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            LoggedPath::Target(pq) => pq.path(),
+            LoggedPath::Text(text) => text,
+        }
+    }
 }
 
 /// What the access log adds for a request that became a tunnel (a 101).
@@ -86,8 +117,8 @@ impl AccessRecord {
             request_id = self.request_id.to_str().unwrap_or_default(),
             client = %self.client,
             method = self.method.as_str(),
-            host = self.host.as_deref().unwrap_or_default(),
-            path = %self.path,
+            host = self.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or_default(),
+            path = self.path.as_str(),
             route = self.route.as_deref().unwrap_or_default(),
             upstream = self.upstream.as_deref().unwrap_or_default(),
             status = self.status,

@@ -36,8 +36,9 @@ use crate::limit::engine::{Decision, Figure, Leases};
 use crate::limit::headers as limit_headers;
 use crate::limit::key::RequestView;
 use crate::limit::Status;
-use crate::log::{AccessRecord, Tunnelled};
+use crate::log::{AccessRecord, LoggedPath, Tunnelled};
 use crate::metrics::Metrics;
+use crate::proxy::client::ResponseBody;
 use crate::proxy::headers::{
     grpc_deadline, incoming_request_id, rewrite_location, set_forwarded, strip_hop_by_hop,
     to_http1, Forwarded, LocationView, X_REQUEST_ID,
@@ -82,7 +83,9 @@ async fn handle(
         Ok(response) => response,
         Err(error) => {
             tracing::debug!(request_id = ctx.record.request_id.to_str().unwrap_or_default(), %error, "request answered by the gateway");
-            error.response(&ctx.record.request_id, ctx.grpc)
+            error
+                .response(&ctx.record.request_id, ctx.grpc)
+                .map(Reply::Local)
         }
     };
     finish(response, ctx)
@@ -147,7 +150,7 @@ impl<'a> Ctx<'a> {
                 client: client.addr,
                 method: req.method().clone(),
                 host: None,
-                path: req.uri().path().to_owned(),
+                path: LoggedPath::of(req.uri()),
                 route: None,
                 upstream: None,
                 status: 0,
@@ -162,7 +165,7 @@ impl<'a> Ctx<'a> {
 async fn route_request(
     req: Request<Incoming>,
     ctx: &mut Ctx<'_>,
-) -> Result<Response<Body>, GatewayError> {
+) -> Result<Response<Reply>, GatewayError> {
     let route = admit(&req, ctx)?;
     let figures = decide_limits(&req, &route, ctx).await?;
     admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
@@ -171,7 +174,7 @@ async fn route_request(
             status,
             body,
             headers,
-        } => respond(*status, body, headers),
+        } => respond(*status, body, headers).map(Reply::Local),
         Action::Upstream(pool) => forward(req, &route, pool, ctx).await?,
     };
     add_limit_headers(&mut response, route.limit_response.headers, &figures);
@@ -190,14 +193,13 @@ fn admit<B>(req: &Request<B>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, Ga
             return Err(error);
         }
     };
-    ctx.record.host = admitted
-        .host
-        .as_ref()
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned);
+    ctx.record.host = admitted.host.clone();
     ctx.host = admitted.host;
-    ctx.record.path.clear();
-    ctx.record.path.push_str(&admitted.path);
+    // A path already in normal form is the request's own (borrowed), which
+    // the record holds already.
+    if let std::borrow::Cow::Owned(path) = admitted.path {
+        ctx.record.path = LoggedPath::Text(path);
+    }
     ctx.record.route = Some(admitted.route.name.clone());
     ctx.route = Some(admitted.route.clone());
     Ok(admitted.route.clone())
@@ -290,18 +292,23 @@ async fn forward(
     route: &RouteRuntime,
     pool: &Arc<UpstreamPool>,
     ctx: &mut Ctx<'_>,
-) -> Result<Response<Body>, GatewayError> {
+) -> Result<Response<Reply>, GatewayError> {
     let client_side = (!pool.config.http2 && tunnel::wanted(req.version(), req.headers()))
         .then(|| req.extensions_mut().remove::<OnUpgrade>())
         .flatten();
     let upgrade = client_side.is_some();
     let server = &ctx.rt.config.server;
-    let forwarded_path = if route.strip_prefix {
-        strip_prefix(&route.path, &ctx.record.path)
-    } else {
-        std::borrow::Cow::Borrowed(ctx.record.path.as_str())
+    let path_and_query = match &ctx.record.path {
+        // The request's own path and query, unchanged: shared, not copied.
+        LoggedPath::Target(pq) if !route.strip_prefix => pq.clone(),
+        path => {
+            let forwarded = match route.strip_prefix {
+                true => strip_prefix(&route.path, path.as_str()),
+                false => std::borrow::Cow::Borrowed(path.as_str()),
+            };
+            path_and_query(&forwarded, req.uri().query())?
+        }
     };
-    let path_and_query = path_and_query(&forwarded_path, req.uri().query())?;
     let host = ctx.host.take();
     let (parts, incoming) = req.into_parts();
     let has_body = !incoming.is_end_stream();
@@ -334,6 +341,7 @@ async fn forward(
         &mut headers,
         &Forwarded {
             peer: ctx.client.peer,
+            peer_value: Some(ctx.conn.peer_value()),
             peer_trusted: ctx.client.trusted,
             proto: ctx.conn.proto,
             host: host.as_ref(),
@@ -367,7 +375,7 @@ async fn forward(
         });
         let (mut parts, _) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers, true);
-        return Ok(Response::from_parts(parts, body::empty()));
+        return Ok(Response::from_parts(parts, Reply::Local(body::empty())));
     }
     let (mut parts, incoming) = response.into_parts();
     strip_hop_by_hop_keeping_trailers(&mut parts.headers, false);
@@ -376,7 +384,7 @@ async fn forward(
             prefix,
             target: &target,
             scheme: ctx.conn.proto,
-            host: ctx.record.host.as_deref(),
+            host: ctx.record.host.as_ref().and_then(|h| h.to_str().ok()),
             preserve_host: route.preserve_host,
         };
         rewrite_location(&mut parts.headers, &view);
@@ -384,7 +392,44 @@ async fn forward(
     // The client's connection is the gateway's: an HTTP/1.0 upstream does
     // not make it HTTP/1.0 (and close after the response).
     parts.version = Version::HTTP_11;
-    Ok(Response::from_parts(parts, body::boxed(incoming)))
+    Ok(Response::from_parts(parts, Reply::Upstream(incoming)))
+}
+
+/// A response body before [`finish`] wraps it: an upstream's, kept as it
+/// is so that a proxied response is boxed once (with its bookkeeping), or
+/// one the gateway made.
+enum Reply {
+    Upstream(ResponseBody),
+    Local(Body),
+}
+
+impl http_body::Body for Reply {
+    type Data = bytes::Bytes;
+    type Error = body::BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, body::BoxError>>> {
+        match self.get_mut() {
+            Reply::Upstream(b) => std::pin::Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Reply::Local(b) => std::pin::Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Reply::Upstream(b) => b.is_end_stream(),
+            Reply::Local(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            Reply::Upstream(b) => b.size_hint(),
+            Reply::Local(b) => b.size_hint(),
+        }
+    }
 }
 
 /// The route label of requests that matched no route.
@@ -441,7 +486,7 @@ struct Held {
 /// request's bookkeeping ([`Done`]) when its body ends, or after a 101 when
 /// its tunnel ends (the tunnel runs on the connection's task, see
 /// [`ConnInfo::after_upgrade`]).
-fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
+fn finish(mut response: Response<Reply>, ctx: Ctx<'_>) -> Response<Body> {
     let idle = ctx.rt.config.server.idle_timeout;
     let Ctx {
         shared,
@@ -467,6 +512,7 @@ fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
         record,
     };
     if let Some(sides) = upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS) {
+        let response = response.map(body::boxed);
         let closing = conn.closing.clone();
         conn.after_upgrade(Box::pin(async move {
             let summary = tunnel::open(sides, idle, &closing).await;
@@ -488,14 +534,14 @@ fn finish(mut response: Response<Body>, ctx: Ctx<'_>) -> Response<Body> {
 /// A response to HEAD answered by the gateway itself: the headers of the
 /// response a GET would get, no body (SPEC §4, on every protocol: hyper
 /// drops it on HTTP/1.1, but would send it as DATA on HTTP/2).
-fn without_body(response: &mut Response<Body>) {
+fn without_body(response: &mut Response<Reply>) {
     if let Some(len) = response.body().size_hint().exact() {
         response
             .headers_mut()
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(len));
     }
-    *response.body_mut() = body::empty();
+    *response.body_mut() = Reply::Local(body::empty());
 }
 
 /// The end of a request's bookkeeping, once its response body (or tunnel)
@@ -555,15 +601,17 @@ fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap, keep_upgrade: bool
     }
 }
 
-/// The Host the client sent (HTTP/2 `:authority`, else `Host`), as text
-/// for the access log, valid or not.
-fn raw_host<B>(req: &Request<B>) -> Option<String> {
+/// The Host the client sent (HTTP/2 `:authority`, else `Host`), for the
+/// access log, valid or not.
+fn raw_host<B>(req: &Request<B>) -> Option<HeaderValue> {
     let authority = (req.version() >= Version::HTTP_2)
         .then(|| req.uri().authority())
         .flatten()
-        .map(|a| a.as_str());
-    let host = authority.or_else(|| req.headers().get(header::HOST)?.to_str().ok())?;
-    Some(host.to_owned())
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+    authority.or_else(|| {
+        let host = req.headers().get(header::HOST)?;
+        host.to_str().is_ok().then(|| host.clone())
+    })
 }
 
 /// A fresh request id: 128 random bits in hex.
@@ -573,7 +621,11 @@ fn new_request_id() -> HeaderValue {
     if hex::encode_to_slice(fastrand::u128(..).to_be_bytes(), &mut id).is_err() {
         return HeaderValue::from_static("0");
     }
-    HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    // Shared from the start (one allocation holding the digits and a count):
+    // the id goes upstream, back to the client and into the log, and each
+    // copy is then a count, where a plain value's first copy allocates.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(id))
+        .unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// A 64-bit hash of the client address, for `balance: hash`.
@@ -610,7 +662,12 @@ async fn request_body(
     };
     let sized = admission::content_length(headers).is_some();
     if incoming.is_end_stream() {
-        return Ok((body::boxed(incoming), Vec::new()));
+        // The usual GET: nothing to box.
+        let body = match incoming.size_hint().exact() {
+            Some(0) => body::empty(),
+            _ => body::boxed(incoming),
+        };
+        return Ok((body, Vec::new()));
     }
     match max {
         Some(max) if !sized && grpc => {
@@ -698,7 +755,7 @@ routes:
         assert_eq!(ctx.client.addr, "203.0.113.9".parse::<IpAddr>().unwrap());
         let route = admit(&req, &mut ctx).expect("admitted");
         assert_eq!(&*route.name, "api");
-        assert_eq!(ctx.record.path, "/api/v1");
+        assert_eq!(ctx.record.path.as_str(), "/api/v1");
         for _ in 0..2 {
             let figures = decide_limits(&req, &route, &mut ctx)
                 .await
@@ -721,7 +778,7 @@ routes:
         let mut ctx = Ctx::new(&lost, &rt, &shared, &conn);
         assert!(matches!(admit(&lost, &mut ctx), Err(GatewayError::NoRoute)));
         assert!(ctx.route.is_none());
-        assert_eq!(ctx.record.host.as_deref(), Some("h"));
+        assert_eq!(ctx.record.host, Some(HeaderValue::from_static("h")));
     }
 
     #[test]

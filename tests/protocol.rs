@@ -125,17 +125,23 @@ async fn half_a_head_is_cut_off_after_header_read() {
     let echo = Echo::start("e").await;
     let gw = limited(&echo, "timeouts: { header_read: 500ms, idle: 30s }").await;
     let mut c = raw::connect(gw.addr()).await;
+    half_a_head_is_cut_off_after_500ms(&mut c).await;
+    assert_eq!(echo.count(), 0);
+}
+
+/// Send half a head on `c`; it must be closed about 500 ms (the tests'
+/// `header_read`) later.
+async fn half_a_head_is_cut_off_after_500ms(c: &mut raw::RawConn) {
     c.write(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Partial: ")
         .await
         .unwrap();
     match c.wait_closed(Duration::from_secs(5)).await {
         Closed::After(t) => assert!(
             t >= Duration::from_millis(400) && t < Duration::from_millis(2500),
-            "closed after {t:?}, want about 500ms"
+            "closed {t:?} after the head began, want about 500ms"
         ),
         Closed::StillOpen => panic!("a half-sent head was not cut off within 5 s"),
     }
-    assert_eq!(echo.count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,6 +179,27 @@ async fn a_dribbled_head_is_cut_off_after_header_read_in_total() {
         "header_read must bound the whole head, closed after {t:?}"
     );
     assert_eq!(echo.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_read_times_later_heads_from_their_first_byte_not_idle_time() {
+    let echo = Echo::start("e").await;
+    let gw = limited(&echo, "timeouts: { header_read: 500ms, idle: 30s }").await;
+    let req = b"GET /k HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut c = raw::connect(gw.addr()).await;
+    for pause in [0, 1500] {
+        // Idle for three times header_read before the second: a keep-alive
+        // connection waits for `idle`, not `header_read` (hyper's own head
+        // timer runs from the end of a response and would have closed it).
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        c.write(req).await.unwrap();
+        let r = c.read_response(Duration::from_secs(5)).await;
+        assert_eq!(r.map(|r| r.status), Ok(200), "after {pause} ms idle");
+    }
+    // Half a head: cut off about header_read after its first byte.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    half_a_head_is_cut_off_after_500ms(&mut c).await;
+    assert_eq!(echo.count(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

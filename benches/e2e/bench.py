@@ -202,19 +202,29 @@ def report(results_path):
     w(f"- tools: {meta['tools']}")
     present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
     tls_only = not present
-    load = "the clients (wrk, hsload, h2load) and the upstream nginx" if tls_only else "wrk/oha, upstream nginx and Redis"
+    idle_only = tls_only and not by  # --only idle: no timed figure at all
+    if idle_only:
+        load = "the connection helper (python3) and the upstream nginx"
+    elif tls_only:
+        load = "the clients (wrk, hsload, h2load) and the upstream nginx"
+    else:
+        load = "wrk/oha, upstream nginx and Redis"
     w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; {load} on CPU {meta['load_cpu']}; "
       "one worker process / one thread / one Tokio worker each")
     w(f"- machine load: loadavg at start {meta['load_start']}, at end {meta.get('load_end', '?')}; "
       f"whole-machine CPU busy during the run {meta.get('busy_pct', '?')}% "
       "(this benchmark itself keeps about one core busy)")
-    if tls_only:
+    if idle_only:
+        pass
+    elif tls_only:
         w(f"- durations: {meta['dur']} s per figure")
     else:
         w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
     w("")
     if present:
         main_tables(w, meta, by, m, total, present)
+    else:
+        mem_table(w, meta)
     tls_tables(w, meta, by, m, total)
     notes = meta.get("notes", [])
     if notes:
@@ -341,16 +351,7 @@ def main_tables(w, meta, by, m, total, present):
             w(f"Commands seen in one allowed run: `{json.dumps(det[0])}`.")
         w("")
 
-    mem = meta.get("conn_mem")
-    if mem:
-        w(f"#### Idle keep-alive connections: memory ({mem['n']:,} connections, one GET each, then idle; fresh processes)")
-        w("")
-        w("| proxy | RSS before MiB | RSS with the connections MiB | growth per 10,000 connections MiB | bytes per connection | failed |")
-        w("|---|---:|---:|---:|---:|---:|")
-        for row in mem["rows"]:
-            w(f"| {row['label']} | {fmt(row['before_kb'] / 1024, 1)} | {fmt(row['after_kb'] / 1024, 1)} | "
-              f"{fmt(row['per10k_kb'] / 1024, 1)} | {fmt(row['per10k_kb'] * 1024 / 10000)} | {row['failed']} |")
-        w("")
+    mem_table(w, meta)
 
     rl = meta.get("reload")
     if rl:
@@ -366,6 +367,20 @@ def main_tables(w, meta, by, m, total, present):
             w(f"- {note}")
         if rl.get("notes"):
             w("")
+
+
+def mem_table(w, meta):
+    mem = meta.get("conn_mem")
+    if not mem:
+        return
+    w(f"#### Idle keep-alive connections: memory ({mem['n']:,} connections, one GET each, then idle; fresh processes)")
+    w("")
+    w("| proxy | RSS before MiB | RSS with the connections MiB | growth per 10,000 connections MiB | bytes per connection | failed |")
+    w("|---|---:|---:|---:|---:|---:|")
+    for row in mem["rows"]:
+        w(f"| {row['label']} | {fmt(row['before_kb'] / 1024, 1)} | {fmt(row['after_kb'] / 1024, 1)} | "
+          f"{fmt(row['per10k_kb'] / 1024, 1)} | {fmt(row['per10k_kb'] * 1024 / 10000)} | {row['failed']} |")
+    w("")
 
 
 def tls_tables(w, meta, by, m, total):

@@ -156,6 +156,29 @@ impl RouteMetrics {
     }
 }
 
+/// The outcomes of an attempt sent upstream, in the order of
+/// [`UpstreamMetrics`]' handles.
+const UPSTREAM_OUTCOMES: [&str; 3] = ["response", "error", "timeout"];
+
+/// One upstream pool's metric handles, resolved on first use and kept with
+/// the pool (as [`RouteMetrics`] are with a route), so an attempt sent
+/// upstream is counted without a label lookup.
+pub struct UpstreamMetrics {
+    duration: OnceLock<Histogram>,
+    /// Per target (in the pool's order), per outcome.
+    attempts: Vec<[OnceLock<Counter>; UPSTREAM_OUTCOMES.len()]>,
+}
+
+impl UpstreamMetrics {
+    /// Empty handles for a pool of `targets` targets.
+    pub fn new(targets: usize) -> Self {
+        UpstreamMetrics {
+            duration: OnceLock::new(),
+            attempts: (0..targets).map(|_| Default::default()).collect(),
+        }
+    }
+}
+
 struct RouteHandles {
     duration: Histogram,
     statuses: [OnceLock<Counter>; COMMON_STATUSES.len()],
@@ -460,6 +483,46 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// Count one attempt sent to target number `index` (named `target`) of
+    /// the upstream `upstream` through the pool's handles: as
+    /// [`Metrics::upstream`], without the label lookups.
+    pub fn pool_upstream(
+        &self,
+        handles: &UpstreamMetrics,
+        upstream: &Arc<str>,
+        (index, target): (usize, &Arc<str>),
+        outcome: &'static str,
+        took: Duration,
+    ) {
+        let (Some(attempts), Some(o)) = (
+            handles.attempts.get(index),
+            UPSTREAM_OUTCOMES.iter().position(|&x| x == outcome),
+        ) else {
+            return self.upstream(upstream, target, outcome, took);
+        };
+        attempts[o]
+            .get_or_init(|| {
+                self.upstream_requests
+                    .get_or_create(&UpstreamLabels {
+                        upstream: upstream.clone(),
+                        target: target.clone(),
+                        outcome,
+                    })
+                    .clone()
+            })
+            .inc();
+        handles
+            .duration
+            .get_or_init(|| {
+                self.upstream_duration
+                    .get_or_create(&UpstreamNameLabels {
+                        upstream: upstream.clone(),
+                    })
+                    .clone()
+            })
+            .observe(took.as_secs_f64());
+    }
+
     /// Set `tollgate_upstream_healthy` to these `(upstream, target, up)`:
     /// the series of targets not among them (a reload removed them) go.
     /// The admin API calls it before each rendering, so a scrape always
@@ -502,17 +565,25 @@ impl Default for Metrics {
 mod tests {
     use super::*;
 
-    /// The series lines of `/metrics` for `tollgate_requests_total` and the
-    /// duration count.
+    /// The series lines of `/metrics` for `tollgate_requests_total`, the
+    /// duration count and the decisions.
     fn request_lines(m: &Metrics) -> Vec<String> {
+        series(
+            m,
+            &[
+                "tollgate_requests_total",
+                "tollgate_request_duration_seconds_count",
+                "tollgate_limit_decisions_total",
+            ],
+        )
+    }
+
+    /// The series lines of `/metrics` that start with one of `names`, sorted.
+    fn series(m: &Metrics, names: &[&str]) -> Vec<String> {
         let mut lines: Vec<String> = m
             .render()
             .lines()
-            .filter(|l| {
-                l.starts_with("tollgate_requests_total")
-                    || l.starts_with("tollgate_request_duration_seconds_count")
-                    || l.starts_with("tollgate_limit_decisions_total")
-            })
+            .filter(|l| names.iter().any(|n| l.starts_with(n)))
             .map(str::to_owned)
             .collect();
         // Series order follows hash maps: compare as sets.
@@ -562,6 +633,39 @@ mod tests {
         );
         let stats = by_handle.stats.snapshot();
         assert_eq!(stats.routes[&route].requests, 4);
+    }
+
+    #[test]
+    fn upstream_handles_count_what_label_lookups_count() {
+        let (by_label, by_handle) = (Metrics::new(), Metrics::new());
+        let handles = UpstreamMetrics::new(2);
+        let (u, a, b): (Arc<str>, Arc<str>, Arc<str>) =
+            ("u".into(), "http://a:1".into(), "http://b:1".into());
+        let took = Duration::from_millis(2);
+        for (i, t, outcome) in [
+            (0, &a, "response"),
+            (0, &a, "response"),
+            (1, &b, "timeout"),
+            (0, &a, "error"),
+            (5, &b, "response"),
+        ] {
+            by_label.upstream(&u, t, outcome, took);
+            by_handle.pool_upstream(&handles, &u, (i, t), outcome, took);
+        }
+        let lines = |m: &Metrics| {
+            series(
+                m,
+                &[
+                    "tollgate_upstream_requests_total",
+                    "tollgate_upstream_duration_seconds_count",
+                ],
+            )
+        };
+        assert_eq!(lines(&by_handle), lines(&by_label));
+        assert!(lines(&by_handle).contains(
+            &r#"tollgate_upstream_requests_total{upstream="u",target="http://a:1",outcome="response"} 2"#
+                .to_owned()
+        ));
     }
 
     #[test]

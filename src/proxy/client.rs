@@ -217,7 +217,9 @@ impl Client {
         request: Request<UpstreamBody>,
     ) -> Result<Response<ResponseBody>, ClientError> {
         if self.inner.http2 {
-            self.send_h2(target, request).await
+            // Boxed: kept out of the HTTP/1.1 path's future, which every
+            // request of a plain upstream carries.
+            Box::pin(self.send_h2(target, request)).await
         } else {
             self.send_h1(target, request).await
         }
@@ -242,7 +244,10 @@ impl Client {
             let reused = pooled.is_some();
             let mut sender = match pooled.take() {
                 Some(sender) => sender,
-                None => self.connect_h1(target).await?,
+                // Boxed: connecting is rare, and its future (resolving,
+                // connecting, the TLS handshake) would otherwise swell
+                // every request's.
+                None => Box::pin(self.connect_h1(target)).await?,
             };
             match sender.try_send_request(request).await {
                 Ok(response) => {

@@ -40,14 +40,13 @@ const MAX_REQUEST_ID_LEN: usize = 200;
 ///   header is actually present.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     // One pass over the names finds the hop-by-hop ones present (most
-    // messages carry none, or only `Connection`); removing every candidate
-    // blindly would hash each of them.
-    let present: Vec<HeaderName> = headers
+    // messages carry none, or only `Connection`), as bits of `HOP_BY_HOP`;
+    // removing every candidate blindly would hash each of them.
+    let present = headers
         .keys()
-        .filter(|k| is_hop_by_hop(k))
-        .cloned()
-        .collect();
-    if present.is_empty() {
+        .filter_map(hop_by_hop_index)
+        .fold(0u16, |bits, i| bits | 1 << i);
+    if present == 0 {
         return;
     }
     // Names listed in Connection. The common `keep-alive` / `close` /
@@ -76,7 +75,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
     });
 
-    for name in named.iter().chain(&present) {
+    let present = HOP_BY_HOP
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| present & 1 << i != 0)
+        .map(|(_, name)| name);
+    for name in named.iter().chain(present) {
         if !(keep_upgrade && name == header::UPGRADE) {
             headers.remove(name);
         }
@@ -89,21 +93,34 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// Whether `name` is one of the fixed hop-by-hop headers (or Connection,
-/// which may name more).
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-            | "proxy-authorization"
-            | "proxy-authenticate"
-    )
+/// The fixed hop-by-hop headers (and Connection, which may name more).
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
+/// `name`'s place in [`HOP_BY_HOP`], if it is one of them.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    // By text: one length switch, where comparing names is a loop.
+    Some(match name.as_str() {
+        "connection" => 0,
+        "keep-alive" => 1,
+        "proxy-connection" => 2,
+        "te" => 3,
+        "trailer" => 4,
+        "transfer-encoding" => 5,
+        "upgrade" => 6,
+        "proxy-authorization" => 7,
+        "proxy-authenticate" => 8,
+        _ => return None,
+    })
 }
 
 /// What the gateway knows about a request for its forwarding headers.
@@ -111,6 +128,10 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 pub struct Forwarded<'a> {
     /// The TCP peer.
     pub peer: IpAddr,
+    /// `peer` as a header value ([`ip_value`] of its [`canonical_ip`]),
+    /// when the caller keeps one (a connection's, shared by its requests);
+    /// made here otherwise.
+    pub peer_value: Option<&'a HeaderValue>,
     /// Whether the peer is inside `server.trusted_proxies`.
     pub peer_trusted: bool,
     /// The scheme the client used to reach the gateway: `"http"` or `"https"`.
@@ -147,7 +168,8 @@ pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarded<'_>) {
         }
     } else {
         drop_forwarding_headers(headers);
-        headers.insert(X_FORWARDED_FOR, ip_value(peer));
+        let value = f.peer_value.cloned().unwrap_or_else(|| ip_value(peer));
+        headers.insert(X_FORWARDED_FOR, value);
         insert_proto(headers, f.proto);
         if let Some(host) = f.host {
             headers.insert(X_FORWARDED_HOST, host.clone());
@@ -215,7 +237,8 @@ fn insert_proto(headers: &mut HeaderMap, proto: &str) {
     headers.insert(X_FORWARDED_PROTO, value);
 }
 
-fn ip_value(ip: IpAddr) -> HeaderValue {
+/// An IP address as a header value (its text, IPv4 written without `fmt`).
+pub fn ip_value(ip: IpAddr) -> HeaderValue {
     // An IP's text is ASCII digits, dots, colons and hex letters, which is
     // always a valid header value; the fallbacks are never taken.
     match ip {
@@ -530,6 +553,7 @@ mod tests {
     ) -> Forwarded<'a> {
         Forwarded {
             peer: peer.parse().unwrap(),
+            peer_value: None,
             peer_trusted: trusted,
             proto: "https",
             host,

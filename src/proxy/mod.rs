@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
+use smallvec::SmallVec;
 
 use crate::body::{Body, ClientFault, UpstreamBody};
 use crate::error::GatewayError;
@@ -79,7 +80,8 @@ pub async fn forward(
         body,
         upgrade,
     } = out;
-    let attempts = pool.config.retries as usize + 1;
+    // Each attempt goes to a target not tried yet.
+    let attempts = (pool.config.retries as usize + 1).min(pool.targets.len());
     let version = if pool.config.http2 {
         Version::HTTP_2
     } else {
@@ -87,7 +89,7 @@ pub async fn forward(
     };
     let (body, mut slot) = UpstreamBody::new(body);
     let mut body = Some(body);
-    let mut tried: Vec<usize> = Vec::with_capacity(attempts.min(4));
+    let mut tried: SmallVec<[usize; 4]> = SmallVec::new();
     let mut last_error = GatewayError::NoHealthyUpstream;
 
     while tried.len() < attempts {
@@ -140,7 +142,8 @@ pub async fn forward(
             Ok(Err(_)) => "error",
             Err(_) => "timeout",
         };
-        metrics.upstream(&pool.name, &t.label, outcome, started.elapsed());
+        let took = started.elapsed();
+        metrics.pool_upstream(&pool.metrics, &pool.name, (target, &t.label), outcome, took);
         match result {
             Ok(Ok(response)) => {
                 pool.record(target, !response.status().is_server_error());

@@ -10,6 +10,7 @@ use super::balance::Balancer;
 use super::client::{Client, Dial};
 use super::health::{self, Change, Health};
 use crate::config::UpstreamConfig;
+use crate::metrics::UpstreamMetrics;
 use crate::tls::{self, TlsError};
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
@@ -54,6 +55,8 @@ pub struct UpstreamPool {
     /// Set when a reload put another pool in its place: its checker stops
     /// and records nothing more.
     pub(super) retired: AtomicBool,
+    /// Its metric handles (one process-wide registry: a pool serves one).
+    pub metrics: UpstreamMetrics,
 }
 
 /// Why an upstream pool could not be built.
@@ -150,6 +153,7 @@ impl UpstreamPool {
             client,
             probing: AtomicBool::new(false),
             retired: AtomicBool::new(false),
+            metrics: UpstreamMetrics::new(config.targets.len()),
         })
     }
 

@@ -20,10 +20,10 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 
 use tokio::net::{TcpListener, TcpSocket};
@@ -32,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::body::Body;
+use crate::identity::canonical_ip;
+use crate::proxy::headers::ip_value;
 use crate::shared::{Activity, Shared};
 use sniff::Framing;
 
@@ -54,6 +56,8 @@ pub struct ConnInfo {
     /// What carries on once hyper has handed the connection over (see
     /// [`ConnInfo::after_upgrade`]).
     upgraded: Mutex<Option<Detached>>,
+    /// The peer's address as a header value, made on first use.
+    peer_value: OnceLock<HeaderValue>,
 }
 
 /// Work that outlives the HTTP exchange on a connection: a tunnel after a
@@ -64,15 +68,24 @@ impl ConnInfo {
     /// What a connection from `peer` knows of itself when accepted, over
     /// `proto` (`http` or `https`); `closing` as in [`ConnInfo::closing`].
     pub fn new(peer: SocketAddr, proto: &'static str, closing: CancellationToken) -> ConnInfo {
+        let started = Instant::now();
         ConnInfo {
             peer,
             proto,
             activity: Activity::default(),
-            started: Instant::now(),
-            framing: Arc::new(Framing::default()),
+            started,
+            framing: Arc::new(Framing::new(started)),
             closing,
             upgraded: Mutex::new(None),
+            peer_value: OnceLock::new(),
         }
+    }
+
+    /// The peer's address ([`canonical_ip`] form) as a header value, for
+    /// `X-Forwarded-For`: made once, shared by the connection's requests.
+    pub fn peer_value(&self) -> &HeaderValue {
+        self.peer_value
+            .get_or_init(|| ip_value(canonical_ip(self.peer.ip())))
     }
 
     /// Run `work` on the connection's own task once hyper has upgraded it

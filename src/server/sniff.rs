@@ -9,6 +9,11 @@
 //! and records the number of the first head that carried both fields. The
 //! pipeline compares it with the number of the request it is handling.
 //!
+//! It also tells the connection's watchdog when a head has begun to arrive
+//! but is not complete yet ([`Framing::head_started`]), so `header_read`
+//! runs from a head's first byte: hyper's own head timer would also run
+//! while a keep-alive connection is idle.
+//!
 //! It never changes a byte and never blocks: on anything it does not
 //! understand (HTTP/2, an upgrade, a malformed head that hyper will reject
 //! anyway) it stops watching.
@@ -16,9 +21,10 @@
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -29,17 +35,76 @@ const MAX_HEADERS: usize = 128;
 /// The longest chunk-size or trailer line followed before giving up.
 const MAX_LINE: usize = 4096;
 
-/// What the sniffer tells the pipeline: the 1-based number of the first
-/// request head with both Content-Length and Transfer-Encoding, 0 if none.
-#[derive(Debug, Default)]
+/// What the sniffer tells the pipeline (the 1-based number of the first
+/// request head with both Content-Length and Transfer-Encoding) and the
+/// connection's watchdog (a head being received, since when).
+#[derive(Debug)]
 pub struct Framing {
+    /// The first ambiguous head's number, 0 if none.
     first_ambiguous: AtomicU64,
+    /// While a head has partly arrived: when its first byte came, in
+    /// milliseconds since `started`, plus one; 0 otherwise.
+    head_started: AtomicU64,
+    /// The watcher stopped following an HTTP/1 connection after its first
+    /// head: it can no longer say when heads start.
+    blind: AtomicBool,
+    /// When the connection was accepted.
+    started: Instant,
+    /// Woken when a head starts to arrive (the watchdog's).
+    on_head: OnceLock<Waker>,
 }
 
 impl Framing {
+    /// The watch over a connection accepted at `started`.
+    pub fn new(started: Instant) -> Framing {
+        Framing {
+            first_ambiguous: AtomicU64::new(0),
+            head_started: AtomicU64::new(0),
+            blind: AtomicBool::new(false),
+            started,
+            on_head: OnceLock::new(),
+        }
+    }
+
     /// Whether request number `n` (1-based, in arrival order) had both fields.
     pub fn ambiguous(&self, n: u64) -> bool {
         n != 0 && self.first_ambiguous.load(Ordering::Relaxed) == n
+    }
+
+    /// When the head being received began (milliseconds since the
+    /// connection started), while one has partly arrived.
+    pub fn head_started(&self) -> Option<u64> {
+        self.head_started.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Whether the watcher stopped following this HTTP/1 connection after
+    /// a head (so [`Framing::head_started`] says nothing any more).
+    pub fn blind(&self) -> bool {
+        self.blind.load(Ordering::Relaxed)
+    }
+
+    /// Wake `waker` whenever a head starts to arrive.
+    pub fn wake_on_head(&self, waker: Waker) {
+        let _ = self.on_head.set(waker);
+    }
+
+    /// A head has begun to arrive and is not complete.
+    fn head_begun(&self) {
+        if self.head_started.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.head_started.store(ms + 1, Ordering::Relaxed);
+        if let Some(waker) = self.on_head.get() {
+            waker.wake_by_ref();
+        }
+    }
+
+    /// The head being received is complete (or no longer followed).
+    fn head_ended(&self) {
+        if self.head_started.load(Ordering::Relaxed) != 0 {
+            self.head_started.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -150,6 +215,7 @@ impl Machine<'_> {
             match request.parse_with_uninit_headers(bytes, &mut headers) {
                 Ok(httparse::Status::Complete(end)) => {
                     *self.state = self.classify(&request);
+                    self.framing.head_ended();
                     return &bytes[end..];
                 }
                 Ok(httparse::Status::Partial) => {}
@@ -165,6 +231,8 @@ impl Machine<'_> {
         else {
             if self.line.len() > self.max_head {
                 self.stop();
+            } else {
+                self.framing.head_begun();
             }
             return &[];
         };
@@ -180,6 +248,7 @@ impl Machine<'_> {
         *self.line = line;
         self.line.clear();
         *self.state = next;
+        self.framing.head_ended();
         &bytes[consumed_here..]
     }
 
@@ -269,6 +338,10 @@ impl Machine<'_> {
     fn stop(&mut self) {
         *self.state = State::Done;
         *self.line = Vec::new();
+        self.framing.head_ended();
+        if *self.heads > 0 {
+            self.framing.blind.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -335,7 +408,7 @@ mod tests {
 
     /// Feed `stream` in pieces of `step` bytes; the first ambiguous head's number.
     fn run(stream: &[u8], step: usize) -> u64 {
-        let framing = Framing::default();
+        let framing = Framing::new(Instant::now());
         let (mut state, mut line, mut heads) = (State::Head, Vec::new(), 0);
         let mut m = Machine {
             state: &mut state,

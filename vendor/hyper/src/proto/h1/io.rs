@@ -14,6 +14,12 @@ use crate::common::buf::BufList;
 /// The initial buffer size allocated before trying to read from IO.
 pub(crate) const INIT_BUFFER_SIZE: usize = 8192;
 
+/// tollgate: the read buffer's first and smallest size. A request or
+/// response head usually fits; larger reads double it (up to the max) as
+/// before. hyper keeps the read buffer of an idle keep-alive connection,
+/// at 8 KiB (16 KiB once grown) per connection (see vendor/README.md).
+const READ_BUF_INIT: usize = 1024;
+
 /// The minimum value that can be set to max buffer size.
 pub(crate) const MINIMUM_MAX_BUFFER_SIZE: usize = INIT_BUFFER_SIZE;
 
@@ -384,7 +390,7 @@ impl ReadStrategy {
     fn with_max(max: usize) -> ReadStrategy {
         ReadStrategy::Adaptive {
             decrease_now: false,
-            next: INIT_BUFFER_SIZE,
+            next: READ_BUF_INIT,
             max,
         }
     }
@@ -420,7 +426,7 @@ impl ReadStrategy {
                     let decr_to = prev_power_of_two(*next);
                     if bytes_read < decr_to {
                         if *decrease_now {
-                            *next = cmp::max(decr_to, INIT_BUFFER_SIZE);
+                            *next = cmp::max(decr_to, READ_BUF_INIT);
                             *decrease_now = false;
                         } else {
                             // Decreasing is a two "record" process.
@@ -535,7 +541,11 @@ pub(super) struct WriteBuf<B> {
 impl<B: Buf> WriteBuf<B> {
     fn new(strategy: WriteStrategy) -> WriteBuf<B> {
         WriteBuf {
-            headers: Cursor::new(Vec::with_capacity(INIT_BUFFER_SIZE)),
+            // tollgate: no capacity up front. The head encoders reserve what
+            // a head needs, so the buffer grows to the connection's largest
+            // head instead of holding 8 KiB for the connection's life, idle
+            // or not (see vendor/README.md).
+            headers: Cursor::new(Vec::new()),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
             strategy,
@@ -902,7 +912,7 @@ mod tests {
 
         assert_eq!(write_buf.chunk(), b", ");
         assert_eq!(write_buf.headers.pos, 11);
-        assert_eq!(write_buf.headers.bytes.capacity(), INIT_BUFFER_SIZE);
+        assert!(write_buf.headers.bytes.capacity() >= write_buf.headers.bytes.len());
 
         // there's still room in the headers buffer, so just push on the end
         write_buf.buffer(b("it's hyper!"));
