@@ -1,8 +1,11 @@
 //! The Redis store (SPEC §6, `backend: redis`): limit state shared by every
 //! gateway instance, decided by atomic Lua functions.
 //!
-//! - One `FCALL` round trip per request decides all of its limits
-//!   (`lua/dispatch.lua`, mirroring [`decide`](crate::limit::decide::decide)).
+//! - At most one `FCALL` round trip per request decides all of its limits
+//!   (`lua/dispatch.lua`, mirroring [`decide`](crate::limit::decide::decide));
+//!   the requests that arrive while a call is in flight share the next one
+//!   ([`coalesce`]), each still decided on its own, all or nothing, in
+//!   arrival order.
 //!   The code lives in `lua/`, one file per concern, embedded at build time
 //!   and registered as one Redis Functions library ([`lua::Library`]): by
 //!   `FUNCTION LOAD REPLACE` when the store starts, and again whenever a
@@ -25,7 +28,7 @@
 //! Time: with `clock: local` the gateway's `now` travels in `ARGV` (tests
 //! drive it); with `clock: store` the scripts read Redis `TIME`, so
 //! instances with skewed clocks agree. Redis expiries are relative
-//! (`PEXPIRE`), so they hold under either clock.
+//! (`SET ... PX`, `PEXPIRE`), so they hold under either clock.
 
 pub mod breaker;
 pub mod coalesce;
