@@ -168,6 +168,9 @@ pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayE
     if bytes.is_empty() || bytes.contains(&b'@') {
         return Err(bad());
     }
+    if plain_host_and_port(bytes) {
+        return Ok(Some(value.clone()));
+    }
     let authority = http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
     // `Authority` accepts any text after the last ':'; a port must be digits.
     let host_end = authority.as_str().rfind(']').unwrap_or(0);
@@ -175,6 +178,28 @@ pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayE
         return Err(bad());
     }
     Ok(Some(value.clone()))
+}
+
+/// The common Host, checked without parsing (which copies it): a name or
+/// IPv4 address of letters, digits, dots and dashes, then maybe `:` and a
+/// port of one to five digits within 65535. Whatever passes is a valid
+/// authority with a valid port; anything else (IPv6, other characters)
+/// takes the full parse.
+fn plain_host_and_port(bytes: &[u8]) -> bool {
+    let (host, port) = match bytes.iter().position(|&b| b == b':') {
+        Some(i) => (&bytes[..i], Some(&bytes[i + 1..])),
+        None => (bytes, None),
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'.' || *b == b'-');
+    let port_ok = port.is_none_or(|p| {
+        (1..=5).contains(&p.len())
+            && p.iter().all(u8::is_ascii_digit)
+            && std::str::from_utf8(p).is_ok_and(|p| p.parse::<u16>().is_ok())
+    });
+    host_ok && port_ok
 }
 
 /// A declared body larger than `server.max_body_bytes` (413), refused
@@ -327,6 +352,46 @@ routes:
             .body(())
             .unwrap();
         assert_eq!(outcome(&rt, &r, "127.0.0.1"), Err("no_route"));
+    }
+
+    /// What the full parse says of a Host (a valid authority, and a port
+    /// that fits when there is a colon after the host).
+    fn parsed_host_ok(bytes: &[u8]) -> bool {
+        let Ok(authority) = http::uri::Authority::try_from(bytes) else {
+            return false;
+        };
+        let host_end = authority.as_str().rfind(']').unwrap_or(0);
+        !(authority.as_str()[host_end..].contains(':') && authority.port_u16().is_none())
+    }
+
+    #[test]
+    fn the_plain_host_check_accepts_only_what_the_full_parse_accepts() {
+        for host in [
+            "a",
+            "api.example.com",
+            "127.0.0.1:8080",
+            "x-y.z:1",
+            "h:65535",
+            "h:00080",
+        ] {
+            assert!(plain_host_and_port(host.as_bytes()), "{host}");
+            assert!(parsed_host_ok(host.as_bytes()), "{host}");
+        }
+        // Left to the full parse: IPv6, other characters, odd ports.
+        for host in [
+            "[::1]:80", "h:", ":80", "h:65536", "h:123456", "h:8a", "a_b", "h:1:2", "é",
+        ] {
+            assert!(!plain_host_and_port(host.as_bytes()), "{host}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn plain_hosts_are_valid_authorities(host in "[a-zA-Z0-9.:_-]{0,12}") {
+            if plain_host_and_port(host.as_bytes()) {
+                proptest::prop_assert!(parsed_host_ok(host.as_bytes()), "{}", host);
+            }
+        }
     }
 
     #[test]

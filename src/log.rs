@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing_subscriber::EnvFilter;
 
@@ -106,12 +106,12 @@ pub struct Tunnelled {
 }
 
 impl AccessRecord {
-    /// Write the access-log line: `bytes` of response body (for a tunnel:
-    /// bytes to the client) were sent; `completed` is false when the body
+    /// Write the access-log line: the request took `took`, `bytes` of
+    /// response body (for a tunnel: bytes to the client) were sent; `completed` is false when the body
     /// was cut short (a tunnel the gateway closed, or that failed). A tunnel
     /// adds `bytes_in` and `tunnel_end`.
-    pub fn emit(self, bytes: u64, completed: bool, tunnel: Option<Tunnelled>) {
-        let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+    pub fn emit(self, took: Duration, bytes: u64, completed: bool, tunnel: Option<Tunnelled>) {
+        let duration_ms = took.as_secs_f64() * 1000.0;
         tracing::info!(
             target: ACCESS_TARGET,
             request_id = self.request_id.to_str().unwrap_or_default(),

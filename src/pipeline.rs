@@ -567,7 +567,9 @@ impl Done {
             record,
         } = self;
         drop(held);
-        let took = record.started.elapsed();
+        // One clock read for the metrics, the log line and the idle clock.
+        let now = Instant::now();
+        let took = now.saturating_duration_since(record.started);
         match &route {
             Some(route) => {
                 shared
@@ -580,8 +582,9 @@ impl Done {
             bytes_in: t.from_client,
             end: t.end.as_str(),
         });
-        record.emit(bytes, completed, tunnelled);
-        conn.activity.end(conn.started.elapsed().as_millis() as u64);
+        record.emit(took, bytes, completed, tunnelled);
+        let since_accept = now.saturating_duration_since(conn.started);
+        conn.activity.end(since_accept.as_millis() as u64);
     }
 }
 
