@@ -517,8 +517,9 @@ impl RedisStore {
                 }
                 match tokio::time::timeout(self.inner.timeout, rx).await {
                     Ok(Ok(answer)) => answer,
-                    // The batch was dropped unsent (the runtime is ending).
-                    Ok(Err(_)) => Err(StoreError::BreakerOpen),
+                    // The batch was dropped unsent (the runtime is ending):
+                    // no answer came.
+                    Ok(Err(_)) => Err(StoreError::Timeout),
                     Err(_) => Err(StoreError::Timeout),
                 }
             }
