@@ -86,6 +86,12 @@ fn run(config: &std::path::Path) -> ExitCode {
 /// `TOKIO_WORKER_THREADS`); with a single worker, the current-thread
 /// scheduler, which does the same work without the hand-offs between a
 /// worker and the I/O driver (measured in benches/RESULTS.md).
+///
+/// Two workers serve about 10 % fewer requests per CPU-second than one on
+/// the 2-CPU bench machine, where NGINX's two worker processes lose about
+/// 5 % (benches/RESULTS.md, "Issue 12: multi-core"); `event_interval`, the
+/// one scheduler knob tried, did not help beyond noise, so Tokio's defaults
+/// stay.
 fn runtime_builder() -> tokio::runtime::Builder {
     let workers = match std::env::var("TOKIO_WORKER_THREADS") {
         Ok(n) => n.trim().parse().unwrap_or(0),

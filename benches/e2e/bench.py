@@ -201,22 +201,29 @@ def report(results_path):
     w(f"- machine: {meta['cpus']} CPUs, {meta['cpu_model']}; {meta['mem']}; kernel {meta['kernel']}")
     w(f"- tools: {meta['tools']}")
     present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
-    tls_only = not present
+    cores_only = not present and all(k[0].startswith("cores-") for k in by) and bool(by)
+    tls_only = not present and not cores_only
     idle_only = tls_only and not by  # --only idle: no timed figure at all
-    if idle_only:
+    if cores_only:
+        load = "wrk, the upstream nginx and Redis"
+    elif idle_only:
         load = "the connection helper (python3) and the upstream nginx"
     elif tls_only:
         load = "the clients (wrk, hsload, h2load) and the upstream nginx"
     else:
         load = "wrk/oha, upstream nginx and Redis"
-    w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; {load} on CPU {meta['load_cpu']}; "
-      "one worker process / one thread / one Tokio worker each")
+    if cores_only:
+        w(f"- pinning: each proxy on CPUs {meta['proxy_cpu']} and {meta['load_cpu']}; {load} on CPU {meta['load_cpu']}")
+    else:
+        w(f"- pinning: proxy on CPU {meta['proxy_cpu']}; {load} on CPU {meta['load_cpu']}; "
+          "one worker process / one thread / one Tokio worker each"
+          + (" (except the multi-core rows)" if meta.get("cores_scenarios") else ""))
     w(f"- machine load: loadavg at start {meta['load_start']}, at end {meta.get('load_end', '?')}; "
       f"whole-machine CPU busy during the run {meta.get('busy_pct', '?')}% "
       "(this benchmark itself keeps about one core busy)")
     if idle_only:
         pass
-    elif tls_only:
+    elif tls_only or cores_only:
         w(f"- durations: {meta['dur']} s per figure")
     else:
         w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
@@ -225,6 +232,7 @@ def report(results_path):
         main_tables(w, meta, by, m, total, present)
     else:
         mem_table(w, meta)
+    cores_table(w, meta, by)
     tls_tables(w, meta, by, m, total)
     notes = meta.get("notes", [])
     if notes:
@@ -381,6 +389,57 @@ def mem_table(w, meta):
         w(f"| {row['label']} | {fmt(row['before_kb'] / 1024, 1)} | {fmt(row['after_kb'] / 1024, 1)} | "
           f"{fmt(row['per10k_kb'] / 1024, 1)} | {fmt(row['per10k_kb'] * 1024 / 10000)} | {row['failed']} |")
     w("")
+
+
+def spread(xs, nd=0):
+    """`median (min-max)` of the values that are there."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    if len(xs) == 1:
+        return fmt(xs[0], nd)
+    return f"{fmt(statistics.median(xs), nd)} ({fmt(min(xs), nd)}–{fmt(max(xs), nd)})"
+
+
+def cores_table(w, meta, by):
+    scen = meta.get("cores_scenarios")
+    if not scen or not any(k[0].startswith("cores-") for k in by):
+        return
+    runs = max((len(v) for k, v in by.items() if k[0].startswith("cores-")), default=0)
+    w(f"#### Multi-core: 1 worker vs 2 ({runs} interleaved run(s) per figure; median (min–max))")
+    w("")
+    w(f"Each proxy may run on both CPUs ({meta['proxy_cpu']} and {meta['load_cpu']}); wrk -t1, the upstream "
+      f"nginx and Redis are on CPU {meta['load_cpu']}, so a second worker shares its core with the load. "
+      "Workers: TOKIO_WORKER_THREADS for tollgate and the floor, worker_processes for NGINX. "
+      "Requests per CPU-second = requests ÷ the proxy's utime + stime (all its processes) over the run: "
+      "the figure to compare; req/s also depends on how much of the load's core the proxy takes.")
+    w("")
+
+    def per_cpu_s(r):
+        c = r.get("cpu_s")
+        return r["requests"] / c if c else None
+
+    def rps(r):
+        return r.get("rps")
+
+    for phase, conns in (("max64", 64), ("max256", 256)):
+        if not any(k[1] == phase and k[0].startswith("cores-") for k in by):
+            continue
+        w(f"wrk -c{conns}:")
+        w("")
+        w("| proxy | workers | req/s | proxy CPU % | requests per CPU-second | per CPU-second, 2 ÷ 1 |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for name, label, workers in scen:
+            rows = by.get((name, phase), [])
+            if not rows:
+                continue
+            ratio_cell = ""
+            if workers == 2:
+                one = by.get((name[:-1] + "1", phase), [])
+                ratio_cell = ratio(med([per_cpu_s(r) for r in rows]), med([per_cpu_s(r) for r in one]))
+            w(f"| {label} | {workers} | {spread([rps(r) for r in rows])} | "
+              f"{spread([r.get('cpu_pct') for r in rows])} | {spread([per_cpu_s(r) for r in rows])} | {ratio_cell} |")
+        w("")
 
 
 def tls_tables(w, meta, by, m, total):
