@@ -78,7 +78,7 @@ def conns(port, n, path):
 
 
 # Commands a client sends to run a script; Redis 7 also counts, separately,
-# every command the script runs (TYPE, HMGET, HSET, PEXPIRE, TIME...).
+# every command the script runs (TIME, MGET, SET...).
 SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
 
 
