@@ -91,7 +91,9 @@ fn run(config: &std::path::Path) -> ExitCode {
 /// the 2-CPU bench machine, where NGINX's two worker processes lose about
 /// 5 % (benches/RESULTS.md, "Issue 12: multi-core"); `event_interval`, the
 /// one scheduler knob tried, did not help beyond noise, so Tokio's defaults
-/// stay.
+/// stay. One current-thread runtime per worker thread, each with its own
+/// accept loops and upstream idle connections, measured at parity there;
+/// why it is not in yet is written down beside the figures.
 fn runtime_builder() -> tokio::runtime::Builder {
     let workers = match std::env::var("TOKIO_WORKER_THREADS") {
         Ok(n) => n.trim().parse().unwrap_or(0),
