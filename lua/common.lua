@@ -63,6 +63,8 @@ Functions:
   state_unpack(st, tag, n) the n fields of the state string st, or nil if st
                         is none, or another's (see "States")
   state_pack(tag, n, a, b, c, d) the state string of tag and n fields
+  state_decode(st, tag, n) the n fields of st as an array (inspect.lua), or
+                        nil as state_unpack
   key_type(key)         TYPE key: 'none', 'hash', 'zset', ...
   read(cmd, key, ...)   redis.call(cmd, key, ...), except that a key of
                         another type answers nil instead of raising WRONGTYPE
@@ -71,8 +73,9 @@ Functions:
   fl_adopt(level, old_unit, unit, top), fl_units_free(level, cap, unit)
                         the bucket maths shared by token_bucket and
                         leaky_bucket (algorithm::Fluid)
-  retry_hint(retry, window), reset_hint(allowed, reset, retry, window)
-                        Verdict::retry_hint / Verdict::reset_hint
+  retry_hint(retry, window), reset_hint(retry, window)
+                        Verdict::retry_hint / Verdict::reset_hint of a
+                        rejection (an allowed verdict's reset is its own)
   DEFINE, ALGO          every algorithm file registers DEFINE.<name>, a function
                         returning its table; ALGO.<name> is that table, built
                         on first use
@@ -186,6 +189,16 @@ local function state_pack(tag, n, a, b, c, d)
   return spack(STATE_FORMAT[n], tag, a, b, c, d)
 end
 
+local function state_decode(st, tag, n)
+  -- state_unpack's values past the n-th are struct.unpack's position.
+  local a, b, c, d = state_unpack(st, tag, n)
+  if a == nil then return nil end
+  if n == 1 then return {a} end
+  if n == 2 then return {a, b} end
+  if n == 3 then return {a, b, c} end
+  return {a, b, c, d}
+end
+
 local function key_type(key)
   local t = redis.call('TYPE', key)
   -- TYPE answers a status reply, which Lua sees as {ok = 'hash'}.
@@ -234,8 +247,7 @@ local function retry_hint(retry, window)
   return window
 end
 
-local function reset_hint(allowed, reset, retry, window)
-  if allowed then return reset end
+local function reset_hint(retry, window)
   return min(retry_hint(retry, window), window)
 end
 

@@ -153,7 +153,7 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
     reset = left < window and left or window
   elseif not ok then
     status = sp.shadow and SHADOW_REJECTED or REJECTED
-    reset = reset_hint(false, reset, retry, window)
+    reset = reset_hint(retry, window)
     retry = retry_hint(retry, window)
   end
   OUT[out + 1], OUT[out + 2], OUT[out + 3], OUT[out + 4] = status, 0, delay, limit

@@ -103,9 +103,7 @@ DEFINE.fixed_window = function()
     end,
 
     decode = function(st)
-      local ws, n = state_unpack(st, TAG, 2)
-      if ws == nil then return nil end
-      return {ws, n}
+      return state_decode(st, TAG, 2)
     end,
   }
 end

@@ -46,9 +46,7 @@ DEFINE.gcra = function()
     end,
 
     decode = function(st)
-      local tat = state_unpack(st, TAG, 1)
-      if tat == nil then return nil end
-      return {tat}
+      return state_decode(st, TAG, 1)
     end,
   }
 end

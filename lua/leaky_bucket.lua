@@ -64,9 +64,7 @@ DEFINE.leaky_bucket = function()
     end,
 
     decode = function(st)
-      local lv, ts, u = state_unpack(st, TAG, 3)
-      if lv == nil then return nil end
-      return {lv, ts, u}
+      return state_decode(st, TAG, 3)
     end,
   }
 end

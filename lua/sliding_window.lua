@@ -90,9 +90,7 @@ DEFINE.sliding_window = function()
     end,
 
     decode = function(st)
-      local ws, cur, prev = state_unpack(st, TAG, 3)
-      if ws == nil then return nil end
-      return {ws, cur, prev}
+      return state_decode(st, TAG, 3)
     end,
   }
 end

@@ -54,9 +54,7 @@ DEFINE.token_bucket = function()
     end,
 
     decode = function(st)
-      local d, ts, u = state_unpack(st, TAG, 3)
-      if d == nil then return nil end
-      return {d, ts, u}
+      return state_decode(st, TAG, 3)
     end,
   }
 end

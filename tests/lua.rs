@@ -1271,77 +1271,55 @@ fn arity_errors_are_clear() {
     let keys = |n: usize| -> Vec<String> { (0..n).map(|i| format!("k{i}")).collect() };
     let s = |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.to_string()).collect() };
 
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(2),
-        &s(&["1", "1", "1", "fixed_window 0 1 5 9"]),
-    ));
-    assert!(e.contains("dispatch: the checks need 1 KEYS"), "{e}");
-    let e = err(run_script(&mut conn, &dispatch, &keys(1), &s(&["1", "1"])));
-    assert!(e.contains("ARGV must start with now, r, n"), "{e}");
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(1),
-        &s(&["1", "1", "1", "fixed_window 0 1 5"]),
-    ));
-    assert!(
-        e.contains("fixed_window (limit, window): expected 2 params"),
-        "{e}"
-    );
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(1),
-        &s(&["1", "1", "1", "fixed_window 0 1 5 9 7"]),
-    ));
-    assert!(e.contains("takes 5 words here, got 6"), "{e}");
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(1),
-        &s(&["1", "1", "1", "fixed_window 0 1 5 9", "7"]),
-    ));
-    assert!(e.contains("1 requests take 4 arguments, got 5"), "{e}");
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(1),
-        &s(&["1", "1", "1", "nope 0 1"]),
-    ));
-    assert!(e.contains("unknown algorithm nope"), "{e}");
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(1),
-        &s(&["1", "1", "1", "gcra 0 -3 1 1 0"]),
-    ));
-    assert!(
-        e.contains("cost: expected a non-negative integer, got -3"),
-        "{e}"
-    );
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(1),
-        &s(&["1", "1", "1", "gcra 4 1 1 1 0"]),
-    ));
-    assert!(e.contains("flags must be 0 to 3, got 4"), "{e}");
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(3),
-        &s(&["1", "1", "1", "gcra 2 1 1 1 0 1 1"]),
-    ));
-    assert!(e.contains("lockout (after, within"), "{e}");
-    let e = err(run_script(
-        &mut conn,
-        &dispatch,
-        &keys(1),
-        &s(&["1", "1", "1", "concurrency 0 1 1 1000"]),
-    ));
-    assert!(e.contains("the lease id is missing"), "{e}");
+    // (KEYS, ARGV, what the error says)
+    let cases: [(usize, &[&str], &str); 10] = [
+        (
+            2,
+            &["1", "1", "1", "fixed_window 0 1 5 9"],
+            "dispatch: the checks need 1 KEYS",
+        ),
+        (1, &["1", "1"], "ARGV must start with now, r, n"),
+        (
+            1,
+            &["1", "1", "1", "fixed_window 0 1 5"],
+            "fixed_window (limit, window): expected 2 params",
+        ),
+        (
+            1,
+            &["1", "1", "1", "fixed_window 0 1 5 9 7"],
+            "takes 5 words here, got 6",
+        ),
+        (
+            1,
+            &["1", "1", "1", "fixed_window 0 1 5 9", "7"],
+            "1 requests take 4 arguments, got 5",
+        ),
+        (1, &["1", "1", "1", "nope 0 1"], "unknown algorithm nope"),
+        (
+            1,
+            &["1", "1", "1", "gcra 0 -3 1 1 0"],
+            "cost: expected a non-negative integer, got -3",
+        ),
+        (
+            1,
+            &["1", "1", "1", "gcra 4 1 1 1 0"],
+            "flags must be 0 to 3, got 4",
+        ),
+        (
+            3,
+            &["1", "1", "1", "gcra 2 1 1 1 0 1 1"],
+            "lockout (after, within",
+        ),
+        (
+            1,
+            &["1", "1", "1", "concurrency 0 1 1 1000"],
+            "the lease id is missing",
+        ),
+    ];
+    for (n_keys, args, want) in cases {
+        let e = err(run_script(&mut conn, &dispatch, &keys(n_keys), &s(args)));
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
     // A failed call writes no string state.
     let e = err(run_script(
         &mut conn,
