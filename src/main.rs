@@ -66,13 +66,47 @@ fn main() -> ExitCode {
 
 fn run(config: &std::path::Path) -> ExitCode {
     let _log = tollgate::log::init();
-    let runtime = match runtime_builder().enable_all().build() {
+    let build = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = match build() {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
+    let mut threads = vec![runtime.handle().clone()];
+    for i in 1..workers() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("tollgate-worker-{i}"))
+            .spawn(move || match build() {
+                Ok(rt) => {
+                    let _ = tx.send(Ok(rt.handle().clone()));
+                    // Serves what the accept loops spawn here, for the
+                    // process's life (it ends when `main` returns).
+                    rt.block_on(std::future::pending::<()>());
+                }
+                Err(error) => {
+                    let _ = tx.send(Err(error));
+                }
+            });
+        match spawned.map(|_| rx.recv()) {
+            Ok(Ok(Ok(handle))) => threads.push(handle),
+            Ok(Ok(Err(error))) | Err(error) => {
+                eprintln!("error: cannot start worker thread {i}: {error}");
+                return ExitCode::FAILURE;
+            }
+            Ok(Err(_)) => {
+                eprintln!("error: cannot start worker thread {i}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    tollgate::server::set_threads(threads);
     match runtime.block_on(tollgate::app::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -82,28 +116,24 @@ fn run(config: &std::path::Path) -> ExitCode {
     }
 }
 
-/// Tokio's multi-thread scheduler, one worker per CPU (or
-/// `TOKIO_WORKER_THREADS`); with a single worker, the current-thread
-/// scheduler, which does the same work without the hand-offs between a
-/// worker and the I/O driver (measured in benches/RESULTS.md).
+/// The worker threads: one per CPU, or `TOKIO_WORKER_THREADS`. Each runs a
+/// current-thread Tokio runtime and its own accept loop per listener
+/// ([`tollgate::server::set_threads`]), and keeps its own idle upstream
+/// connections, so a connection and its upstream exchanges stay on one
+/// thread, with no work stealing or hand-offs between threads. The first
+/// (this thread) also runs the admin API, signals, reloads and health
+/// checks.
 ///
-/// Two workers serve about 10 % fewer requests per CPU-second than one on
-/// the 2-CPU bench machine, where NGINX's two worker processes lose about
-/// 5 % (benches/RESULTS.md, "Issue 12: multi-core"); `event_interval`, the
-/// one scheduler knob tried, did not help beyond noise, so Tokio's defaults
-/// stay. One current-thread runtime per worker thread, each with its own
-/// accept loops and upstream idle connections, measured at parity there;
-/// why it is not in yet is written down beside the figures.
-fn runtime_builder() -> tokio::runtime::Builder {
-    let workers = match std::env::var("TOKIO_WORKER_THREADS") {
+/// Measured on 2 CPUs (benches/RESULTS.md, "Issue 12: multi-core"): Tokio's
+/// multi-thread scheduler with 2 workers served about 10 % fewer requests
+/// per CPU-second than 1 worker; this design serves about as many (NGINX's
+/// 2 worker processes: about 5 % fewer).
+fn workers() -> usize {
+    let n = match std::env::var("TOKIO_WORKER_THREADS") {
         Ok(n) => n.trim().parse().unwrap_or(0),
         Err(_) => std::thread::available_parallelism().map_or(0, usize::from),
     };
-    if workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    }
+    n.max(1)
 }
 
 fn check(config: &std::path::Path) -> ExitCode {

@@ -23,7 +23,18 @@ async fn simple(echo: &Echo) -> Gateway {
 
 /// Like [`simple`], with more upstream settings (`, key: value`...).
 async fn simple_with(echo: &Echo, settings: &str) -> Gateway {
-    Gateway::start(&config(&format!(
+    Gateway::start(&simple_config(echo, settings)).await
+}
+
+/// [`simple`] on exactly one worker thread: upstream connections are kept
+/// per thread, so a test counting them pins the threads.
+async fn simple_one_thread(echo: &Echo) -> Gateway {
+    Gateway::start_workers(&simple_config(echo, ""), 1).await
+}
+
+/// The config of [`simple_with`].
+fn simple_config(echo: &Echo, settings: &str) -> String {
+    config(&format!(
         r#"
         upstreams:
           e: {{ targets: ["{}"], retries: 0{settings} }}
@@ -33,8 +44,7 @@ async fn simple_with(echo: &Echo, settings: &str) -> Gateway {
             upstream: e
         "#,
         echo.url()
-    )))
-    .await
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -804,7 +814,7 @@ fn connections_used(echo: &Echo) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_upstream_connection_serves_sequential_requests() {
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = simple_one_thread(&echo).await;
     let h1 = client::h1();
     let h2c = client::h2c();
     for i in 0..5 {
@@ -845,9 +855,28 @@ async fn one_upstream_connection_serves_sequential_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_thread_keeps_at_most_one_idle_upstream_connection_for_sequential_requests() {
+    // Two worker threads, each with its own idle list: 40 sequential
+    // requests, each on a fresh client connection that the kernel hands to
+    // either thread, open at most one upstream connection per thread.
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start_workers(&simple_config(&echo, ""), 2).await;
+    for i in 0..40 {
+        let r = client::get(gw.addr(), &format!("/plain?i={i}")).await;
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(echo.count(), 40);
+    let n = echo.connections();
+    assert!(
+        (1..=2).contains(&n),
+        "{n} upstream connections for 2 threads"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_do_not_wait_behind_a_slow_response_body() {
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = simple_one_thread(&echo).await;
     // A large response nobody reads: its upstream connection stays busy.
     let stalled = unread_download(&gw, &echo).await;
     let start = Instant::now();
@@ -866,7 +895,7 @@ async fn concurrent_requests_do_not_wait_behind_a_slow_response_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_dropped_response_does_not_return_its_connection() {
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = simple_one_thread(&echo).await;
     drop(unread_download(&gw, &echo).await);
     tokio::time::sleep(Duration::from_millis(100)).await;
     for _ in 0..3 {

@@ -26,7 +26,13 @@
 //! per client, which holds only a `Weak` reference and ends with the client.
 //! Its ticks also drive a coarse clock (`idle / 10` per tick) that stamps
 //! connections when they go idle, so returning a connection reads no clock.
-//! At most [`MAX_IDLE_PER_TARGET`] idle connections are kept per target.
+//! At most [`MAX_IDLE_PER_TARGET`] idle connections are kept per target and
+//! thread.
+//!
+//! **Threads.** Idle HTTP/1.1 connections are kept per worker thread (up to
+//! [`IDLE_LISTS`] lists): a connection's task runs on the thread that opened
+//! it, so a request on another thread would cross threads twice per
+//! exchange; each thread takes back only what it opened.
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -54,6 +60,9 @@ use crate::body::{self, UpstreamBody};
 /// The most idle connections kept per target; a connection coming back to a
 /// full idle list is closed instead.
 pub const MAX_IDLE_PER_TARGET: usize = 1024;
+
+/// Idle lists per target: one per worker thread, threads beyond this share.
+const IDLE_LISTS: usize = 8;
 
 /// Reaper ticks per idle timeout: a connection is closed after between 1 and
 /// 1.1 idle timeouts without use.
@@ -121,6 +130,15 @@ pub struct Dial<'a> {
     pub tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
 }
 
+/// This thread's idle list: threads are numbered as they first ask.
+fn idle_list() -> usize {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    thread_local! {
+        static LIST: usize = NEXT.fetch_add(1, Ordering::Relaxed) as usize % IDLE_LISTS;
+    }
+    LIST.with(|l| *l)
+}
+
 /// One target: where to connect, and its pooled connections.
 struct Endpoint {
     /// The host, without IPv6 brackets (for resolving).
@@ -130,8 +148,9 @@ struct Endpoint {
     ip: Option<IpAddr>,
     /// TLS over the TCP connection, for an `https://` target.
     tls: Option<(TlsConnector, ServerName<'static>)>,
-    /// Idle HTTP/1.1 connections, the most recently returned last.
-    idle: Mutex<Vec<Idle>>,
+    /// Idle HTTP/1.1 connections, the most recently returned last, per
+    /// thread ([`idle_list`]).
+    idle: [Mutex<Vec<Idle>>; IDLE_LISTS],
     /// The shared HTTP/2 connection.
     shared: Mutex<Option<Shared>>,
     /// Held while an HTTP/2 connection is being opened, so only one is.
@@ -184,7 +203,7 @@ impl Client {
                     host: host.into(),
                     port: authority.port_u16().unwrap_or(default_port),
                     tls: tls.map(|(config, name)| (TlsConnector::from(config), name)),
-                    idle: Mutex::new(Vec::new()),
+                    idle: Default::default(),
                     shared: Mutex::new(None),
                     connecting: tokio::sync::Mutex::new(()),
                 }
@@ -231,7 +250,7 @@ impl Client {
         self.inner
             .endpoints
             .get(target)
-            .map_or(0, |ep| lock(&ep.idle).len())
+            .map_or(0, |ep| ep.idle.iter().map(|l| lock(l).len()).sum())
     }
 
     async fn send_h1(
@@ -414,7 +433,7 @@ impl Inner {
     /// recently used first. Closed ones are dropped on the way; ones not
     /// ready yet stay for later.
     fn checkout(&self, target: usize) -> Option<Sender1> {
-        let mut idle = lock(&self.endpoints[target].idle);
+        let mut idle = lock(&self.endpoints[target].idle[idle_list()]);
         let mut i = idle.len();
         while i > 0 {
             i -= 1;
@@ -434,7 +453,7 @@ impl Inner {
             return;
         }
         let since = self.clock.load(Ordering::Relaxed);
-        let mut idle = lock(&self.endpoints[target].idle);
+        let mut idle = lock(&self.endpoints[target].idle[idle_list()]);
         if idle.len() < MAX_IDLE_PER_TARGET {
             idle.push(Idle { sender, since });
         }
@@ -515,7 +534,9 @@ impl Inner {
     fn reap(&self, now: u32) {
         let expired = |since: u32| now.wrapping_sub(since) > REAP_TICKS;
         for ep in &self.endpoints {
-            lock(&ep.idle).retain(|i| !(i.sender.is_closed() || expired(i.since)));
+            for list in &ep.idle {
+                lock(list).retain(|i| !(i.sender.is_closed() || expired(i.since)));
+            }
             let mut shared = lock(&ep.shared);
             if shared
                 .as_ref()

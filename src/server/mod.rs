@@ -8,6 +8,13 @@
 //! tunnel) runs on its connection's task, so it is tracked, counted and
 //! closed at the end of the grace like the connection it is.
 //!
+//! With several worker threads (`src/main.rs`: one current-thread Tokio
+//! runtime each), every thread runs its own accept loop on a copy of each
+//! listener's descriptor ([`set_threads`]): a connection lives on the thread
+//! that accepted it, with no hand-off between threads; the stop token, the
+//! connection limit and the tracker are shared, so reload and shutdown see
+//! one server.
+//!
 //! The server knows nothing of what a request means: each one goes to the
 //! [`Handler`] it was built with (the gateway's pipeline; the binary wires
 //! them together in `app.rs`).
@@ -118,6 +125,16 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding;
 }
 
+/// The runtimes whose threads accept and serve connections (one per worker
+/// thread); unset: the runtime that calls [`Server::serve`].
+static THREADS: OnceLock<Vec<tokio::runtime::Handle>> = OnceLock::new();
+
+/// Serve connections on these runtimes' threads, one accept loop each per
+/// listener: set once, before the first [`Server::serve`].
+pub fn set_threads(handles: Vec<tokio::runtime::Handle>) {
+    let _ = THREADS.set(handles);
+}
+
 /// The listen backlog: connections beyond `max_connections` wait here.
 const BACKLOG: u32 = 1024;
 
@@ -194,8 +211,48 @@ impl Server {
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.insert(addr, Listening { stop: stop.clone() });
         }
-        let server = self.clone();
-        tokio::spawn(async move { server.accept_loop(addr, listener, stop).await });
+        match THREADS.get() {
+            Some(threads) if threads.len() > 1 => self.serve_on(threads, addr, listener, stop),
+            _ => {
+                let server = self.clone();
+                tokio::spawn(async move { server.accept_loop(addr, listener, stop).await });
+            }
+        }
+    }
+
+    /// One accept loop per thread, each on its own copy of `listener`'s
+    /// descriptor (registered with that thread's runtime): the kernel hands
+    /// each new connection to one of them.
+    fn serve_on(
+        self: &Arc<Self>,
+        threads: &[tokio::runtime::Handle],
+        addr: SocketAddr,
+        listener: TcpListener,
+        stop: CancellationToken,
+    ) {
+        let listener = match listener.into_std() {
+            Ok(l) => l,
+            Err(error) => {
+                tracing::error!(%addr, %error, "cannot share the listener between threads");
+                return;
+            }
+        };
+        for thread in threads {
+            let copy = match listener.try_clone() {
+                Ok(c) => c,
+                Err(error) => {
+                    tracing::error!(%addr, %error, "cannot share the listener between threads");
+                    continue;
+                }
+            };
+            let (server, stop) = (self.clone(), stop.clone());
+            thread.spawn(async move {
+                match TcpListener::from_std(copy) {
+                    Ok(l) => server.accept_loop(addr, l, stop).await,
+                    Err(error) => tracing::error!(%addr, %error, "cannot listen on this thread"),
+                }
+            });
+        }
     }
 
     /// Stop accepting on `addr`; its open connections carry on.

@@ -102,11 +102,28 @@ impl Gateway {
     }
 
     pub fn spawn_with(template: &str, launch: Launch) -> Gateway {
+        Self::spawn_inner(template, launch, None)
+    }
+
+    /// Like [`Gateway::start`] with exactly `workers` worker threads
+    /// (`TOKIO_WORKER_THREADS`), for a test whose counts depend on them.
+    pub async fn start_workers(template: &str, workers: usize) -> Gateway {
+        let mut gw = Self::spawn_inner(template, Launch::Flag, Some(workers));
+        gw.wait_ready().await;
+        gw
+    }
+
+    fn spawn_inner(template: &str, launch: Launch, workers: Option<usize>) -> Gateway {
         let dir = temp_dir("gw");
         let config_path = dir.join("gateway.yaml");
         std::fs::write(&config_path, render(template)).expect("write config");
         let mut cmd = Command::new(BIN);
-        pick_scheduler(&mut cmd);
+        match workers {
+            Some(n) => {
+                cmd.env("TOKIO_WORKER_THREADS", n.to_string());
+            }
+            None => pick_scheduler(&mut cmd),
+        }
         cmd.env("TOLLGATE_LOG", "info")
             .env_remove("TOLLGATE_CONFIG")
             .env_remove("RUST_LOG")
@@ -541,10 +558,10 @@ impl Drop for Gateway {
     }
 }
 
-/// Every other gateway the suites start runs with one Tokio worker, that is
-/// on the current-thread scheduler tollgate picks for it (src/main.rs); the
-/// others on the multi-thread scheduler, one worker per CPU: the suites
-/// cover both. A `TOKIO_WORKER_THREADS` in the test's environment wins.
+/// Every other gateway the suites start runs with one worker thread; the
+/// others with one per CPU, each thread with its own accept loops and idle
+/// upstream connections (src/main.rs): the suites cover both. A
+/// `TOKIO_WORKER_THREADS` in the test's environment wins.
 fn pick_scheduler(cmd: &mut Command) {
     static STARTED: AtomicUsize = AtomicUsize::new(0);
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none()
