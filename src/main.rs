@@ -66,6 +66,13 @@ fn main() -> ExitCode {
 
 fn run(config: &std::path::Path) -> ExitCode {
     let _log = tollgate::log::init();
+    let workers = match workers() {
+        Ok(n) => n,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let build = || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -79,7 +86,7 @@ fn run(config: &std::path::Path) -> ExitCode {
         }
     };
     let mut threads = vec![runtime.handle().clone()];
-    for i in 1..workers() {
+    for i in 1..workers {
         let (tx, rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name(format!("tollgate-worker-{i}"))
@@ -128,12 +135,19 @@ fn run(config: &std::path::Path) -> ExitCode {
 /// multi-thread scheduler with 2 workers served about 10 % fewer requests
 /// per CPU-second than 1 worker; this design serves about as many (NGINX's
 /// 2 worker processes: about 5 % fewer).
-fn workers() -> usize {
-    let n = match std::env::var("TOKIO_WORKER_THREADS") {
-        Ok(n) => n.trim().parse().unwrap_or(0),
-        Err(_) => std::thread::available_parallelism().map_or(0, usize::from),
-    };
-    n.max(1)
+///
+/// A `TOKIO_WORKER_THREADS` that is not a whole number from 1 to 1024 is an
+/// error, not a silent default.
+fn workers() -> Result<usize, String> {
+    match std::env::var("TOKIO_WORKER_THREADS") {
+        Ok(n) => match n.trim().parse::<usize>() {
+            Ok(n @ 1..=1024) => Ok(n),
+            _ => Err(format!(
+                "TOKIO_WORKER_THREADS must be a whole number from 1 to 1024, got {n:?}"
+            )),
+        },
+        Err(_) => Ok(std::thread::available_parallelism().map_or(1, usize::from)),
+    }
 }
 
 fn check(config: &std::path::Path) -> ExitCode {

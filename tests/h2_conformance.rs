@@ -710,4 +710,5 @@ async fn rewrite_location_puts_the_stripped_prefix_back() {
         );
     }
     drop(python.child);
+    let _ = std::fs::remove_dir_all(&dir);
 }

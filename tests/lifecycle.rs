@@ -647,6 +647,23 @@ fn check_accepts_the_repo_gateway_yaml() {
     assert!(!out.trim().is_empty(), "check should print a summary");
 }
 
+#[test]
+fn a_bad_worker_thread_count_is_an_error_not_a_default() {
+    for bad in ["0", "two", "-1", "100000"] {
+        let (code, out, err) = run_cli(&["-c", REPO_YAML], &[("TOKIO_WORKER_THREADS", bad)], None);
+        assert_eq!(
+            code, 1,
+            "TOKIO_WORKER_THREADS={bad}\nstdout: {out}\nstderr: {err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "TOKIO_WORKER_THREADS must be a whole number from 1 to 1024, got \"{bad}\""
+            )),
+            "stderr: {err}"
+        );
+    }
+}
+
 const UNKNOWN_FIELD: &str = "server:
   listen: [\"127.0.0.1:1\"]
 routes:

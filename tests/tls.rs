@@ -576,10 +576,14 @@ async fn tls_upstream(
 
 /// A gateway forwarding `/` to `target` with the upstream settings `extra`.
 async fn proxy_to(target: &str, extra: &str) -> Gateway {
-    Gateway::start(&config(&format!(
+    Gateway::start(&upstream_config(target, extra)).await
+}
+
+/// The config of [`proxy_to`].
+fn upstream_config(target: &str, extra: &str) -> String {
+    config(&format!(
         "upstreams:\n  up:\n    targets: [\"{target}\"]\n{extra}routes:\n  - {{ name: r, match: {{ path: / }}, upstream: up }}\n"
-    )))
-    .await
+    ))
 }
 
 #[tokio::test]
@@ -589,9 +593,10 @@ async fn https_upstreams_are_verified_and_their_connections_pooled() {
     let up = tls_upstream(&cert, &key, None).await;
     let target = format!("https://127.0.0.1:{}", up.addr.port());
 
-    // Trusted through tls.ca: ten requests, one TLS connection.
+    // Trusted through tls.ca: ten requests, one TLS connection (on one
+    // worker thread: idle upstream connections are kept per thread).
     let ca = format!("    tls: {{ ca: \"{}\" }}\n", pki.ca().display());
-    let gw = proxy_to(&target, &ca).await;
+    let gw = Gateway::start_workers(&upstream_config(&target, &ca), 1).await;
     for _ in 0..10 {
         let r = common::client::get(gw.addr(), "/").await;
         assert_eq!(
@@ -645,6 +650,7 @@ async fn https_upstreams_are_verified_and_their_connections_pooled() {
     );
     assert_eq!(code, 0);
     assert!(out.contains("upstreams.up.tls.verify: false"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -14,6 +14,13 @@ pub struct Pki {
     issuer: Issuer<'static, KeyPair>,
 }
 
+impl Drop for Pki {
+    /// The certificates go with the PKI: tests leave nothing in the temp dir.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Pki {
     pub fn new() -> Pki {
         let dir = temp_dir("tls");
