@@ -131,10 +131,11 @@ fn run(config: &std::path::Path) -> ExitCode {
 /// (this thread) also runs the admin API, signals, reloads and health
 /// checks.
 ///
-/// Measured on 2 CPUs (benches/RESULTS.md, "Issue 12: multi-core"): Tokio's
-/// multi-thread scheduler with 2 workers served about 10 % fewer requests
-/// per CPU-second than 1 worker; this design serves about as many (NGINX's
-/// 2 worker processes: about 5 % fewer).
+/// Measured on 2 CPUs (benches/RESULTS.md, "Issue 12: multi-core" and "Issue
+/// 12: the full run"): Tokio's multi-thread scheduler with 2 workers served
+/// about 10 % fewer requests per CPU-second than 1 worker; this design
+/// serves 0.91-1.20 of 1 worker's (NGINX's 2 worker processes in the same
+/// run: 0.88-0.97).
 ///
 /// A `TOKIO_WORKER_THREADS` that is not a whole number from 1 to 1024 is an
 /// error, not a silent default.
