@@ -30,8 +30,6 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`simulate`]: `tollgate simulate`: replay a request log through the
 //!   routes and limits on a virtual clock, and report what would be throttled.
-//! - [`workers`]: the worker threads (one current-thread runtime each), for
-//!   the server's accept loops and the Redis store's lanes.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -54,4 +52,3 @@ pub mod server;
 pub mod shared;
 pub mod simulate;
 pub mod tls;
-pub mod workers;

@@ -113,7 +113,7 @@ fn run(config: &std::path::Path) -> ExitCode {
             }
         }
     }
-    tollgate::workers::set(threads);
+    tollgate::server::set_threads(threads);
     match runtime.block_on(tollgate::app::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -125,7 +125,7 @@ fn run(config: &std::path::Path) -> ExitCode {
 
 /// The worker threads: one per CPU, or `TOKIO_WORKER_THREADS`. Each runs a
 /// current-thread Tokio runtime and its own accept loop per listener
-/// ([`tollgate::workers`]), and keeps its own idle upstream
+/// ([`tollgate::server::set_threads`]), and keeps its own idle upstream
 /// connections, so a connection and its upstream exchanges stay on one
 /// thread, with no work stealing or hand-offs between threads. The first
 /// (this thread) also runs the admin API, signals, reloads and health

@@ -10,7 +10,7 @@
 //!
 //! With several worker threads (`src/main.rs`: one current-thread Tokio
 //! runtime each), every thread runs its own accept loop on a copy of each
-//! listener's descriptor ([`crate::workers`]): a connection lives on the thread
+//! listener's descriptor ([`set_threads`]): a connection lives on the thread
 //! that accepted it, with no hand-off between threads; the stop token, the
 //! connection limit and the tracker are shared, so reload and shutdown see
 //! one server.
@@ -125,6 +125,16 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding;
 }
 
+/// The runtimes whose threads accept and serve connections (one per worker
+/// thread); unset: the runtime that calls [`Server::serve`].
+static THREADS: OnceLock<Vec<tokio::runtime::Handle>> = OnceLock::new();
+
+/// Serve connections on these runtimes' threads, one accept loop each per
+/// listener: set once, before the first [`Server::serve`].
+pub fn set_threads(handles: Vec<tokio::runtime::Handle>) {
+    let _ = THREADS.set(handles);
+}
+
 /// The listen backlog: connections beyond `max_connections` wait here.
 const BACKLOG: u32 = 1024;
 
@@ -201,7 +211,7 @@ impl Server {
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.insert(addr, Listening { stop: stop.clone() });
         }
-        match crate::workers::handles() {
+        match THREADS.get() {
             Some(threads) if threads.len() > 1 => self.serve_on(threads, addr, listener, stop),
             _ => {
                 let server = self.clone();

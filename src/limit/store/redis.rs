@@ -22,13 +22,6 @@
 //!   failures and lets one probe through after a growing back-off; when it
 //!   opens, the connection is replaced, because a stalled server or a dead
 //!   peer may never close the old one.
-//! - Lanes: one (connection, coalescing queue) per worker thread
-//!   ([`crate::workers::count`]), picked by the calling thread, so a
-//!   request's call, its batch and its answer stay on its thread (thread-per-
-//!   core, `src/main.rs`). Measured against one shared lane in
-//!   benches/RESULTS.md ("Issue 12: multi-core"): less gateway CPU per
-//!   request at 2 threads, about twice the calls, the same Redis CPU per
-//!   request. Each lane's connection opens lazily on its own thread.
 //! - Resets reach every instance through the pub/sub channel
 //!   `<prefix>:reset` ([`RedisStore::subscribe_resets`]).
 //!
@@ -41,7 +34,7 @@ pub mod breaker;
 pub mod coalesce;
 pub mod wire;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -387,8 +380,8 @@ impl Functions {
     }
 }
 
-/// A Redis-backed limit store. Cheap to clone: clones share the lanes (a
-/// multiplexed connection per worker thread), one breaker and the functions.
+/// A Redis-backed limit store. Cheap to clone: clones share one multiplexed
+/// connection, one breaker and the functions.
 #[derive(Debug, Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -397,34 +390,16 @@ pub struct RedisStore {
 #[derive(Debug)]
 struct Inner {
     client: Client,
-    /// One lane per worker thread (at least one): see the module doc.
-    lanes: Vec<Lane>,
+    /// The current connection; replaced when the breaker opens. Calls clone
+    /// it (an `Arc`) and never hold the lock across an await.
+    conn: Mutex<ConnectionManager>,
     prefix: String,
     timeout: Duration,
     local_clock: bool,
     breaker: Mutex<Breaker>,
     functions: Functions,
-}
-
-/// One worker thread's way to Redis.
-#[derive(Debug)]
-struct Lane {
-    /// The lane's connection; replaced when the breaker opens. Calls clone
-    /// it (an `Arc`) and never hold the lock across an await.
-    conn: Mutex<ConnectionManager>,
     /// Decision calls in flight and the requests waiting for the next one.
     queue: Mutex<Queue>,
-}
-
-impl Inner {
-    /// The calling thread's lane: threads are numbered as they first ask.
-    fn lane(&self) -> &Lane {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        thread_local! {
-            static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-        }
-        &self.lanes[INDEX.with(|i| *i) % self.lanes.len()]
-    }
 }
 
 /// How long a background connection attempt may take (it does not hold up
@@ -473,24 +448,17 @@ impl RedisStore {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(StoreError::NoRuntime);
         }
-        let lanes = (0..crate::workers::count())
-            .map(|_| {
-                Ok(Lane {
-                    conn: Mutex::new(connection(&client)?),
-                    queue: Mutex::new(Queue::default()),
-                })
-            })
-            .collect::<Result<Vec<_>, RedisError>>()
-            .map_err(invalid)?;
+        let conn = connection(&client).map_err(invalid)?;
         let store = RedisStore {
             inner: Arc::new(Inner {
                 client,
-                lanes,
+                conn: Mutex::new(conn),
                 prefix: prefix.to_owned(),
                 timeout,
                 local_clock,
                 breaker: Mutex::new(Breaker::default()),
                 functions: Functions::new(),
+                queue: Mutex::new(Queue::default()),
             }),
         };
         store.load_library_soon();
@@ -500,7 +468,7 @@ impl RedisStore {
     /// Registers the library in the background (best effort: Redis may be
     /// down now; a call that finds the function missing loads it then).
     fn load_library_soon(&self) {
-        let conn = lock(&self.inner.lane().conn).clone();
+        let conn = lock(&self.inner.conn).clone();
         let src = self.inner.functions.library.src.clone();
         tokio::spawn(async move {
             let loaded = tokio::time::timeout(CONNECT_TIMEOUT * 5, load_library(conn, &src)).await;
@@ -537,7 +505,7 @@ impl RedisStore {
             // The breaker fails this fast (or lets it probe): nothing to wait for.
             return self.dispatch(&[checks], now).await;
         }
-        let arrival = lock(&self.inner.lane().queue).arrive(checks, now);
+        let arrival = lock(&self.inner.queue).arrive(checks, now);
         match arrival {
             Arrival::SendNow => {
                 let _flight = InFlight(self);
@@ -594,7 +562,7 @@ impl RedisStore {
 
     /// A decision call ended: send the next batch, if any requests wait.
     fn call_ended(&self) {
-        let next = lock(&self.inner.lane().queue).call_ended();
+        let next = lock(&self.inner.queue).call_ended();
         if let Some(batch) = next {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
@@ -767,16 +735,15 @@ impl RedisStore {
             .await
     }
 
-    /// Run `op` on the calling thread's lane connection through the
-    /// breaker, within the deadline, and feed its outcome back to the
-    /// breaker.
+    /// Run `op` on the shared connection through the breaker, within the
+    /// deadline, and feed its outcome back to the breaker.
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = Result<T, RedisError>>,
     {
         let mut permit = self.admit()?;
-        let conn = lock(&self.inner.lane().conn).clone();
+        let conn = lock(&self.inner.conn).clone();
         let result = match tokio::time::timeout(self.inner.timeout, op(conn)).await {
             Err(_) => Err(StoreError::Timeout),
             Ok(r) => r.map_err(classify),
@@ -806,10 +773,8 @@ impl RedisStore {
             }
             // A stopped server or a silent peer may never close the old
             // connection; a fresh one connects on the next call.
-            for lane in &self.inner.lanes {
-                if let Ok(fresh) = connection(&self.inner.client) {
-                    *lock(&lane.conn) = fresh;
-                }
+            if let Ok(fresh) = connection(&self.inner.client) {
+                *lock(&self.inner.conn) = fresh;
             }
         }
     }
