@@ -107,9 +107,10 @@ pub struct Tunnelled {
 
 impl AccessRecord {
     /// Write the access-log line: the request took `took`, `bytes` of
-    /// response body (for a tunnel: bytes to the client) were sent; `completed` is false when the body
-    /// was cut short (a tunnel the gateway closed, or that failed). A tunnel
-    /// adds `bytes_in` and `tunnel_end`.
+    /// response body (for a tunnel: bytes to the client) were sent;
+    /// `completed` is false when the body was cut short (a tunnel the
+    /// gateway closed, or that failed). A tunnel adds `bytes_in` and
+    /// `tunnel_end`.
     pub fn emit(self, took: Duration, bytes: u64, completed: bool, tunnel: Option<Tunnelled>) {
         let duration_ms = took.as_secs_f64() * 1000.0;
         tracing::info!(

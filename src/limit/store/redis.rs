@@ -517,10 +517,9 @@ impl RedisStore {
                 }
                 match tokio::time::timeout(self.inner.timeout, rx).await {
                     Ok(Ok(answer)) => answer,
-                    // The batch was dropped unsent (the runtime is ending):
-                    // no answer came.
-                    Ok(Err(_)) => Err(StoreError::Timeout),
-                    Err(_) => Err(StoreError::Timeout),
+                    // No answer in time, or the batch was dropped unsent
+                    // (the runtime is ending): no answer came.
+                    Ok(Err(_)) | Err(_) => Err(StoreError::Timeout),
                 }
             }
         }
