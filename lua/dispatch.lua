@@ -11,7 +11,9 @@ KEYS: for each request, for each of its checks: the check's state key
       "<prefix>:{<32 hex>}:s", then, if the check has a lockout, its lockout
       key "<prefix>:{<32 hex>}:l" (one hash tag per (limit, client)); last,
       if any check has a lockout, the lockout index "<prefix>:lockouts" (a
-      sorted set: member = the 32 hex, score = the lock's end).
+      sorted set: member = the 32 hex, score = the lock's end). On Redis
+      Cluster the index lives on a slot of its own, so the gateway leaves it
+      out and enters a lockout that starts in the index itself.
 ARGV: now (µs since the epoch; '' = Redis TIME), r (the number of requests),
       then for each request: n, its number of checks, then for each check
       its spec, one string of space-separated words:
@@ -30,7 +32,9 @@ ARGV: now (µs since the epoch; '' = Redis TIME), r (the number of requests),
 Return: one string of 8 little-endian doubles per check (every request's
         checks in order), each an integer: status (0 allowed, 1 rejected, 2
         locked_out, 3 shadow_rejected, 4 not_consumed), lock_started (0|1),
-        delay, limit, window, remaining, reset, retry_after (µs). Binary
+        delay, limit, window, remaining, reset, retry_after (µs); then one
+        more double: the call's now (µs), which a Redis Cluster refund
+        (refund.lua) names as the time the units were taken. Binary
         (struct.pack), because Redis turns an array of n integers into its
         reply at several hundred instructions each, and a text of them costs
         an snprintf each (common.lua, "States").
@@ -176,11 +180,13 @@ local function strike(KEYS, vals, c, now)
     -- The index behind GET /lockouts. It has no hash tag of its own, so it
     -- may live on another slot: Redis Cluster support must move it.
     local index, lkey = KEYS[#KEYS], KEYS[at]
-    local hex = match(lkey, '{(%x+)}:l$') or lkey
-    redis.call('ZADD', index, fmt(lu), hex)
-    redis.call('ZREMRANGEBYSCORE', index, '-inf', fmt(now))
-    local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
-    set_ttl(index, tonumber(last[2]) - now)
+    if INDEXED then
+      local hex = match(lkey, '{(%x+)}:l$') or lkey
+      redis.call('ZADD', index, fmt(lu), hex)
+      redis.call('ZREMRANGEBYSCORE', index, '-inf', fmt(now))
+      local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
+      set_ttl(index, tonumber(last[2]) - now)
+    end
   end
   return length
 end
@@ -234,6 +240,10 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   return i, k, out + 8 * n, locks
 end
 
+-- Whether this call's KEYS end with the lockout index (not on Redis
+-- Cluster): a state or lockout key ends in "}:s" or "}:l", the index not.
+local INDEXED = true
+
 local function dispatch(KEYS, ARGV)
   local nargs, nkeys = #ARGV, #KEYS
   if nargs < 4 then
@@ -256,6 +266,7 @@ local function dispatch(KEYS, ARGV)
     end
     first_used = true
   end
+  INDEXED = nkeys > 0 and string.byte(KEYS[nkeys], -3) ~= 125
   -- Every string state at once; a sorted set (or a hash) reads as false.
   local vals = redis.call('MGET', unpack(KEYS))
 
@@ -269,7 +280,7 @@ local function dispatch(KEYS, ARGV)
     fail('dispatch: ' .. r .. ' requests take ' .. (i - 1) .. ' arguments, got ' .. nargs)
   end
   local want = k - 1 + (locks and 1 or 0)
-  if want ~= nkeys then
+  if want ~= nkeys and not (locks and nkeys == k - 1) then
     fail('dispatch: the checks need ' .. want .. ' KEYS (a state key each, a lockout key '
       .. 'each with a lockout, then the index if any), got ' .. nkeys)
   end
@@ -281,8 +292,9 @@ local function dispatch(KEYS, ARGV)
   local m = out / 8
   local f = OUT_FORMAT[m]
   if f == nil then
-    f = '<' .. string.rep('d', out)
+    f = '<' .. string.rep('d', out + 1)
     OUT_FORMAT[m] = f
   end
-  return spack(f, unpack(OUT, 1, out))
+  OUT[out + 1] = now
+  return spack(f, unpack(OUT, 1, out + 1))
 end

@@ -102,6 +102,15 @@ DEFINE.fixed_window = function()
         state_pack(TAG, 2, start, n)
     end,
 
+    -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`,
+    -- from the window that held `at` if it is still the stored one (a later
+    -- window never counted them). The state to store (its TTL kept), or nil.
+    refund = function(st, at, _, cost, _, window)
+      local ws, n = state_unpack(st, TAG, 2)
+      if ws == nil or ws ~= bounds(window, at) then return nil end
+      return state_pack(TAG, 2, ws, max(n - max(cost, 1), 0))
+    end,
+
     decode = function(st)
       return state_decode(st, TAG, 2)
     end,

@@ -45,6 +45,15 @@ DEFINE.gcra = function()
         min(ttl, tau), retry, ttl, allowed and state_pack(TAG, 1, tat2) or nil
     end,
 
+    -- Redis Cluster refund (refund.lua): moves the theoretical arrival time
+    -- back by the cells taken, never before now (a tat in the past is a
+    -- fresh key). The state to store, or nil.
+    refund = function(st, _, now, cost, interval)
+      local tat = state_unpack(st, TAG, 1)
+      if tat == nil or tat <= now then return nil end
+      return state_pack(TAG, 1, max(tat - interval * max(cost, 1), now))
+    end,
+
     decode = function(st)
       return state_decode(st, TAG, 1)
     end,

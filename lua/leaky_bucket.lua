@@ -63,6 +63,15 @@ DEFINE.leaky_bucket = function()
         allowed and state_pack(TAG, 3, lv2, ts, unit) or nil
     end,
 
+    -- Redis Cluster refund (refund.lua): takes cost units off the level
+    -- drained to now (never below empty). The state to store, or nil.
+    refund = function(st, _, now, cost, unit, drain, burst)
+      local slv, ts, su = state_unpack(st, TAG, 3)
+      if slv == nil then return nil end
+      local lv = fl_drained(fl_adopt(slv, su, unit, burst * unit), max(now - ts, 0), drain)
+      return state_pack(TAG, 3, max(lv - max(cost, 1) * unit, 0), max(ts, now), unit)
+    end,
+
     decode = function(st)
       return state_decode(st, TAG, 3)
     end,

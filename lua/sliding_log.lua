@@ -101,6 +101,23 @@ DEFINE.sliding_log = function()
       set_ttl(key, ttl)
     end,
 
+    -- Redis Cluster refund (refund.lua): takes cost units off the entry made
+    -- at `at` (entries of one instant are one entry); gone or lapsed, there
+    -- is nothing to give back. The TTL stays.
+    refund_zset = function(key, at, _, cost)
+      local t = fmt(at)
+      local found = read('ZRANGEBYSCORE', key, t, t)
+      for _, m in ipairs(found or {}) do
+        local n = tonumber(string.match(m, '^%d+:(%d+)$') or '')
+        if n ~= nil then
+          redis.call('ZREM', key, m)
+          local left = n - max(cost, 1)
+          if left > 0 then redis.call('ZADD', key, t, member(at, left)) end
+          return
+        end
+      end
+    end,
+
     encode = function(s)
       local out = {}
       for _, e in ipairs(s.entries) do

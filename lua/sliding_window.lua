@@ -89,6 +89,25 @@ DEFINE.sliding_window = function()
         allowed and state_pack(TAG, 3, start, cur2, prev) or nil
     end,
 
+    -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`:
+    -- from the current count if at's window is still the current one, from
+    -- the previous count if it has become the previous one (where the units
+    -- still weigh). The state to store (its TTL kept), or nil.
+    refund = function(st, at, _, cost, _, w)
+      local ws, cur, prev = state_unpack(st, TAG, 3)
+      if ws == nil then return nil end
+      local start = at - at % w
+      cost = max(cost, 1)
+      if ws == start then
+        cur = max(cur - cost, 0)
+      elseif ws == start + w then
+        prev = max(prev - cost, 0)
+      else
+        return nil
+      end
+      return state_pack(TAG, 3, ws, cur, prev)
+    end,
+
     decode = function(st)
       return state_decode(st, TAG, 3)
     end,

@@ -53,6 +53,17 @@ DEFINE.token_bucket = function()
         retry, ttl, allowed and state_pack(TAG, 3, d, ts, unit) or nil
     end,
 
+    -- Redis Cluster refund (refund.lua): puts cost tokens back, i.e. takes
+    -- cost units off the level drained to now (never below empty: a level
+    -- that drained past them never held them). The state to store, or nil.
+    refund = function(st, _, now, cost, unit, drain, burst, max_delay)
+      local sd, ts, su = state_unpack(st, TAG, 3)
+      if sd == nil then return nil end
+      local d = fl_drained(fl_adopt(sd, su, unit, burst * unit + max_delay * drain),
+        max(now - ts, 0), drain)
+      return state_pack(TAG, 3, max(d - max(cost, 1) * unit, 0), max(ts, now), unit)
+    end,
+
     decode = function(st)
       return state_decode(st, TAG, 3)
     end,

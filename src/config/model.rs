@@ -121,6 +121,25 @@ pub struct StoreConfig {
     pub on_error: OnError,
     /// Whose clock limits use.
     pub clock: Clock,
+    /// `store.tls`: certificates for `rediss://` (`None`: the system's
+    /// roots, no client certificate).
+    pub tls: Option<StoreTls>,
+}
+
+/// `store.tls`: for `rediss://` URLs. The PEM files are read (and checked)
+/// when the config is validated, so a bad one is a config error naming the
+/// field and line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoreTls {
+    /// `ca`: the CA certificates (PEM) trusted instead of the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// `cert` and `key`: a client certificate chain and its key (PEM), for
+    /// servers that require one (`tls-auth-clients yes`).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+    /// `server_name`: the name the server's certificate is verified against
+    /// (and sent as SNI) instead of the URL's host. `redis` and
+    /// `redis_sentinel` only.
+    pub server_name: Option<String>,
 }
 
 /// Where limit state lives.
@@ -133,6 +152,23 @@ pub enum StoreBackend {
         /// `redis://` or `rediss://` URL, credentials allowed.
         url: String,
     },
+    /// A Redis master found (and followed through failovers) by Sentinel.
+    Sentinel {
+        /// The sentinels' URLs (`redis://` or `rediss://`; credentials, if
+        /// any, are the sentinels' own).
+        sentinels: Vec<String>,
+        /// The monitored service (`master_name`).
+        master_name: String,
+        /// `url`: how to reach the master once found: scheme, credentials
+        /// and database (its host is `master_name`). `None`: the first
+        /// sentinel URL's scheme, no credentials, database 0.
+        master: Option<String>,
+    },
+    /// Redis Cluster (or Valkey cluster).
+    Cluster {
+        /// Seed nodes (`urls`): any reachable one gives the topology.
+        seeds: Vec<String>,
+    },
 }
 
 impl StoreBackend {
@@ -141,6 +177,8 @@ impl StoreBackend {
         match self {
             StoreBackend::Memory => "memory",
             StoreBackend::Redis { .. } => "redis",
+            StoreBackend::Sentinel { .. } => "redis_sentinel",
+            StoreBackend::Cluster { .. } => "redis_cluster",
         }
     }
 }

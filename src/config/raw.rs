@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::path::PathBuf;
 
 use serde::de::value::MapAccessDeserializer;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::model::{
@@ -143,12 +143,23 @@ pub(crate) struct RawStore {
     pub url: Option<String>,
     pub urls: Option<Vec<String>>,
     pub master_name: Option<String>,
-    /// Not in this build: refused by `validate`.
-    pub tls: Option<IgnoredAny>,
+    pub tls: Option<RawStoreTls>,
     pub prefix: Option<String>,
     pub timeout: Option<Dur>,
     pub on_error: Option<OnError>,
     pub clock: Option<Clock>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields ca, cert, key, server_name"
+)]
+pub(crate) struct RawStoreTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub server_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

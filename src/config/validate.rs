@@ -291,50 +291,97 @@ impl Ctx<'_> {
     fn store(&mut self, raw: RawStore) -> Result<StoreConfig> {
         if let Some(url) = &raw.url {
             check_redis_url(url).map_err(|m| self.err("store.url", m))?;
-            if url.starts_with("rediss://") {
-                return Err(self.unsupported(
-                    "store.url",
-                    "rediss:// (TLS to Redis); use redis:// over a trusted network or a TLS tunnel",
-                ));
-            }
+        }
+        let urls = raw.urls.unwrap_or_default();
+        for (i, url) in urls.iter().enumerate() {
+            check_redis_url(url).map_err(|m| self.err(&format!("store.urls[{i}]"), m))?;
         }
         let backend_kind = raw.backend.unwrap_or(RawBackend::Memory);
-        if matches!(
+        let name = match backend_kind {
+            RawBackend::Memory => "memory",
+            RawBackend::Redis => "redis",
+            RawBackend::RedisSentinel => "redis_sentinel",
+            RawBackend::RedisCluster => "redis_cluster",
+        };
+        // Fields of other backends are refused, never ignored.
+        let many = matches!(
             backend_kind,
             RawBackend::RedisSentinel | RawBackend::RedisCluster
-        ) {
-            return Err(self.unsupported(
-                "store.backend",
-                "this build has the memory and redis (one server) backends",
-            ));
-        }
-        if raw.urls.as_ref().is_some_and(|u| !u.is_empty()) {
-            return Err(self.unsupported(
+        );
+        if !many && !urls.is_empty() {
+            return Err(self.err(
                 "store.urls",
-                "seed nodes and sentinels are for redis_cluster and redis_sentinel; use `url`",
+                format!("`urls` (seed nodes, sentinels) are for redis_cluster and redis_sentinel, not {name}; use `url`"),
             ));
         }
-        if raw.master_name.is_some() {
-            return Err(
-                self.unsupported("store.master_name", "redis_sentinel is not in this build")
-            );
+        if backend_kind != RawBackend::RedisSentinel && raw.master_name.is_some() {
+            return Err(self.err(
+                "store.master_name",
+                format!("`master_name` is for redis_sentinel, not {name}"),
+            ));
         }
-        if raw.tls.is_some() {
-            return Err(self.unsupported("store.tls", "TLS to Redis is not in this build"));
+        if backend_kind == RawBackend::RedisCluster && raw.url.is_some() {
+            return Err(self.err(
+                "store.url",
+                "redis_cluster takes its seed nodes in `urls`, not `url`",
+            ));
+        }
+        if many && urls.is_empty() {
+            return Err(self.err(
+                "store.urls",
+                format!(
+                    "{name} needs at least one URL in `urls` (the {})",
+                    if backend_kind == RawBackend::RedisCluster {
+                        "seed nodes"
+                    } else {
+                        "sentinels"
+                    }
+                ),
+            ));
         }
         let backend = match backend_kind {
             RawBackend::Redis => StoreBackend::Redis {
                 url: raw
                     .url
+                    .clone()
                     .unwrap_or_else(|| "redis://127.0.0.1:6379/0".to_owned()),
             },
-            _ => {
+            RawBackend::RedisCluster => StoreBackend::Cluster {
+                seeds: urls.clone(),
+            },
+            RawBackend::RedisSentinel => {
+                let Some(master_name) = raw.master_name.clone().filter(|m| !m.trim().is_empty())
+                else {
+                    return Err(self.err(
+                        "store.master_name",
+                        "redis_sentinel needs `master_name`, the service the sentinels monitor",
+                    ));
+                };
+                if let Some(url) = &raw.url {
+                    if redis_url_host(url) != Some(master_name.as_str()) {
+                        return Err(self.err(
+                            "store.url",
+                            format!("with redis_sentinel, `url` gives the master's scheme, credentials and database, and its host is the master name: expected \"redis://[user:password@]{master_name}[/db]\", got \"{}\"", redact(url)),
+                        ));
+                    }
+                }
+                StoreBackend::Sentinel {
+                    sentinels: urls.clone(),
+                    master_name,
+                    master: raw.url.clone(),
+                }
+            }
+            RawBackend::Memory => {
                 if raw.url.is_some() {
                     self.warnings
                         .push("store.url has no effect with backend: memory".to_owned());
                 }
                 StoreBackend::Memory
             }
+        };
+        let tls = match raw.tls {
+            None => None,
+            Some(t) => Some(self.store_tls(t, &backend, raw.url.as_deref(), &urls)?),
         };
         let prefix = raw.prefix.unwrap_or_else(|| "tollgate".to_owned());
         if prefix.is_empty() || prefix.chars().any(char::is_whitespace) {
@@ -360,7 +407,92 @@ impl Ctx<'_> {
             timeout,
             on_error: raw.on_error.unwrap_or(OnError::Local),
             clock: raw.clock.unwrap_or(Clock::Store),
+            tls,
         })
+    }
+
+    /// `store.tls`: refused unless some URL the store uses is `rediss://`;
+    /// its PEM files read and checked here, so a bad one names its field.
+    fn store_tls(
+        &mut self,
+        raw: RawStoreTls,
+        backend: &StoreBackend,
+        url: Option<&str>,
+        urls: &[String],
+    ) -> Result<StoreTls> {
+        let rediss = url
+            .into_iter()
+            .chain(urls.iter().map(String::as_str))
+            .any(|u| u.starts_with("rediss://"));
+        if !rediss || matches!(backend, StoreBackend::Memory) {
+            return Err(self.err(
+                "store.tls",
+                "`tls` needs a Redis backend with rediss:// URLs (redis:// is plain TCP)",
+            ));
+        }
+        if raw.server_name.is_some() && matches!(backend, StoreBackend::Cluster { .. }) {
+            return Err(self.err(
+                "store.tls.server_name",
+                "not with redis_cluster: each node is verified by the address the cluster announces for it (put those in its certificate)",
+            ));
+        }
+        if let Some(name) = &raw.server_name {
+            if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
+                return Err(self.err(
+                    "store.tls.server_name",
+                    format!("\"{name}\" is not a host name or IP address"),
+                ));
+            }
+        }
+        let ca = match raw.ca {
+            Some(path) => Some(self.pem("store.tls.ca", path, Pem::Certificates)?),
+            None => None,
+        };
+        let client = match (raw.cert, raw.key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((
+                self.pem("store.tls.cert", cert, Pem::Certificates)?,
+                self.pem("store.tls.key", key, Pem::Key)?,
+            )),
+            (Some(_), None) => {
+                return Err(self.err("store.tls", "`cert` needs its `key` (a client certificate)"))
+            }
+            (None, Some(_)) => {
+                return Err(self.err("store.tls", "`key` needs its `cert` (a client certificate)"))
+            }
+        };
+        Ok(StoreTls {
+            ca,
+            client,
+            server_name: raw.server_name,
+        })
+    }
+
+    /// The PEM file at `path` (relative to the config's directory), read and
+    /// checked to hold what `want` says.
+    fn pem(&self, field: &str, path: std::path::PathBuf, want: Pem) -> Result<Vec<u8>> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let path = self.resolve(path);
+        let shown = path.display();
+        let bytes = std::fs::read(&path)
+            .map_err(|e| self.err(field, format!("cannot read {shown}: {e}")))?;
+        let ok = match want {
+            Pem::Certificates => {
+                let certs: std::result::Result<Vec<_>, _> =
+                    CertificateDer::pem_slice_iter(&bytes).collect();
+                match certs {
+                    Ok(c) if !c.is_empty() => Ok(()),
+                    Ok(_) => Err("no PEM certificate in it".to_owned()),
+                    Err(e) => Err(format!("not PEM certificates: {e}")),
+                }
+            }
+            Pem::Key => PrivateKeyDer::from_pem_slice(&bytes)
+                .map(drop)
+                .map_err(|e| format!("no PEM private key in it: {e}")),
+        };
+        ok.map_err(|m| self.err(field, format!("{shown}: {m}")))?;
+        Ok(bytes)
     }
 
     fn server_tls(&mut self, raw: RawServerTls) -> Result<TlsConfig> {
@@ -1424,6 +1556,23 @@ fn same_target(a: &Uri, b: &Uri) -> bool {
 }
 
 /// Checks a `redis://` or `rediss://` URL: `[user[:password]@]host[:port][/db][?query]`.
+/// What a PEM file of `store.tls` must hold.
+#[derive(Debug, Clone, Copy)]
+enum Pem {
+    Certificates,
+    Key,
+}
+
+/// The host of a Redis URL (after any credentials, without the port).
+fn redis_url_host(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("redis://")
+        .or_else(|| url.strip_prefix("rediss://"))?;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    Some(host_port.split(':').next().unwrap_or(host_port))
+}
+
 fn check_redis_url(url: &str) -> std::result::Result<(), String> {
     let bad = || {
         format!(

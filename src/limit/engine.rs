@@ -205,8 +205,9 @@ impl Limiter {
     ) -> Result<Arc<Limiter>, StoreError> {
         let backend = match &config.backend {
             StoreBackend::Memory => Backend::Memory,
-            StoreBackend::Redis { url } => Backend::Redis(Arc::new(RedisStore::new(
-                url,
+            backend => Backend::Redis(Arc::new(RedisStore::with_backend(
+                backend,
+                config.tls.as_ref(),
                 &config.prefix,
                 config.timeout,
                 config.clock == crate::config::Clock::Local,

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod cluster;
 pub mod gateway;
 pub mod limits;
 pub mod pki;

@@ -36,11 +36,18 @@ impl RedisServer {
     /// taken between the pick and redis-server's bind makes it exit at once:
     /// then another port is tried.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// [`RedisServer::start`] with more `redis-server` arguments (cluster
+    /// mode, a TLS port...); they are given again on every restart.
+    pub fn start_with(extra: &[String]) -> RedisServer {
         for _ in 0..START_ATTEMPTS {
             let process = Process {
                 port: free_port(),
                 dir: temp_dir("redis"),
                 child: Mutex::new(None),
+                extra: extra.to_vec(),
             };
             if process.spawn() {
                 return RedisServer {
@@ -59,6 +66,11 @@ impl RedisServer {
     /// The port.
     pub fn port(&self) -> u16 {
         self.process.port
+    }
+
+    /// The server's directory (its `nodes.conf` in cluster mode).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.process.dir
     }
 
     /// A blocking connection to this server.
@@ -163,6 +175,8 @@ struct Process {
     port: u16,
     dir: PathBuf,
     child: Mutex<Option<Child>>,
+    /// More arguments, after the harness's own.
+    extra: Vec<String>,
 }
 
 impl Process {
@@ -175,6 +189,7 @@ impl Process {
             .args(["--protected-mode", "no", "--loglevel", "warning"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -263,7 +278,7 @@ impl Drop for Process {
 /// A port that was free a moment ago (bind `127.0.0.1:0`, read it, drop it).
 /// redis-server cannot be told to pick its own port, so this race stays:
 /// [`RedisServer::start`] retries on another port when it is lost.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind 127.0.0.1:0")

@@ -31,20 +31,25 @@
 //! (`SET ... PX`, `PEXPIRE`), so they hold under either clock.
 
 pub mod breaker;
+pub mod cluster;
 pub mod coalesce;
+pub mod connect;
 pub mod wire;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_routing::Slot;
 use redis::{Client, RedisError, RedisWrite, ToRedisArgs, Value};
 use tokio::sync::mpsc;
 
 use self::breaker::{Admission, Breaker};
 use self::coalesce::{Arrival, Queue, Waiting};
+use self::connect::{Conn, Source, CONNECT_TIMEOUT};
+use crate::config::{StoreBackend, StoreTls};
 use crate::limit::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
 
 /// Why a store call gave no answer. Every variant means "apply `on_error`".
@@ -113,6 +118,9 @@ pub struct DispatchKeys<'a, R> {
     pub prefix: &'a str,
     /// Each request's checks, in order.
     pub requests: &'a [R],
+    /// Whether the lockout index follows (not on a cluster, where it lives
+    /// on a slot of its own and the store enters lockouts itself).
+    pub index: bool,
 }
 
 impl<R: AsRef<[Check]>> DispatchKeys<'_, R> {
@@ -127,7 +135,7 @@ impl<R: AsRef<[Check]>> DispatchKeys<'_, R> {
             keys += 1 + usize::from(c.lockout.is_some());
             locks |= c.lockout.is_some();
         }
-        keys + usize::from(locks)
+        keys + usize::from(locks && self.index)
     }
 
     /// Whether there are none (no checks).
@@ -149,7 +157,7 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchKeys<'_, R> {
                 locks = true;
             }
         }
-        if locks {
+        if locks && self.index {
             write_index_key(&mut out.writer_for_next_arg(), self.prefix);
         }
     }
@@ -238,14 +246,19 @@ pub mod lua {
     /// Entry: the clients locked out now.
     pub const LOCKOUTS: &str =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lockouts.lua"));
+    /// Entry: give back what a Redis Cluster call took for a request another
+    /// slot's call rejected.
+    pub const REFUND: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/refund.lua"));
 
     /// The gateway's entry points, `(name, source)`: each file defines
-    /// `local function <name>(KEYS, ARGV)`.
-    pub const ENTRIES: [(&str, &str); 4] = [
+    /// `local function <name>(KEYS, ARGV)`. `refund` uses `dispatch`'s spec
+    /// parser, so it comes after it.
+    pub const ENTRIES: [(&str, &str); 5] = [
         ("dispatch", DISPATCH),
         ("release", RELEASE),
         ("inspect", INSPECT),
         ("lockouts", LOCKOUTS),
+        ("refund", REFUND),
     ];
 
     /// A Redis Functions library made of the files: the shebang naming it,
@@ -345,6 +358,7 @@ struct Functions {
     release: String,
     inspect: String,
     lockouts: String,
+    refund: String,
     /// How many times a call found the library missing and loaded it.
     loads: AtomicU64,
     /// Held while loading: the calls that find the library missing at once
@@ -360,6 +374,7 @@ impl Functions {
             release: library.function("release"),
             inspect: library.function("inspect"),
             lockouts: library.function("lockouts"),
+            refund: library.function("refund"),
             library,
             loads: AtomicU64::new(0),
             loading: tokio::sync::Mutex::new(()),
@@ -368,7 +383,7 @@ impl Functions {
 
     /// Load the library after a call that started when `seen` loads had
     /// happened found it missing, unless another call has loaded it since.
-    async fn reload(&self, conn: &ConnectionManager, seen: u64) -> Result<(), RedisError> {
+    async fn reload(&self, conn: &Conn, seen: u64) -> Result<(), RedisError> {
         let _one = self.loading.lock().await;
         if self.loads.load(Ordering::Acquire) != seen {
             return Ok(());
@@ -389,22 +404,49 @@ pub struct RedisStore {
 
 #[derive(Debug)]
 struct Inner {
-    client: Client,
-    /// The current connection; replaced when the breaker opens. Calls clone
-    /// it (an `Arc`) and never hold the lock across an await.
-    conn: Mutex<ConnectionManager>,
+    /// Where connections come from (one server, Sentinel, Cluster).
+    source: Source,
+    /// The current connection; replaced when it may be stale
+    /// ([`RedisStore::refresh`]). Calls clone it (a handle) and never hold
+    /// the lock across an await.
+    conn: Mutex<Conn>,
+    /// The server the connection reaches (not on a cluster): the reset
+    /// subscription listens there.
+    server: Mutex<Option<Client>>,
+    /// A fresh connection is being made.
+    refreshing: AtomicBool,
+    /// When the last one was started.
+    refreshed: Mutex<Option<Instant>>,
     prefix: String,
     timeout: Duration,
     local_clock: bool,
     breaker: Mutex<Breaker>,
     functions: Functions,
-    /// Decision calls in flight and the requests waiting for the next one.
-    queue: Mutex<Queue>,
+    /// Decision calls in flight and the requests waiting for the next one:
+    /// one queue on one server, one per slot on a cluster (a call's keys
+    /// must share a slot).
+    queues: Mutex<Queues>,
 }
 
-/// How long a background connection attempt may take (it does not hold up
-/// any request: those have their own deadline).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The coalescing queues: one per slot on a cluster, else one.
+#[derive(Debug, Default)]
+struct Queues {
+    one: Queue,
+    slots: HashMap<Slot, Queue>,
+}
+
+impl Queues {
+    fn get(&mut self, slot: Option<Slot>) -> &mut Queue {
+        match slot {
+            None => &mut self.one,
+            Some(s) => self.slots.entry(s).or_default(),
+        }
+    }
+}
+
+/// The least time between two fresh connections made because calls failed
+/// (a dead node fails every call until the cluster or Sentinel moves on).
+const REFRESH_EVERY: Duration = Duration::from_millis(200);
 
 /// How often the reset subscriber pings its connection, to notice a dead
 /// peer that never closed it.
@@ -414,18 +456,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks cannot leave them inconsistent
     // (plain assignments), so a poisoned lock is still good.
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn connection(client: &Client) -> Result<ConnectionManager, RedisError> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        // Requests have their own deadline; a response timeout inside the
-        // connection would only duplicate it.
-        .set_response_timeout(None)
-        .set_number_of_retries(2)
-        .set_min_delay(Duration::from_millis(50))
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_lazy_with_config(client.clone(), config)
 }
 
 impl RedisStore {
@@ -443,30 +473,59 @@ impl RedisStore {
         timeout: Duration,
         local_clock: bool,
     ) -> Result<RedisStore, StoreError> {
+        let backend = StoreBackend::Redis {
+            url: url.to_owned(),
+        };
+        RedisStore::with_backend(&backend, None, prefix, timeout, local_clock)
+    }
+
+    /// A store on any Redis `backend` (one server, Sentinel, Cluster), with
+    /// `store.tls`; otherwise as [`RedisStore::new`]. Connects in the
+    /// background: nothing being reachable now is not an error.
+    pub fn with_backend(
+        backend: &StoreBackend,
+        tls: Option<&StoreTls>,
+        prefix: &str,
+        timeout: Duration,
+        local_clock: bool,
+    ) -> Result<RedisStore, StoreError> {
         let invalid = |e| StoreError::InvalidUrl(Arc::new(e));
-        let client = Client::open(url).map_err(invalid)?;
+        let source = Source::new(backend, tls).map_err(invalid)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(StoreError::NoRuntime);
         }
-        let conn = connection(&client).map_err(invalid)?;
+        let lazy = source.lazy().map_err(invalid)?;
+        let server = match &source {
+            Source::Single(node) => Some(node.client.clone()),
+            _ => None,
+        };
+        let connected = lazy.is_some();
         let store = RedisStore {
             inner: Arc::new(Inner {
-                client,
-                conn: Mutex::new(conn),
+                source,
+                conn: Mutex::new(lazy.unwrap_or(Conn::Pending)),
+                server: Mutex::new(server),
+                refreshing: AtomicBool::new(false),
+                refreshed: Mutex::new(None),
                 prefix: prefix.to_owned(),
                 timeout,
                 local_clock,
                 breaker: Mutex::new(Breaker::default()),
                 functions: Functions::new(),
-                queue: Mutex::new(Queue::default()),
+                queues: Mutex::new(Queues::default()),
             }),
         };
-        store.load_library_soon();
+        if connected {
+            store.load_library_soon();
+        } else {
+            store.refresh(true);
+        }
         Ok(store)
     }
 
     /// Registers the library in the background (best effort: Redis may be
-    /// down now; a call that finds the function missing loads it then).
+    /// down now; a call that finds the function missing loads it then). On
+    /// a cluster it goes to every primary.
     fn load_library_soon(&self) {
         let conn = lock(&self.inner.conn).clone();
         let src = self.inner.functions.library.src.clone();
@@ -476,6 +535,51 @@ impl RedisStore {
                 Ok(Ok(())) => tracing::debug!("redis: function library loaded"),
                 Ok(Err(e)) => tracing::debug!(%e, "redis: function library not loaded yet"),
                 Err(_) => tracing::debug!("redis: function library not loaded yet (timeout)"),
+            }
+        });
+    }
+
+    /// Make a fresh connection in the background and swap it in: the first
+    /// one (`first`), or because the current one may be stale (at most one
+    /// at a time, and one per [`REFRESH_EVERY`]). On a cluster the fresh
+    /// connection reads the topology again (a failover moved slots); on
+    /// Sentinel it asks the sentinels for the master again.
+    fn refresh(&self, first: bool) {
+        {
+            let mut last = lock(&self.inner.refreshed);
+            if !first && last.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+                return;
+            }
+            if self.inner.refreshing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.inner.refreshing.store(false, Ordering::Release);
+            return;
+        };
+        let store = self.clone();
+        rt.spawn(async move {
+            let made =
+                tokio::time::timeout(CONNECT_TIMEOUT * 2, store.inner.source.connect()).await;
+            match made {
+                Ok(Ok((conn, server))) => {
+                    *lock(&store.inner.conn) = conn;
+                    if server.is_some() {
+                        *lock(&store.inner.server) = server;
+                    }
+                    store.inner.refreshing.store(false, Ordering::Release);
+                    store.load_library_soon();
+                }
+                Ok(Err(e)) => {
+                    store.inner.refreshing.store(false, Ordering::Release);
+                    tracing::warn!(error = %e, "redis: no connection made");
+                }
+                Err(_) => {
+                    store.inner.refreshing.store(false, Ordering::Release);
+                    tracing::warn!("redis: no connection made in time");
+                }
             }
         });
     }
@@ -497,23 +601,46 @@ impl RedisStore {
     /// once when no decision call is in flight, else with the requests that
     /// arrived meanwhile as the next call ([`coalesce`]); either way the
     /// wait is bounded by the store's `timeout`.
+    ///
+    /// On a cluster, the checks are grouped by slot, one call per slot, run
+    /// concurrently ([`cluster::decide`]).
     pub async fn decide(&self, checks: &[Check], now: Micros) -> Result<Vec<Outcome>, StoreError> {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
+        if self.is_cluster() {
+            return cluster::decide(self, checks, now).await;
+        }
+        self.decide_on(None, checks, now).await.map(|(o, _)| o)
+    }
+
+    /// Whether the store is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.source.is_cluster()
+    }
+
+    /// Decide `checks` (on a cluster, all of `slot`) in one call, alone or
+    /// with the requests that wait for the same queue: the outcomes and the
+    /// call's `now`.
+    async fn decide_on(
+        &self,
+        slot: Option<Slot>,
+        checks: &[Check],
+        now: Micros,
+    ) -> Result<(Vec<Outcome>, Micros), StoreError> {
         if !self.is_available() {
             // The breaker fails this fast (or lets it probe): nothing to wait for.
             return self.dispatch(&[checks], now).await;
         }
-        let arrival = lock(&self.inner.queue).arrive(checks, now);
+        let arrival = lock(&self.inner.queues).get(slot).arrive(checks, now);
         match arrival {
             Arrival::SendNow => {
-                let _flight = InFlight(self);
+                let _flight = InFlight(self, slot);
                 self.dispatch(&[checks], now).await
             }
             Arrival::Wait(rx, full) => {
                 if let Some(batch) = full {
-                    tokio::spawn(self.clone().send_batch(batch));
+                    tokio::spawn(self.clone().send_batch(slot, batch));
                 }
                 match tokio::time::timeout(self.inner.timeout, rx).await {
                     Ok(Ok(answer)) => answer,
@@ -527,8 +654,8 @@ impl RedisStore {
 
     /// Sends a batch of waiting requests as one call and hands out the
     /// answers; then the next batch, if any, goes.
-    async fn send_batch(self, batch: Vec<Waiting>) {
-        let _flight = InFlight(&self);
+    async fn send_batch(self, slot: Option<Slot>, batch: Vec<Waiting>) {
+        let _flight = InFlight(&self, slot);
         // A request whose caller went away is not counted.
         let batch: Vec<Waiting> = batch.into_iter().filter(|w| !w.tx.is_closed()).collect();
         let Some(now) = batch.iter().map(|w| w.now).max() else {
@@ -540,15 +667,17 @@ impl RedisStore {
     }
 
     /// One decision call for `requests` (decided in order at `now`): the
-    /// outcomes of every request's checks, in order.
+    /// outcomes of every request's checks, in order, and the call's `now`.
     async fn dispatch(
         &self,
         requests: &[&[Check]],
         now: Micros,
-    ) -> Result<Vec<Outcome>, StoreError> {
+    ) -> Result<(Vec<Outcome>, Micros), StoreError> {
         let keys_ = DispatchKeys {
             prefix: &self.inner.prefix,
             requests,
+            // On a cluster the index is on a slot of its own.
+            index: !self.is_cluster(),
         };
         let args = wire::DispatchArgs {
             now: self.inner.local_clock.then_some(now),
@@ -559,13 +688,14 @@ impl RedisStore {
         Ok(wire::outcomes(&reply, checks)?)
     }
 
-    /// A decision call ended: send the next batch, if any requests wait.
-    fn call_ended(&self) {
-        let next = lock(&self.inner.queue).call_ended();
+    /// A decision call on `slot`'s queue ended: send its next batch, if any
+    /// requests wait.
+    fn call_ended(&self, slot: Option<Slot>) {
+        let next = lock(&self.inner.queues).get(slot).call_ended();
         if let Some(batch) = next {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    rt.spawn(self.clone().send_batch(batch));
+                    rt.spawn(self.clone().send_batch(slot, batch));
                 }
                 // No runtime left to send it: the waiting requests time out.
                 Err(_) => drop(batch),
@@ -616,14 +746,75 @@ impl RedisStore {
     pub async fn reset(&self, key: &StoreKey) -> Result<(), StoreError> {
         let prefix = &self.inner.prefix;
         let (s, l) = keys(prefix, key);
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .del(&[s, l, label_key(prefix, key)])
-            .ignore()
-            .zrem(index_key(prefix), hex::encode(key))
-            .ignore();
-        self.bounded(|mut conn| async move { pipe.query_async::<()>(&mut conn).await })
-            .await
+        let names = [s, l, label_key(prefix, key)];
+        // The keys first, then the index entry: on a cluster the index is
+        // on another slot, so these are two commands (an index entry left
+        // behind by a failure between them is dropped by the next listing
+        // that finds no lockout under it).
+        self.bounded(|mut conn| async move {
+            redis::cmd("DEL")
+                .arg(&names)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await?;
+        let (index, member) = (index_key(prefix), hex::encode(key));
+        self.bounded(|mut conn| async move {
+            redis::cmd("ZREM")
+                .arg(index)
+                .arg(member)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// On a cluster, enter the lockouts that `outcomes` (of `checks`,
+    /// decided by a call whose `now` was `at`) started in the index, in the
+    /// background: the decision call could not (the index is on another
+    /// slot).
+    fn index_lockouts(&self, checks: &[Check], outcomes: &[Outcome], at: Micros) {
+        let started: Vec<(String, Micros)> = checks
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, o)| o.lock_started)
+            .map(|(c, o)| (hex::encode(c.key), at + o.retry_after))
+            .collect();
+        let Some(last) = started.iter().map(|(_, end)| *end).max() else {
+            return;
+        };
+        let store = self.clone();
+        let index = index_key(&self.inner.prefix);
+        tokio::spawn(async move {
+            let ttl_ms = (last.saturating_sub(at)).div_ceil(1000).max(1);
+            let mut pipe = redis::pipe();
+            for (member, end) in &started {
+                pipe.zadd(&index, member, *end).ignore();
+            }
+            pipe.cmd("ZREMRANGEBYSCORE")
+                .arg(&index)
+                .arg("-inf")
+                .arg(at)
+                .ignore();
+            // The index lasts as long as its last lockout: NX sets a TTL on
+            // a new index, GT lengthens an old one's.
+            pipe.cmd("PEXPIRE")
+                .arg(&index)
+                .arg(ttl_ms)
+                .arg("NX")
+                .ignore();
+            pipe.cmd("PEXPIRE")
+                .arg(&index)
+                .arg(ttl_ms)
+                .arg("GT")
+                .ignore();
+            let entered = store
+                .bounded(|mut conn| async move { pipe.query_async::<()>(&mut conn).await })
+                .await;
+            if let Err(error) = entered {
+                tracing::debug!(%error, "redis cluster: lockout not entered in the index");
+            }
+        });
     }
 
     /// Record who `key` is (`"<limit>\t<display>"`) for `ttl`: written when
@@ -692,10 +883,19 @@ impl RedisStore {
     /// runtime.
     pub fn subscribe_resets(&self) -> mpsc::Receiver<Option<StoreKey>> {
         let (tx, rx) = mpsc::channel(64);
-        let client = self.inner.client.clone();
         let channel = reset_channel(&self.inner.prefix);
-        tokio::spawn(subscriber(client, channel, tx));
+        tokio::spawn(subscriber(self.clone(), channel, tx));
         rx
+    }
+
+    /// The server the reset subscription listens on now: the one server,
+    /// Sentinel's current master, or on a cluster the next seed node (a
+    /// cluster's `PUBLISH` reaches every node). `None` while unknown.
+    fn pubsub_client(&self) -> Option<Client> {
+        self.inner
+            .source
+            .next_seed()
+            .or_else(|| lock(&self.inner.server).clone())
     }
 
     /// The clients locked out now, with the time left, soonest first.
@@ -735,18 +935,25 @@ impl RedisStore {
     }
 
     /// Run `op` on the shared connection through the breaker, within the
-    /// deadline, and feed its outcome back to the breaker.
+    /// deadline, and feed its outcome back to the breaker. A connection that
+    /// does not reconnect by itself (Sentinel's master, a cluster) is
+    /// replaced when a call finds its server unavailable: a failover may
+    /// have moved what it reached.
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, RedisError>>,
     {
         let mut permit = self.admit()?;
         let conn = lock(&self.inner.conn).clone();
+        let managed = matches!(conn, Conn::Manager(_));
         let result = match tokio::time::timeout(self.inner.timeout, op(conn)).await {
             Err(_) => Err(StoreError::Timeout),
             Ok(r) => r.map_err(classify),
         };
+        if !managed && matches!(result, Err(StoreError::Unavailable(_))) {
+            self.refresh(false);
+        }
         permit.finish(&result);
         result
     }
@@ -771,21 +978,23 @@ impl RedisStore {
                 None => tracing::warn!("redis store probe abandoned: circuit breaker open"),
             }
             // A stopped server or a silent peer may never close the old
-            // connection; a fresh one connects on the next call.
-            if let Ok(fresh) = connection(&self.inner.client) {
-                *lock(&self.inner.conn) = fresh;
+            // connection; a fresh one connects on the next call (one server)
+            // or is made now (Sentinel, Cluster).
+            match self.inner.source.lazy() {
+                Ok(Some(fresh)) => *lock(&self.inner.conn) = fresh,
+                _ => self.refresh(true),
             }
         }
     }
 }
 
-/// A decision call in flight: when it ends (or is dropped, its caller gone),
-/// the next batch goes.
-struct InFlight<'a>(&'a RedisStore);
+/// A decision call in flight on a queue: when it ends (or is dropped, its
+/// caller gone), that queue's next batch goes.
+struct InFlight<'a>(&'a RedisStore, Option<Slot>);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.call_ended();
+        self.0.call_ended(self.1);
     }
 }
 
@@ -838,8 +1047,15 @@ impl Drop for Permit<'_> {
 /// found it so, [`Functions::reload`]) and the call again: it was not run,
 /// so it cannot count twice. A refused connection is retried once: the
 /// command was never sent, and the manager has started a new connection.
+///
+/// On a cluster, also sent again, until the deadline, after an answer that
+/// says the call was not run: a redirection (`MOVED`: redis-rs reads the
+/// slots again; `ASK`: sent to the named node after `ASKING`), `TRYAGAIN`,
+/// `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` (a failover). Never
+/// after an error that leaves it unknown whether it ran (a connection lost
+/// mid-call): that one fails, and `on_error` decides.
 async fn fcall(
-    mut conn: ConnectionManager,
+    mut conn: Conn,
     functions: &Functions,
     function: &str,
     nkeys: usize,
@@ -847,21 +1063,39 @@ async fn fcall(
     args: &impl ToRedisArgs,
 ) -> Result<Value, RedisError> {
     let (mut loaded, mut retried) = (false, false);
+    let mut ask: Option<(String, u16)> = None;
     loop {
         let seen = functions.loads.load(Ordering::Acquire);
-        let result = redis::cmd("FCALL")
-            .arg(function)
-            .arg(nkeys)
-            .arg(keys_)
-            .arg(args)
-            .query_async::<Value>(&mut conn)
-            .await;
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(function).arg(nkeys).arg(keys_).arg(args);
+        let result = match (ask.take(), &mut conn) {
+            (Some((host, port)), Conn::Cluster(c)) => {
+                let mut pipe = redis::pipe();
+                pipe.cmd("ASKING").ignore().add_command(cmd);
+                let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
+                c.route_pipeline(pipe, 1, 1, route).await.and_then(|mut v| {
+                    v.pop().ok_or_else(|| {
+                        RedisError::from((
+                            redis::ErrorKind::UnexpectedReturnType,
+                            "ASKING: no reply",
+                        ))
+                    })
+                })
+            }
+            _ => cmd.query_async::<Value>(&mut conn).await,
+        };
         match result {
             Err(e) if function_missing(&e) && !loaded => {
                 functions.reload(&conn, seen).await?;
                 loaded = true;
             }
             Err(e) if e.is_connection_refusal() && !retried => retried = true,
+            Err(e) if matches!(conn, Conn::Cluster(_)) && cluster::not_run(&e) => {
+                ask = cluster::ask_target(&e);
+                if ask.is_none() {
+                    tokio::time::sleep(cluster::RETRY_PAUSE).await;
+                }
+            }
             other => return other,
         }
     }
@@ -872,8 +1106,9 @@ fn function_missing(e: &RedisError) -> bool {
     e.code() == Some("ERR") && e.detail() == Some("Function not found")
 }
 
-/// `FUNCTION LOAD REPLACE` the library.
-async fn load_library(mut conn: ConnectionManager, src: &str) -> Result<(), RedisError> {
+/// `FUNCTION LOAD REPLACE` the library (on a cluster, redis-rs sends it to
+/// every primary).
+async fn load_library(mut conn: Conn, src: &str) -> Result<(), RedisError> {
     redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")
@@ -906,13 +1141,19 @@ fn classify(e: RedisError) -> StoreError {
 
 /// The reset subscriber: subscribe, forward messages, and on any error
 /// reconnect with a growing back-off, yielding `None` after a gap.
-async fn subscriber(client: Client, channel: String, tx: mpsc::Sender<Option<StoreKey>>) {
+async fn subscriber(store: RedisStore, channel: String, tx: mpsc::Sender<Option<StoreKey>>) {
     let mut backoff = breaker::MIN_BACKOFF;
     let mut missed = false;
     loop {
+        let client = store.pubsub_client();
         let connected = tokio::select! {
             _ = tx.closed() => return,
-            c = tokio::time::timeout(CONNECT_TIMEOUT * 5, subscribe(&client, &channel)) => c,
+            c = async {
+                match &client {
+                    Some(client) => tokio::time::timeout(CONNECT_TIMEOUT * 5, subscribe(client, &channel)).await,
+                    None => Ok(Err(RedisError::from((redis::ErrorKind::Io, "no server known yet")))),
+                }
+            } => c,
         };
         match connected {
             Ok(Ok((mut sink, mut stream))) => {

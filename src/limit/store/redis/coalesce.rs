@@ -30,8 +30,9 @@ pub const MAX_REQUESTS: usize = 64;
 /// packs them from its stack (about 8,000 slots).
 pub const MAX_CHECKS: usize = 512;
 
-/// A request's answer: one outcome per check, or why there is none.
-pub type Answer = Result<Vec<Outcome>, StoreError>;
+/// A request's answer: one outcome per check and the call's `now`, or why
+/// there is none.
+pub type Answer = Result<(Vec<Outcome>, Micros), StoreError>;
 
 /// A request waiting for the next call.
 #[derive(Debug)]
@@ -122,15 +123,15 @@ impl Queue {
 }
 
 /// Hands each request of `batch` its part of `result` (the outcomes of
-/// every request's checks, in order), or the error.
-pub fn answer(batch: Vec<Waiting>, result: Result<Vec<Outcome>, StoreError>) {
+/// every request's checks, in order, and the call's `now`), or the error.
+pub fn answer(batch: Vec<Waiting>, result: Answer) {
     match result {
-        Ok(outcomes) => {
+        Ok((outcomes, at)) => {
             let mut outcomes = outcomes.into_iter();
             for w in batch {
                 let mine: Vec<Outcome> = outcomes.by_ref().take(w.checks.len()).collect();
                 // A caller that gave up no longer listens.
-                let _ = w.tx.send(Ok(mine));
+                let _ = w.tx.send(Ok((mine, at)));
             }
         }
         Err(e) => {
@@ -192,9 +193,10 @@ mod tests {
         assert_eq!(batch.len(), 3);
         assert_eq!(batch.iter().map(|w| w.now).collect::<Vec<_>>(), [2, 3, 4]);
         assert_eq!(q.in_flight(), 1, "the batch is in flight");
-        answer(batch, Ok((0..6).map(outcome).collect()));
+        answer(batch, Ok(((0..6).map(outcome).collect(), 7)));
         for (i, mut rx) in rxs.into_iter().enumerate() {
-            let got = rx.try_recv().unwrap().unwrap();
+            let (got, at) = rx.try_recv().unwrap().unwrap();
+            assert_eq!(at, 7, "every request learns the call's now");
             let remaining: Vec<u64> = got.iter().map(|o| o.remaining).collect();
             assert_eq!(remaining, [2 * i as u64, 2 * i as u64 + 1], "request {i}");
         }

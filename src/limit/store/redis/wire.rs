@@ -158,32 +158,31 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchArgs<'_, R> {
 /// The figures per check in `dispatch.lua`'s reply.
 const OUTCOME_WIDTH: usize = 8;
 
-/// `dispatch.lua`'s reply, `OUTCOME_WIDTH` little-endian `f64`s per check,
-/// each a non-negative integer below 2^53: one [`Outcome`] per check,
-/// `checks` in all (every request's, in order).
-pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, ReplyError> {
+/// `dispatch.lua`'s reply: `OUTCOME_WIDTH` little-endian `f64`s per check,
+/// each a non-negative integer below 2^53, then the call's `now`: one
+/// [`Outcome`] per check, `checks` in all (every request's, in order), and
+/// that `now` (when the allowed checks' units were taken; a Redis Cluster
+/// refund names it).
+pub fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Micros), ReplyError> {
     let Value::BulkString(bytes) = reply else {
         return Err(ReplyError(format!(
             "dispatch: expected a string, got {reply:?}"
         )));
     };
-    if bytes.len() != checks * OUTCOME_WIDTH * 8 {
+    let want = (checks * OUTCOME_WIDTH + 1) * 8;
+    if bytes.len() != want {
         return Err(ReplyError(format!(
-            "dispatch: {} bytes for {checks} checks, expected {}",
+            "dispatch: {} bytes for {checks} checks, expected {want}",
             bytes.len(),
-            checks * OUTCOME_WIDTH * 8
         )));
     }
+    let (figures, now) = bytes.split_at(want - 8);
+    let now = figure(now)?;
     let mut out = Vec::with_capacity(checks);
-    for o in bytes.chunks_exact(OUTCOME_WIDTH * 8) {
+    for o in figures.chunks_exact(OUTCOME_WIDTH * 8) {
         let mut v = [0u64; OUTCOME_WIDTH];
         for (slot, b) in v.iter_mut().zip(o.chunks_exact(8)) {
-            let x = f64::from_le_bytes(b.try_into().expect("8 bytes"));
-            if !(0.0..MAX_EXACT).contains(&x) || x.fract() != 0.0 {
-                return Err(ReplyError(format!("dispatch: not a figure: {x}")));
-            }
-            // Exact: a non-negative integer below 2^53.
-            *slot = x as u64;
+            *slot = figure(b)?;
         }
         out.push(Outcome {
             status: match v[0] {
@@ -203,7 +202,50 @@ pub fn outcomes(reply: &Value, checks: usize) -> Result<Vec<Outcome>, ReplyError
             retry_after: v[7],
         });
     }
-    Ok(out)
+    Ok((out, now))
+}
+
+/// One little-endian `f64` of a reply that must be a non-negative integer
+/// below 2^53, as that integer (exact).
+fn figure(b: &[u8]) -> Result<u64, ReplyError> {
+    let x = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+    if !(0.0..MAX_EXACT).contains(&x) || x.fract() != 0.0 {
+        return Err(ReplyError(format!("dispatch: not a figure: {x}")));
+    }
+    Ok(x as u64)
+}
+
+/// `refund.lua`'s `ARGV`: `at` (the dispatch call's `now`), the clock,
+/// then each check's spec (and lease), as dispatch sends them.
+#[derive(Debug, Clone, Copy)]
+pub struct RefundArgs<'a> {
+    /// When the units were taken (the dispatch call's reported `now`).
+    pub at: Micros,
+    /// The gateway's clock, or `None` for Redis `TIME`.
+    pub now: Option<Micros>,
+    /// The checks to give back.
+    pub checks: &'a [&'a Check],
+}
+
+impl ToRedisArgs for RefundArgs<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut n = itoa::Buffer::new();
+        out.write_arg(n.format(self.at).as_bytes());
+        match self.now {
+            Some(now) => out.write_arg(n.format(now).as_bytes()),
+            None => out.write_arg(b""),
+        }
+        for c in self.checks {
+            // Writing to the command's buffer cannot fail.
+            let _ = write_spec(c, &mut out.writer_for_next_arg());
+            if matches!(c.params, AlgoParams::Concurrency(_)) {
+                out.write_arg(n.format(c.lease).as_bytes());
+            }
+        }
+    }
 }
 
 /// 2^53: every integer below it is exact as an `f64`.
@@ -449,11 +491,13 @@ mod tests {
     fn outcomes_read_eight_integers_per_check() {
         let got = outcomes(
             &ints(&[
-                0, 0, 5, 10, 60000000, 9, 60000000, 0, 2, 1, 0, 3, 1000, 0, 7000, 7000,
+                0, 0, 5, 10, 60000000, 9, 60000000, 0, 2, 1, 0, 3, 1000, 0, 7000, 7000, 42,
             ]),
             2,
         )
         .unwrap();
+        let (got, now) = got;
+        assert_eq!(now, 42, "the call's now follows the figures");
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].status, Status::Allowed);
         assert_eq!(
@@ -467,34 +511,42 @@ mod tests {
         assert_eq!(got[1].status, Status::LockedOut);
         assert!(got[1].lock_started && !got[0].lock_started);
         assert_eq!((got[1].reset, got[1].retry_after), (7000, 7000));
-        let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1]), 1).unwrap();
-        assert_eq!(big[0].limit, (1 << 53) - 1);
+        let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1, 0]), 1).unwrap();
+        assert_eq!(big.0[0].limit, (1 << 53) - 1);
     }
 
     #[test]
     fn replies_that_do_not_fit_are_errors_not_panics() {
         assert!(outcomes(&Value::Int(1), 1).is_err());
-        assert!(outcomes(&ints(&[0; 7]), 1).is_err(), "7 of 8");
-        assert!(outcomes(&ints(&[0; 9]), 1).is_err(), "9 of 8");
-        assert!(outcomes(&ints(&[0; 16]), 1).is_err(), "two checks for one");
+        assert!(outcomes(&ints(&[0; 8]), 1).is_err(), "8 of 9");
+        assert!(outcomes(&ints(&[0; 10]), 1).is_err(), "10 of 9");
+        assert!(outcomes(&ints(&[0; 17]), 1).is_err(), "two checks for one");
         assert!(
-            outcomes(&ints(&[9, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
+            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, -1]), 1).is_err(),
+            "now < 0"
+        );
+        assert!(
+            outcomes(&ints(&[9, 0, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
             "status 9"
         );
         assert!(
-            outcomes(&ints(&[0, 0, 0, -1, 0, 0, 0, 0]), 1).is_err(),
+            outcomes(&ints(&[0, 0, 0, -1, 0, 0, 0, 0, 0]), 1).is_err(),
             "negative"
         );
         let array = Value::Array(vec![Value::Int(0); 8]);
         assert!(outcomes(&array, 1).is_err(), "an array");
-        assert!(outcomes(&floats(&[0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]), 1).is_err());
-        assert!(outcomes(&floats(&[0.0, 0.0, 0.0, f64::NAN, 1.0, 1.0, 1.0, 1.0]), 1).is_err());
+        assert!(outcomes(&floats(&[0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]), 1).is_err());
         assert!(outcomes(
-            &floats(&[0.0, 0.0, 0.0, 2f64.powi(53), 1.0, 1.0, 1.0, 1.0]),
+            &floats(&[0.0, 0.0, 0.0, f64::NAN, 1.0, 1.0, 1.0, 1.0, 0.0]),
             1
         )
         .is_err());
-        let mut short = ints(&[0; 8]);
+        assert!(outcomes(
+            &floats(&[0.0, 0.0, 0.0, 2f64.powi(53), 1.0, 1.0, 1.0, 1.0, 0.0]),
+            1
+        )
+        .is_err());
+        let mut short = ints(&[0; 9]);
         if let Value::BulkString(b) = &mut short {
             b.pop();
         }

@@ -1,0 +1,51 @@
+--[[ refund.lua: give back what a Redis Cluster call took for a request that
+a call on another slot rejected, so the request consumes nothing (SPEC §5.1,
+§6). On one Redis a request's limits are one dispatch call and this is never
+needed.
+
+Called as `FCALL tollgate_<hash>_refund <number of KEYS> KEYS... ARGV...`
+(see common.lua for the library).
+
+KEYS: the state key "<prefix>:{<32 hex>}:s" of each check to give back, all
+      of one slot (the checks one dispatch call allowed).
+ARGV: at (µs: the now that dispatch call reported: when the units were
+      taken), now (µs; '' = Redis TIME), then for each check its spec (as in
+      dispatch.lua) and, for concurrency, its lease id.
+Return: the number of checks given back.
+
+Each algorithm undoes its own taking (its `refund` or `refund_zset`): a
+counter loses the units if their window still counts, a bucket's level
+drops by them (never below empty), GCRA's tat moves back (never before
+now), a log's entry at `at` shrinks, a concurrency lease is released. String
+states keep their TTL (a refund only shortens what they must last). Lockout
+state is untouched: a request allowed on this slot struck nothing here.
+]]
+
+local function refund(KEYS, ARGV)
+  local nargs = #ARGV
+  if nargs < 2 then
+    return redis.error_reply('ERR tollgate: refund: ARGV must start with at, now')
+  end
+  local at = int(ARGV[1], 'refund: at')
+  local now = now_arg(ARGV[2])
+  local i = 3
+  for j = 1, #KEYS do
+    local sp = SPECS[ARGV[i]] or spec(ARGV[i])
+    i = i + 1
+    local algo, key = sp.algo, KEYS[j]
+    if algo.lease then
+      if ARGV[i] == nil then fail('refund: the lease of check ' .. j .. ' is missing') end
+      algo.release(key, ARGV[i], now)
+      i = i + 1
+    elseif algo.zset then
+      algo.refund_zset(key, at, now, sp.cost, sp.p1, sp.p2, sp.p3, sp.p4)
+    else
+      local new = algo.refund(read('GET', key), at, now, sp.cost, sp.p1, sp.p2, sp.p3, sp.p4)
+      if new then redis.call('SET', key, new, 'KEEPTTL') end
+    end
+  end
+  if i ~= nargs + 1 then
+    fail('refund: ' .. #KEYS .. ' checks take ' .. (i - 1) .. ' arguments, got ' .. nargs)
+  end
+  return #KEYS
+end

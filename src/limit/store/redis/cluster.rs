@@ -1,0 +1,185 @@
+//! Redis Cluster decisions (SPEC §5.1, §6): a request's checks grouped by
+//! slot, one call per slot, run concurrently; when one slot's call rejects
+//! (or fails), what the others took is given back by a refund call
+//! (`lua/refund.lua`), so a request that does not pass consumes nothing.
+//!
+//! All keys of one (limit, client) share a hash tag (the 32 hex of its
+//! store key), so one check never spans slots; checks of different limits
+//! or clients usually do. A route whose limits share a slot (one `key` per
+//! route, say `route` or `global` with few limits) costs one call; others
+//! cost one call per slot, and a rejection one refund call per slot that
+//! allowed.
+//!
+//! Each slot has its own coalescing queue: requests on a hot key (a
+//! `global` or `route` limit) share calls as on one server.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::cluster_routing::Slot;
+use redis::RedisError;
+use smallvec::SmallVec;
+
+use super::{wire, RedisStore, StoreError};
+use crate::limit::{Check, Micros, Outcome, Status};
+
+/// The pause before a call that a cluster said was not run goes again
+/// (`MOVED` lets redis-rs read the slots first; `TRYAGAIN` and
+/// `CLUSTERDOWN` wait out a migration or a failover).
+pub const RETRY_PAUSE: Duration = Duration::from_millis(5);
+
+/// The slot of a check's keys (their hash tag is the 32 hex of its key).
+pub fn slot(check: &Check) -> Slot {
+    let mut hex = [0u8; 32];
+    hex::encode_to_slice(check.key, &mut hex).expect("32 bytes hold the hex of 16");
+    Slot::for_key(hex)
+}
+
+/// Whether a cluster's error reply says the call was not run, so sending
+/// it again cannot count anything twice.
+pub fn not_run(e: &RedisError) -> bool {
+    matches!(
+        e.code(),
+        Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "LOADING" | "READONLY")
+    )
+}
+
+/// The node an `ASK` redirection names, as `(host, port)`.
+pub fn ask_target(e: &RedisError) -> Option<(String, u16)> {
+    if e.code() != Some("ASK") {
+        return None;
+    }
+    let (addr, _) = e.redirect_node()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// Decide a request's `checks` on a cluster, all or nothing.
+pub async fn decide(
+    store: &RedisStore,
+    checks: &[Check],
+    now: Micros,
+) -> Result<Vec<Outcome>, StoreError> {
+    // (slot, the checks' places), in the order slots first appear.
+    let mut groups: SmallVec<[(Slot, SmallVec<[usize; 4]>); 4]> = SmallVec::new();
+    for (i, c) in checks.iter().enumerate() {
+        let s = slot(c);
+        match groups.iter_mut().find(|(g, _)| *g == s) {
+            Some((_, places)) => places.push(i),
+            None => groups.push((s, SmallVec::from_slice(&[i]))),
+        }
+    }
+    if let [(s, _)] = &groups[..] {
+        let (outcomes, at) = store.decide_on(Some(*s), checks, now).await?;
+        store.index_lockouts(checks, &outcomes, at);
+        return Ok(outcomes);
+    }
+
+    let parts: Vec<Vec<Check>> = groups
+        .iter()
+        .map(|(_, places)| places.iter().map(|&i| checks[i].clone()).collect())
+        .collect();
+    let answers = join_all(
+        groups
+            .iter()
+            .zip(&parts)
+            .map(|((s, _), part)| store.decide_on(Some(*s), part, now)),
+    )
+    .await;
+
+    let blocked = answers.iter().any(|a| match a {
+        Ok((outcomes, _)) => outcomes
+            .iter()
+            .any(|o| matches!(o.status, Status::Rejected | Status::LockedOut)),
+        Err(_) => false,
+    });
+    let failed = answers.iter().find_map(|a| a.as_ref().err().cloned());
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
+    let mut refunds = Vec::new();
+    for (((_, places), part), answer) in groups.iter().zip(&parts).zip(answers) {
+        let Ok((got, at)) = answer else { continue };
+        store.index_lockouts(part, &got, at);
+        // A slot whose call let the request pass took its units; give them
+        // back if another slot rejected it or could not decide.
+        let took = !got
+            .iter()
+            .any(|o| matches!(o.status, Status::Rejected | Status::LockedOut));
+        if (blocked || failed.is_some()) && took {
+            let given: Vec<&Check> = part
+                .iter()
+                .zip(&got)
+                .filter(|(_, o)| o.status == Status::Allowed)
+                .map(|(c, _)| c)
+                .collect();
+            if !given.is_empty() {
+                refunds.push(refund(store, given, at));
+            }
+        }
+        for ((&i, c), mut o) in places.iter().zip(part).zip(got) {
+            if blocked && took && o.status == Status::Allowed {
+                // As dispatch.lua answers a check another one rejected.
+                o.status = Status::NotConsumed;
+                o.delay = 0;
+                o.remaining = (o.remaining + taken(c)).min(o.limit);
+            }
+            outcomes[i] = Some(o);
+        }
+    }
+    for done in join_all(refunds).await {
+        if let Err(error) = done {
+            tracing::warn!(%error, "redis cluster: a refund failed; units stay taken until they lapse");
+        }
+    }
+    if let Some(e) = failed.filter(|_| !blocked) {
+        return Err(e);
+    }
+    // Every slot answered, or one rejected (which decides the request).
+    // A slot that failed while another rejected: its checks answer as not
+    // consumed (nothing of theirs counts).
+    Ok(outcomes
+        .into_iter()
+        .zip(checks)
+        .map(|(o, c)| o.unwrap_or_else(|| not_decided(c)))
+        .collect())
+}
+
+/// Units a check takes when allowed (as `dispatch.lua` counts them).
+fn taken(c: &Check) -> u64 {
+    match c.params {
+        crate::limit::AlgoParams::Concurrency(_) => 1,
+        _ => c.cost.max(1),
+    }
+}
+
+/// The outcome of a check whose slot could not answer while another slot
+/// rejected the request: nothing taken, nothing known.
+fn not_decided(_c: &Check) -> Outcome {
+    Outcome {
+        status: Status::NotConsumed,
+        lock_started: false,
+        delay: 0,
+        limit: 0,
+        window: 0,
+        remaining: 0,
+        reset: 0,
+        retry_after: 0,
+    }
+}
+
+/// Give back `checks` (all of one slot, allowed by a call whose `now` was
+/// `at`).
+async fn refund(store: &RedisStore, checks: Vec<&Check>, at: Micros) -> Result<(), StoreError> {
+    let keys: Vec<String> = checks
+        .iter()
+        .map(|c| super::keys(&store.inner.prefix, &c.key).0)
+        .collect();
+    let args = wire::RefundArgs {
+        at,
+        now: store.inner.local_clock.then_some(at),
+        checks: &checks,
+    };
+    store
+        .call(|f| &f.refund, keys.len(), keys, args)
+        .await
+        .map(drop)
+}

@@ -1,0 +1,211 @@
+//! A real Redis Cluster for the `redis_cluster` store's tests: six
+//! `redis-server --cluster-enabled yes` on free ports, joined by
+//! `redis-cli --cluster create --cluster-replicas 1` (three masters, each
+//! with a replica). Nodes can be killed and restarted (they keep their
+//! `nodes.conf`, so they rejoin), failed over, and slots moved.
+
+use std::time::{Duration, Instant};
+
+use super::redis::{free_port, RedisServer};
+
+/// How long the cluster may take to agree that it is healthy.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// Six nodes; [`RedisCluster::masters`] says which serve slots now.
+pub struct RedisCluster {
+    /// Every node, in the order given to `redis-cli --cluster create` (the
+    /// first three start as masters).
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts six nodes, creates the cluster and waits until every node
+    /// says `cluster_state:ok` and knows all six.
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-node-timeout".into(),
+                    "1000".into(),
+                    "--cluster-port".into(),
+                    free_port().to_string(),
+                    // Keep serving the slots of the other masters while
+                    // one's are moving to its replica.
+                    "--cluster-require-full-coverage".into(),
+                    "no".into(),
+                ])
+            })
+            .collect();
+        let mut create = std::process::Command::new("redis-cli");
+        create.args(["--cluster", "create"]);
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        create.args(["--cluster-replicas", "1", "--cluster-yes"]);
+        let out = create.output().expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// The seed URLs (every node).
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port()))
+            .collect()
+    }
+
+    /// The seeds as a YAML flow list.
+    pub fn seeds_yaml(&self) -> String {
+        let quoted: Vec<String> = self.seeds().iter().map(|s| format!("\"{s}\"")).collect();
+        format!("[{}]", quoted.join(", "))
+    }
+
+    /// Waits until every live node says `cluster_state:ok`, three masters
+    /// serve all 16384 slots, and each live node agrees on that.
+    pub fn wait_healthy(&self) {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            if self.healthy() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become healthy within {SETTLE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn healthy(&self) -> bool {
+        let mut seen = 0;
+        for n in &self.nodes {
+            let Some(info) = info(n, &["CLUSTER", "INFO"]) else {
+                continue;
+            };
+            if !info.contains("cluster_state:ok") || !info.contains("cluster_slots_ok:16384") {
+                return false;
+            }
+            seen += 1;
+        }
+        seen > 0 && self.masters().len() == 3
+    }
+
+    /// The nodes that are masters now (by `ROLE`), reachable ones only.
+    pub fn masters(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| {
+                info(n, &["ROLE"]).is_some_and(|r| r.starts_with("master")) && served_slots(n) > 0
+            })
+            .collect()
+    }
+
+    /// The node serving `slot` now.
+    pub fn owner(&self, slot: u16) -> &RedisServer {
+        let want = node_id_of_slot(&self.nodes, slot).expect("some node serves the slot");
+        self.nodes
+            .iter()
+            .find(|n| info(n, &["CLUSTER", "MYID"]).as_deref() == Some(want.as_str()))
+            .expect("the slot's node is one of ours")
+    }
+
+    /// A replica of `master` (by `CLUSTER REPLICAS`).
+    pub fn replica_of(&self, master: &RedisServer) -> &RedisServer {
+        let id = info(master, &["CLUSTER", "MYID"]).expect("master answers");
+        self.nodes
+            .iter()
+            .find(|n| {
+                info(n, &["ROLE"]).is_some_and(|r| r.starts_with("slave"))
+                    && cluster_nodes(n)
+                        .lines()
+                        .any(|l| l.contains("myself") && l.split(' ').nth(3) == Some(id.as_str()))
+            })
+            .expect("the master has a replica")
+    }
+}
+
+/// A command's answer as text (arrays flattened, one item per line), or
+/// `None` if the node does not answer.
+pub fn info(node: &RedisServer, args: &[&str]) -> Option<String> {
+    let client = ::redis::Client::open(node.url()).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(300))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut cmd = ::redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let v: ::redis::Value = cmd.query(&mut conn).ok()?;
+    Some(flatten(&v))
+}
+
+fn flatten(v: &::redis::Value) -> String {
+    use ::redis::Value;
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Array(items) | Value::Set(items) => {
+            items.iter().map(flatten).collect::<Vec<_>>().join("\n")
+        }
+        Value::VerbatimString { text, .. } => text.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `CLUSTER NODES` of `node` ("" if it does not answer).
+pub fn cluster_nodes(node: &RedisServer) -> String {
+    info(node, &["CLUSTER", "NODES"]).unwrap_or_default()
+}
+
+/// How many slots `node` serves, by its own `CLUSTER NODES` line.
+fn served_slots(node: &RedisServer) -> usize {
+    let nodes = cluster_nodes(node);
+    let Some(me) = nodes.lines().find(|l| l.contains("myself")) else {
+        return 0;
+    };
+    me.split(' ')
+        .skip(8)
+        .filter(|r| !r.starts_with('['))
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap_or(0) + 1 - a.parse::<usize>().unwrap_or(0),
+            None => 1,
+        })
+        .sum()
+}
+
+/// The id of the node that serves `slot`, as any live node sees it.
+fn node_id_of_slot(nodes: &[RedisServer], slot: u16) -> Option<String> {
+    for n in nodes {
+        let text = cluster_nodes(n);
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            for r in &fields[8..] {
+                let (a, b) = match r.split_once('-') {
+                    Some((a, b)) => (a.parse().ok(), b.parse().ok()),
+                    None => (r.parse().ok(), r.parse().ok()),
+                };
+                if let (Some(a), Some(b)) = (a, b) {
+                    if (a..=b).contains(&slot) {
+                        return Some(fields[0].to_owned());
+                    }
+                }
+            }
+        }
+    }
+    None
+}
