@@ -114,6 +114,10 @@ local D_SPEC, D_AT, D_ST, D_NEW, D_TTL, D_LAT = {}, {}, {}, {}, {}, {}
 local FIRST, DIRTY = {}, {}
 local first_used = false
 
+-- Whether this call's KEYS end with the lockout index (not on Redis
+-- Cluster): a state or lockout key ends in "}:s" or "}:l", the index not.
+local INDEXED = true
+
 -- The answers: 8 integers per check, and struct formats of m checks.
 local OUT, OUT_FORMAT = {}, {}
 
@@ -239,10 +243,6 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   end
   return i, k, out + 8 * n, locks
 end
-
--- Whether this call's KEYS end with the lockout index (not on Redis
--- Cluster): a state or lockout key ends in "}:s" or "}:l", the index not.
-local INDEXED = true
 
 local function dispatch(KEYS, ARGV)
   local nargs, nkeys = #ARGV, #KEYS

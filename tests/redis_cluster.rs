@@ -353,7 +353,7 @@ async fn function_flush_on_a_node_heals_by_itself() {
         None,
         r#"
         limits:
-          l: { algorithm: token_bucket, rate: 100/s, burst: 100, key: header:x-k }
+          l: { algorithm: token_bucket, rate: 100/h, burst: 100, key: header:x-k }
         routes:
           - { name: r, match: { path: / }, respond: { status: 200 }, limits: [l] }
         "#,
@@ -433,9 +433,12 @@ async fn failover(kill: bool) {
                     let t0 = Instant::now();
                     let r = c.try_get_h("/", &[("x-k", &k)]).await;
                     let took = t0.elapsed();
-                    let mut w = worst.lock().unwrap();
-                    *w = (*w).max(took);
-                    assert_eq!(r.expect("an answer").status, 200);
+                    {
+                        let mut w = worst.lock().unwrap_or_else(|e| e.into_inner());
+                        *w = (*w).max(took);
+                    }
+                    let r = r.unwrap_or_else(|e| panic!("no answer after {took:?}: {e}"));
+                    assert_eq!(r.status, 200, "{}", r.text());
                 }
             })
         })
@@ -453,12 +456,19 @@ async fn failover(kill: bool) {
             Some("OK")
         );
     }
-    // The replica takes over (node timeout 1 s + election).
+    // The replica takes over (node timeout 1 s + election). A manual
+    // failover that Redis gave up on (the replica did not catch up within
+    // its 5 s on a loaded machine) is asked again.
+    let mut asked = Instant::now();
     let promoted = loop {
         if info(replica, &["ROLE"]).is_some_and(|r| r.starts_with("master")) {
             break t0.elapsed();
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "no promotion");
+        assert!(t0.elapsed() < Duration::from_secs(30), "no promotion");
+        if !kill && asked.elapsed() > Duration::from_secs(6) {
+            let _ = info(replica, &["CLUSTER", "FAILOVER"]);
+            asked = Instant::now();
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let back = loop {

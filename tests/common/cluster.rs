@@ -35,6 +35,10 @@ impl RedisCluster {
                     // one's are moving to its replica.
                     "--cluster-require-full-coverage".into(),
                     "no".into(),
+                    // A replica of a fresh cluster may fail over whatever
+                    // the age of its last contact with the master.
+                    "--cluster-replica-validity-factor".into(),
+                    "0".into(),
                 ])
             })
             .collect();
@@ -160,6 +164,7 @@ fn flatten(v: &::redis::Value) -> String {
             items.iter().map(flatten).collect::<Vec<_>>().join("\n")
         }
         Value::VerbatimString { text, .. } => text.clone(),
+        ::redis::Value::Okay => "OK".to_owned(),
         other => format!("{other:?}"),
     }
 }
