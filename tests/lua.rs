@@ -1160,7 +1160,11 @@ fn dispatch_call(
     now: Micros,
     ttls: &mut BTreeMap<String, i64>,
 ) -> Vec<tollgate::limit::Outcome> {
-    let keys = store::DispatchKeys { prefix, requests };
+    let keys = store::DispatchKeys {
+        prefix,
+        requests,
+        index: true,
+    };
     let names: Vec<String> = keys
         .to_redis_args()
         .into_iter()
@@ -1188,7 +1192,7 @@ fn dispatch_call(
         }
     }
     let checks = requests.iter().map(Vec::len).sum();
-    wire::outcomes(&parts[0], checks).unwrap()
+    wire::outcomes(&parts[0], checks).unwrap().0
 }
 
 #[test]
