@@ -173,8 +173,9 @@ pub fn label_key(prefix: &str, key: &StoreKey) -> String {
 
 /// The lockout index, a sorted set (member: the 32 hex of a (limit,
 /// client), score: the end of its lockout) behind `GET /lockouts`. It has no
-/// hash tag: on Redis Cluster it would live on its own slot, which the
-/// cluster store will have to handle.
+/// hash tag: on Redis Cluster it lives on a slot of its own, so decision
+/// calls leave it out and the store enters lockouts in it with a separate
+/// call ([`RedisStore::index_lockouts`]).
 pub fn index_key(prefix: &str) -> String {
     let mut s = Vec::with_capacity(prefix.len() + 9);
     write_index_key(&mut s, prefix);
