@@ -68,7 +68,7 @@ fn keys_with_slots(cluster: &RedisCluster, prefix: &str) -> Vec<(String, u16)> {
 // Exactness: 3 instances, 300 concurrent requests, a limit of 100
 // ---------------------------------------------------------------------------
 
-async fn exactly_100_of_300(prefix: &str, limit: &str, path: &'static str) {
+async fn exactly_100_of_300_on_the_cluster(prefix: &str, limit: &str, path: &'static str) {
     let cluster = shared();
     let echo = Echo::start("e").await;
     let t = template(
@@ -91,34 +91,7 @@ async fn exactly_100_of_300(prefix: &str, limit: &str, path: &'static str) {
         Gateway::start(&t).await,
         Gateway::start(&t).await,
     ];
-    let callers: Vec<Caller> = gws.iter().map(|g| Caller::new(g.addr())).collect();
-    let handles: Vec<_> = (0..300)
-        .map(|i| {
-            let c = callers[i % 3].clone();
-            tokio::spawn(async move { c.try_get_h(path, &[]).await })
-        })
-        .collect();
-    let mut statuses = Vec::new();
-    for h in handles {
-        let r = h
-            .await
-            .unwrap()
-            .unwrap_or_else(|e| panic!("request failed: {e}"));
-        if r.status != 200 {
-            assert_rejected(&r, "rate_limited", "x");
-        }
-        statuses.push(r.status.as_u16());
-    }
-    assert_eq!(
-        tally(statuses),
-        [(200, 100), (429, 200)].into_iter().collect(),
-        "{limit}: exactly 100 of 300 admitted over 3 instances on the cluster"
-    );
-    assert_eq!(
-        echo.count(),
-        100,
-        "rejected requests never reach the upstream"
-    );
+    common::limits::exactly_100_of_300(&gws, &echo, path, limit).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -157,7 +130,7 @@ async fn exact_on_the_cluster_for_every_algorithm() {
     .into_iter()
     .enumerate()
     {
-        exactly_100_of_300(&format!("ex{i}"), limit, path).await;
+        exactly_100_of_300_on_the_cluster(&format!("ex{i}"), limit, path).await;
     }
 }
 
@@ -255,17 +228,11 @@ async fn concurrent_requests_across_slots_take_exactly_what_passed() {
         Gateway::start(&t).await,
     ];
     let callers: Vec<Caller> = gws.iter().map(|g| Caller::new(g.addr())).collect();
-    let handles: Vec<_> = (0..300)
-        .map(|i| {
-            let c = callers[i % 3].clone();
-            tokio::spawn(async move { c.try_get_h("/", &[]).await })
-        })
+    let statuses: Vec<u16> = spread(&callers, "/", 300)
+        .await
+        .iter()
+        .map(|r| r.status.as_u16())
         .collect();
-    let mut statuses = Vec::new();
-    for h in handles {
-        let r = h.await.unwrap().expect("an answer");
-        statuses.push(r.status.as_u16());
-    }
     assert_eq!(
         tally(statuses),
         [(200, 100), (429, 200)].into_iter().collect()

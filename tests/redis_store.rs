@@ -51,7 +51,7 @@ fn template_with_timeout(
 // Exactness: 3 instances, 300 concurrent requests, a limit of 100
 // ---------------------------------------------------------------------------
 
-async fn exactly_100_of_300(limit: &str, path: &'static str) {
+async fn exactly_100_of_300_on_redis(limit: &str, path: &'static str) {
     let redis = RedisServer::start();
     let echo = Echo::start("e").await;
     // A generous store timeout: this is about atomicity, and a store call
@@ -75,40 +75,13 @@ async fn exactly_100_of_300(limit: &str, path: &'static str) {
         Gateway::start(&t).await,
         Gateway::start(&t).await,
     ];
-    let callers: Vec<Caller> = gws.iter().map(|g| Caller::new(g.addr())).collect();
-    let handles: Vec<_> = (0..300)
-        .map(|i| {
-            let c = callers[i % 3].clone();
-            tokio::spawn(async move { c.try_get_h(path, &[]).await })
-        })
-        .collect();
-    let mut statuses = Vec::new();
-    for h in handles {
-        let r = h
-            .await
-            .unwrap()
-            .unwrap_or_else(|e| panic!("request failed: {e}"));
-        if r.status != 200 {
-            assert_rejected(&r, "rate_limited", "x");
-        }
-        statuses.push(r.status.as_u16());
-    }
-    assert_eq!(
-        tally(statuses),
-        [(200, 100), (429, 200)].into_iter().collect(),
-        "{limit}: exactly 100 of 300 admitted over 3 instances"
-    );
-    assert_eq!(
-        echo.count(),
-        100,
-        "rejected requests never reach the upstream"
-    );
+    common::limits::exactly_100_of_300(&gws, &echo, path, limit).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_fixed_window() {
     ensure_room(Duration::from_secs(3600), Duration::from_secs(20)).await;
-    exactly_100_of_300(
+    exactly_100_of_300_on_redis(
         "{ algorithm: fixed_window, limit: 100, window: 1h, key: route }",
         "/delay/0",
     )
@@ -118,7 +91,7 @@ async fn exact_fixed_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_sliding_window() {
     ensure_room(Duration::from_secs(3600), Duration::from_secs(20)).await;
-    exactly_100_of_300(
+    exactly_100_of_300_on_redis(
         "{ algorithm: sliding_window, limit: 100, window: 1h, key: route }",
         "/delay/0",
     )
@@ -127,7 +100,7 @@ async fn exact_sliding_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_sliding_log() {
-    exactly_100_of_300(
+    exactly_100_of_300_on_redis(
         "{ algorithm: sliding_log, limit: 100, window: 1h, key: route }",
         "/delay/0",
     )
@@ -137,7 +110,7 @@ async fn exact_sliding_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_token_bucket() {
     // One token per 36 s: nothing refills during the test.
-    exactly_100_of_300(
+    exactly_100_of_300_on_redis(
         "{ algorithm: token_bucket, rate: 100/h, burst: 100, key: route }",
         "/delay/0",
     )
@@ -146,7 +119,7 @@ async fn exact_token_bucket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_gcra() {
-    exactly_100_of_300(
+    exactly_100_of_300_on_redis(
         "{ algorithm: gcra, rate: 100/h, burst: 100, key: route }",
         "/delay/0",
     )
@@ -155,7 +128,7 @@ async fn exact_gcra() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_leaky_bucket() {
-    exactly_100_of_300(
+    exactly_100_of_300_on_redis(
         "{ algorithm: leaky_bucket, rate: 100/h, burst: 100, key: route }",
         "/delay/0",
     )
@@ -166,7 +139,7 @@ async fn exact_leaky_bucket() {
 async fn exact_concurrency() {
     // Each admitted request holds its slot for 4 s, longer than it takes
     // to send all 300.
-    exactly_100_of_300(
+    exactly_100_of_300_on_redis(
         "{ algorithm: concurrency, limit: 100, key: route }",
         "/delay/4000",
     )

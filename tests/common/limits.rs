@@ -433,3 +433,53 @@ pub async fn metric_with(gw: &Gateway, name: &str, labels: &[(&str, &str)]) -> O
         })
         .find_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse().ok()))
 }
+
+/// `n` GETs of `path` sent at once, spread round robin over `callers`:
+/// their answers, in order. A request with no answer fails the test.
+pub async fn spread(callers: &[Caller], path: &'static str, n: usize) -> Vec<Resp> {
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let c = callers[i % callers.len()].clone();
+            tokio::spawn(async move { c.try_get_h(path, &[]).await })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for h in handles {
+        out.push(
+            h.await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("request failed: {e}")),
+        );
+    }
+    out
+}
+
+/// 300 requests at once over `gateways` (whose route has the one limit
+/// `x`, named `what` in messages) admit exactly 100, the others are
+/// rejected by `x`, and only the admitted reach `echo`.
+pub async fn exactly_100_of_300(
+    gateways: &[Gateway],
+    echo: &super::Echo,
+    path: &'static str,
+    what: &str,
+) {
+    let callers: Vec<Caller> = gateways.iter().map(|g| Caller::new(g.addr())).collect();
+    let mut statuses = Vec::new();
+    for r in spread(&callers, path, 300).await {
+        if r.status != 200 {
+            assert_rejected(&r, "rate_limited", "x");
+        }
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(
+        tally(statuses),
+        [(200, 100), (429, 200)].into_iter().collect(),
+        "{what}: exactly 100 of 300 admitted over {} instances",
+        gateways.len()
+    );
+    assert_eq!(
+        echo.count(),
+        100,
+        "rejected requests never reach the upstream"
+    );
+}
