@@ -418,6 +418,9 @@ struct Inner {
     refreshing: AtomicBool,
     /// When the last one was started.
     refreshed: Mutex<Option<Instant>>,
+    /// Woken when a connection is swapped in: calls that found none yet
+    /// ([`Conn::Pending`]) wait for it within their deadline.
+    swapped: tokio::sync::Notify,
     prefix: String,
     timeout: Duration,
     local_clock: bool,
@@ -508,6 +511,7 @@ impl RedisStore {
                 server: Mutex::new(server),
                 refreshing: AtomicBool::new(false),
                 refreshed: Mutex::new(None),
+                swapped: tokio::sync::Notify::new(),
                 prefix: prefix.to_owned(),
                 timeout,
                 local_clock,
@@ -571,6 +575,7 @@ impl RedisStore {
                         *lock(&store.inner.server) = server;
                     }
                     store.inner.refreshing.store(false, Ordering::Release);
+                    store.inner.swapped.notify_waiters();
                     store.load_library_soon();
                 }
                 Ok(Err(e)) => {
@@ -946,9 +951,13 @@ impl RedisStore {
         Fut: std::future::Future<Output = Result<T, RedisError>>,
     {
         let mut permit = self.admit()?;
-        let conn = lock(&self.inner.conn).clone();
-        let managed = matches!(conn, Conn::Manager(_));
-        let result = match tokio::time::timeout(self.inner.timeout, op(conn)).await {
+        let mut managed = false;
+        let call = async {
+            let conn = self.connection().await;
+            managed = matches!(conn, Conn::Manager(_));
+            op(conn).await
+        };
+        let result = match tokio::time::timeout(self.inner.timeout, call).await {
             Err(_) => Err(StoreError::Timeout),
             Ok(r) => r.map_err(classify),
         };
@@ -957,6 +966,25 @@ impl RedisStore {
         }
         permit.finish(&result);
         result
+    }
+
+    /// The current connection; while there is none yet (the first one, or
+    /// a replacement after a failed attempt, is being made), waits for it.
+    /// The caller bounds the wait.
+    async fn connection(&self) -> Conn {
+        loop {
+            let swapped = self.inner.swapped.notified();
+            tokio::pin!(swapped);
+            // Registered before the look, so a swap in between still wakes.
+            swapped.as_mut().enable();
+            let conn = lock(&self.inner.conn).clone();
+            if !matches!(conn, Conn::Pending) {
+                return conn;
+            }
+            // No attempt under way (the last one failed): start one.
+            self.refresh(false);
+            swapped.await;
+        }
     }
 
     fn admit(&self) -> Result<Permit<'_>, StoreError> {
