@@ -10,11 +10,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::cluster::{info, RedisCluster};
+use common::failover::{self, STORE_TIMEOUT};
 use common::limits::*;
 use common::{config, dedent, Echo, Gateway};
 
@@ -288,19 +288,7 @@ async fn lockouts_are_listed_and_reset_on_every_instance() {
     assert_eq!(limit_state(&b, "lk", "127.0.0.1").await["locked"], true);
 
     reset_limit(&b, "lk", "127.0.0.1").await;
-    let t0 = Instant::now();
-    loop {
-        let r = ca.get("/").await;
-        if r.status == 200 {
-            break;
-        }
-        assert_rejected(&r, "locked_out", "lk");
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "A still answers locked_out 1 s after B's reset"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    unlocked_within_a_second(&ca, "/", &[], "lk").await;
     assert_eq!(lockouts(&a).await["count"], 0);
     assert_eq!(limit_state(&a, "lk", "127.0.0.1").await["locked"], false);
 }
@@ -346,22 +334,6 @@ async fn function_flush_on_a_node_heals_by_itself() {
 // Failover under load
 // ---------------------------------------------------------------------------
 
-/// The store timeout of the failover test and the margin on top of it for
-/// this 2-core machine (the issue allows `timeout` + 25 ms; the margin
-/// covers a debug build, six Redis and three gateways on two cores).
-const STORE_TIMEOUT: Duration = Duration::from_millis(100);
-const LATENCY_MARGIN: Duration = Duration::from_millis(150);
-
-/// Whether two gateways share state again: a fresh key used up on B is seen
-/// used up on A.
-async fn shared_again(ca: &Caller, cb: &Caller, n: u64) -> bool {
-    let v = format!("probe-{n}");
-    let h = [("x-probe", v.as_str())];
-    let first = cb.try_get_h("/p", &h).await;
-    let second = ca.try_get_h("/p", &h).await;
-    matches!((first, second), (Ok(f), Ok(s)) if f.status == 200 && has_rate_limit_fields(&f) && s.status == 429)
-}
-
 async fn failover(kill: bool) {
     let cluster = RedisCluster::start();
     let t = template(
@@ -370,46 +342,14 @@ async fn failover(kill: bool) {
         &format!("{}ms", STORE_TIMEOUT.as_millis()),
         "local",
         None,
-        r#"
-        limits:
-          l: { algorithm: fixed_window, limit: 1000000, window: 1h, key: header:x-k }
-          p: { algorithm: fixed_window, limit: 1, window: 1h, key: header:x-probe }
-        routes:
-          - { name: p, match: { path: /p }, respond: { status: 200 }, limits: [p] }
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [l] }
-        "#,
+        failover::LIMITS,
     );
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
-    let probe = AtomicU64::new(0);
-    assert!(shared_again(&ca, &cb, probe.fetch_add(1, Ordering::SeqCst)).await);
+    assert!(failover::shared_again(&ca, &cb).await);
 
     // Load: 8 clients' keys (on every master), each request timed.
-    let stop = Arc::new(AtomicBool::new(false));
-    let worst = Arc::new(Mutex::new(Duration::ZERO));
-    let load: Vec<_> = (0..8)
-        .map(|i| {
-            let (c, stop, worst) = (
-                if i % 2 == 0 { ca.clone() } else { cb.clone() },
-                stop.clone(),
-                worst.clone(),
-            );
-            tokio::spawn(async move {
-                let k = format!("load-{i}");
-                while !stop.load(Ordering::SeqCst) {
-                    let t0 = Instant::now();
-                    let r = c.try_get_h("/", &[("x-k", &k)]).await;
-                    let took = t0.elapsed();
-                    {
-                        let mut w = worst.lock().unwrap_or_else(|e| e.into_inner());
-                        *w = (*w).max(took);
-                    }
-                    let r = r.unwrap_or_else(|e| panic!("no answer after {took:?}: {e}"));
-                    assert_eq!(r.status, 200, "{}", r.text());
-                }
-            })
-        })
-        .collect();
+    let load = failover::Load::start(&ca, &cb, 8);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let victim = &cluster.masters()[0];
@@ -438,35 +378,15 @@ async fn failover(kill: bool) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let back = loop {
-        if shared_again(&ca, &cb, probe.fetch_add(1, Ordering::SeqCst)).await {
-            break t0.elapsed();
-        }
-        assert!(
-            t0.elapsed() < promoted + Duration::from_secs(5),
-            "decisions not back on Redis 5 s after the failover ({promoted:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    stop.store(true, Ordering::SeqCst);
-    for h in load {
-        h.await.expect("load task");
-    }
-    let worst = *worst.lock().unwrap();
-    eprintln!("failover (kill: {kill}): promoted after {promoted:?}, shared again after {back:?}, slowest request {worst:?}");
-    assert!(
-        worst <= STORE_TIMEOUT + LATENCY_MARGIN,
-        "a request waited {worst:?} (timeout {STORE_TIMEOUT:?})"
-    );
-
-    // No double counting after recovery: 20 requests take exactly 20.
-    let k = [("x-k", "after")];
-    let first = remaining(&ca.get_h("/", &k).await, "l");
-    for _ in 0..19 {
-        assert_ok(&cb.get_h("/", &k).await);
-    }
-    let last = remaining(&ca.get_h("/", &k).await, "l");
-    assert_eq!(first - last, 20, "each request counted once");
+    failover::recovered(
+        &format!("cluster failover (kill: {kill})"),
+        &ca,
+        &cb,
+        load,
+        t0,
+        promoted,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -434,6 +434,30 @@ pub async fn metric_with(gw: &Gateway, name: &str, labels: &[(&str, &str)]) -> O
         .find_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse().ok()))
 }
 
+/// After a reset made through another instance: `caller`'s GETs of `path`
+/// (with `headers`) pass within a second; until then each is answered
+/// `locked_out` by `limit` (the instance's deny cache, not yet cleared).
+pub async fn unlocked_within_a_second(
+    caller: &Caller,
+    path: &str,
+    headers: &[(&str, &str)],
+    limit: &str,
+) {
+    let t0 = Instant::now();
+    loop {
+        let r = caller.get_h(path, headers).await;
+        if r.status == 200 {
+            return;
+        }
+        assert_rejected(&r, "locked_out", limit);
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "still locked_out 1 s after the reset on another instance"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `n` GETs of `path` sent at once, spread round robin over `callers`:
 /// their answers, in order. A request with no answer fails the test.
 pub async fn spread(callers: &[Caller], path: &'static str, n: usize) -> Vec<Resp> {

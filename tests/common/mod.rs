@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod cluster;
+pub mod failover;
 pub mod gateway;
 pub mod limits;
 pub mod pki;

@@ -48,6 +48,7 @@ impl RedisServer {
                 dir: temp_dir("redis"),
                 child: Mutex::new(None),
                 extra: extra.to_vec(),
+                sentinel: false,
             };
             if process.spawn() {
                 return RedisServer {
@@ -56,6 +57,40 @@ impl RedisServer {
             }
         }
         panic!("redis-server exited at start-up on {START_ATTEMPTS} ports in a row");
+    }
+
+    /// A Redis Sentinel (`redis-server <conf> --sentinel`) on a free port
+    /// that monitors the master `name` at `master_port` with a quorum of
+    /// `quorum`: down after 1 s without an answer, a failover given 3 s.
+    /// Sentinel rewrites its config file, which lives in its directory and
+    /// is kept across restarts.
+    pub fn sentinel(name: &str, master_port: u16, quorum: u8) -> RedisServer {
+        for _ in 0..START_ATTEMPTS {
+            let process = Process {
+                port: free_port(),
+                dir: temp_dir("sentinel"),
+                child: Mutex::new(None),
+                extra: Vec::new(),
+                sentinel: true,
+            };
+            let conf = format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\nloglevel warning\n\
+                 dir {dir}\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 3000\n\
+                 sentinel parallel-syncs {name} 1\n",
+                port = process.port,
+                dir = process.dir.display(),
+            );
+            std::fs::write(process.conf(), conf).expect("write sentinel.conf");
+            if process.spawn() {
+                return RedisServer {
+                    process: Arc::new(process),
+                };
+            }
+        }
+        panic!("redis-sentinel exited at start-up on {START_ATTEMPTS} ports in a row");
     }
 
     /// `redis://127.0.0.1:<port>/0`.
@@ -177,19 +212,27 @@ struct Process {
     child: Mutex<Option<Child>>,
     /// More arguments, after the harness's own.
     extra: Vec<String>,
+    /// A sentinel: started from its config file ([`Process::conf`]).
+    sentinel: bool,
 }
 
 impl Process {
     /// Spawns `redis-server` on the port and waits until this very process
     /// answers; false if it exited first (it could not bind the port).
     fn spawn(&self) -> bool {
-        let mut child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--protected-mode", "no", "--loglevel", "warning"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(&self.extra)
+        let mut command = Command::new("redis-server");
+        if self.sentinel {
+            command.arg(self.conf()).arg("--sentinel");
+        } else {
+            command
+                .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--protected-mode", "no", "--loglevel", "warning"])
+                .arg("--dir")
+                .arg(&self.dir)
+                .args(&self.extra);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -216,6 +259,11 @@ impl Process {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// A sentinel's config file.
+    fn conf(&self) -> PathBuf {
+        self.dir.join("sentinel.conf")
     }
 
     /// The `process_id` of the server answering `INFO server` on the port.

@@ -576,15 +576,41 @@ impl RedisStore {
                     }
                     store.inner.refreshing.store(false, Ordering::Release);
                     store.inner.swapped.notify_waiters();
+                    lock(&store.inner.breaker).reconnected(Instant::now());
                     store.load_library_soon();
                 }
                 Ok(Err(e)) => {
                     store.inner.refreshing.store(false, Ordering::Release);
                     tracing::warn!(error = %e, "redis: no connection made");
+                    store.retry_refresh_later();
                 }
                 Err(_) => {
                     store.inner.refreshing.store(false, Ordering::Release);
                     tracing::warn!("redis: no connection made in time");
+                    store.retry_refresh_later();
+                }
+            }
+        });
+    }
+
+    /// After a failed attempt at a fresh connection, while the breaker is
+    /// open (calls fail fast, so none would ask), tries again every
+    /// [`REFRESH_EVERY`]: a failover is followed as soon as the sentinels
+    /// or the cluster name the new primary, not at the next probe, whose
+    /// back-off may have grown to seconds. Holds the store weakly: a store
+    /// dropped by a reload stops trying.
+    fn retry_refresh_later(self) {
+        if self.is_available() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        drop(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(REFRESH_EVERY).await;
+            if let Some(inner) = weak.upgrade() {
+                let store = RedisStore { inner };
+                if !store.is_available() {
+                    store.refresh(false);
                 }
             }
         });

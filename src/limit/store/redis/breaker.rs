@@ -6,6 +6,7 @@
 //! closed --TRIP_AFTER consecutive failures--> open (back-off MIN_BACKOFF)
 //! open   --back-off over--> one probe is let through, the others fail fast
 //! probe ok --> closed;  probe failed --> open, back-off doubled (<= MAX_BACKOFF)
+//! open   --a fresh connection swapped in--> the next call probes at once
 //! ```
 
 use std::time::{Duration, Instant};
@@ -73,6 +74,15 @@ impl Breaker {
         *self = Breaker::default();
     }
 
+    /// A fresh connection replaced the one that failed (a failover was
+    /// followed): while open, the next call may probe at once instead of
+    /// waiting out the back-off, which may have grown to seconds.
+    pub fn reconnected(&mut self, now: Instant) {
+        if let Some(t) = &mut self.open_until {
+            *t = (*t).min(now);
+        }
+    }
+
     /// A call failed at `now` (an error reaching Redis, or its deadline).
     /// Returns true if this (re)opened the breaker.
     pub fn failure(&mut self, now: Instant, admission: Admission) -> bool {
@@ -122,6 +132,26 @@ mod tests {
         b.success();
         assert!(b.is_closed());
         assert_eq!(b.admit(t2), Some(Admission::Call));
+    }
+
+    #[test]
+    fn a_fresh_connection_lets_a_probe_go_at_once() {
+        let mut b = Breaker::default();
+        let t = Instant::now();
+        for _ in 0..TRIP_AFTER {
+            b.failure(t, Admission::Call);
+        }
+        let t1 = t + MIN_BACKOFF;
+        assert_eq!(b.admit(t1), Some(Admission::Probe));
+        b.failure(t1, Admission::Probe);
+        assert_eq!(b.admit(t1 + MIN_BACKOFF), None, "backing off");
+        b.reconnected(t1 + MIN_BACKOFF);
+        assert_eq!(b.admit(t1 + MIN_BACKOFF), Some(Admission::Probe));
+        assert_eq!(b.admit(t1 + MIN_BACKOFF), None, "one probe at a time");
+        // Closed, it stays closed.
+        b.success();
+        b.reconnected(t1);
+        assert!(b.is_closed());
     }
 
     #[test]
