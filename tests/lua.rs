@@ -9,6 +9,11 @@
 //!   on random multi-limit requests (lockouts, shadow, cost > 1, rejections
 //!   beside allowed limits).
 //! - GCRA answers redis-cell's documented `CL.THROTTLE` figures.
+//! - `refund.lua` (Redis Cluster): a request allowed and then refunded
+//!   leaves every later outcome as if it had never come, per algorithm on
+//!   random histories; and by hand, the SPEC's rules where a refund cannot
+//!   be exact (a rolled window, a drained bucket, GCRA's tat, one log entry,
+//!   one lease, the key's TTL, a key that is gone).
 //! - Arity errors are clear error replies.
 //! - The store: the function library loaded at start and after FUNCTION FLUSH, deadlines under SIGSTOP, healing after a
 //!   restart, the circuit breaker, key hygiene, resets over pub/sub.
@@ -22,7 +27,7 @@
 #[allow(unused_imports)]
 mod common;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -73,6 +78,7 @@ fn test_library() -> &'static lua::Library {
             ("release_probe", RELEASE_ENTRY),
             ("lock_probe", LOCK_ENTRY),
             ("dispatch_probe", DISPATCH_PROBE),
+            ("refund_probe", REFUND_PROBE),
         ]);
         lua::Library::with_entries(&entries)
     })
@@ -855,16 +861,30 @@ fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
 }
 
 /// `dispatch.lua` wrapped so the test sees every key's PTTL right after the
-/// write (then PERSISTs it, as the trace tests do).
+/// write (then PERSISTs it, as the trace tests do). `persisted` serves
+/// [`REFUND_PROBE`] too (it comes later in the library).
 const DISPATCH_PROBE: &str = r#"
-local function dispatch_probe(KEYS, ARGV)
-  local out = dispatch(KEYS, ARGV)
+local function persisted(entry, KEYS, ARGV)
+  local out = entry(KEYS, ARGV)
   local ttls = {}
   for i, k in ipairs(KEYS) do
     ttls[i] = redis.call('PTTL', k)
     redis.call('PERSIST', k)
   end
   return {out, ttls}
+end
+
+local function dispatch_probe(KEYS, ARGV)
+  return persisted(dispatch, KEYS, ARGV)
+end
+"#;
+
+/// `refund.lua` wrapped as [`DISPATCH_PROBE`] wraps `dispatch.lua`: the
+/// number of checks given back, and each key's PTTL (then PERSISTed:
+/// giving back a lease sets its key's TTL from the driven clock).
+const REFUND_PROBE: &str = r#"
+local function refund_probe(KEYS, ARGV)
+  return persisted(refund, KEYS, ARGV)
 end
 "#;
 
@@ -884,40 +904,61 @@ fn run_script(
     inv.invoke(conn)
 }
 
-/// One limit of the random pool the dispatcher test draws requests from.
-fn any_limit() -> impl Strategy<Value = (AlgoParams, Option<LockParams>, bool)> {
-    let params = prop_oneof![
-        (1u64..8, dur(5_000)).prop_map(|(l, w)| AlgoParams::FixedWindow(
-            fixed_window::Params::new(l, Window::Fixed(w)).unwrap()
-        )),
-        (1u64..8, dur(5_000)).prop_map(|(l, w)| AlgoParams::SlidingWindow(
-            sliding_window::Params::new(l, w).unwrap()
-        )),
-        (1u64..8, dur(5_000))
-            .prop_map(|(l, w)| AlgoParams::SlidingLog(sliding_log::Params::new(l, w).unwrap())),
-        bucket_params().prop_filter_map("exact", |(r, b, d)| token_bucket::Params::new(r, b, d)
-            .ok()
-            .map(AlgoParams::TokenBucket)),
-        (
+/// Random params of the algorithm `name`, small enough that random
+/// requests meet their limits and edges.
+fn params_of(name: &str) -> BoxedStrategy<AlgoParams> {
+    match name {
+        "fixed_window" => (1u64..8, dur(5_000))
+            .prop_map(|(l, w)| {
+                AlgoParams::FixedWindow(fixed_window::Params::new(l, Window::Fixed(w)).unwrap())
+            })
+            .boxed(),
+        "sliding_window" => (1u64..8, dur(5_000))
+            .prop_map(|(l, w)| {
+                AlgoParams::SlidingWindow(sliding_window::Params::new(l, w).unwrap())
+            })
+            .boxed(),
+        "sliding_log" => (1u64..8, dur(5_000))
+            .prop_map(|(l, w)| AlgoParams::SlidingLog(sliding_log::Params::new(l, w).unwrap()))
+            .boxed(),
+        "token_bucket" => bucket_params()
+            .prop_filter_map("exact", |(r, b, d)| {
+                token_bucket::Params::new(r, b, d)
+                    .ok()
+                    .map(AlgoParams::TokenBucket)
+            })
+            .boxed(),
+        "gcra" => (
             1u64..3,
             1u64..2_000,
             1u64..8,
-            prop_oneof![Just(0u64), 0u64..2_000]
+            prop_oneof![Just(0u64), 0u64..2_000],
         )
-            .prop_filter_map("exact", |(c, i, b, d)| gcra::Params::new(
-                rate(c, c * i),
-                b,
-                d
-            )
-            .ok()
-            .map(AlgoParams::Gcra)),
-        bucket_params().prop_filter_map("exact", |(r, b, d)| leaky_bucket::Params::new(r, b, d)
-            .ok()
-            .map(AlgoParams::LeakyBucket)),
-        (1u64..4, dur(3_000)).prop_map(|(l, lease)| AlgoParams::Concurrency(
-            concurrency::Params::new(l, lease).unwrap()
-        )),
-    ];
+            .prop_filter_map("exact", |(c, i, b, d)| {
+                gcra::Params::new(rate(c, c * i), b, d)
+                    .ok()
+                    .map(AlgoParams::Gcra)
+            })
+            .boxed(),
+        "leaky_bucket" => bucket_params()
+            .prop_filter_map("exact", |(r, b, d)| {
+                leaky_bucket::Params::new(r, b, d)
+                    .ok()
+                    .map(AlgoParams::LeakyBucket)
+            })
+            .boxed(),
+        "concurrency" => (1u64..4, dur(3_000))
+            .prop_map(|(l, lease)| {
+                AlgoParams::Concurrency(concurrency::Params::new(l, lease).unwrap())
+            })
+            .boxed(),
+        other => panic!("no algorithm {other}"),
+    }
+}
+
+/// One limit of the random pool the dispatcher test draws requests from.
+fn any_limit() -> impl Strategy<Value = (AlgoParams, Option<LockParams>, bool)> {
+    let params = proptest::strategy::Union::new(lua::ALGORITHMS.iter().map(|(n, _)| params_of(n)));
     let lockout = (
         1u64..4,
         dur(5_000),
@@ -1151,15 +1192,16 @@ fn stored(conn: &mut redis::Connection, prefix: &str) -> BTreeMap<String, Vec<u8
 
 /// One dispatch call for `requests` at `now`, keys under `prefix`, encoded
 /// as the store sends it, through `dispatch_probe`: every check's outcome,
-/// in order. `ttls` gets the TTL (ms) each key written by the call got (the
-/// prefix cut off); the probe removes them, so nothing expires in real time.
+/// in order, and the call's `now` (a refund's `at`). `ttls` gets the TTL
+/// (ms) each key written by the call got (the prefix cut off); the probe
+/// removes them, so nothing expires in real time.
 fn dispatch_call(
     conn: &mut redis::Connection,
     prefix: &str,
     requests: &[Vec<Check>],
     now: Micros,
     ttls: &mut BTreeMap<String, i64>,
-) -> Vec<tollgate::limit::Outcome> {
+) -> (Vec<tollgate::limit::Outcome>, Micros) {
     let keys = store::DispatchKeys {
         prefix,
         requests,
@@ -1192,7 +1234,7 @@ fn dispatch_call(
         }
     }
     let checks = requests.iter().map(Vec::len).sum();
-    wire::outcomes(&parts[0], checks).unwrap().0
+    wire::outcomes(&parts[0], checks).unwrap()
 }
 
 #[test]
@@ -1232,11 +1274,11 @@ fn a_batch_decides_as_its_requests_would_one_by_one() {
                             .collect()
                     })
                     .collect();
-                let batch = dispatch_call(conn, "a", &requests, now, &mut ttl_a);
+                let (batch, _) = dispatch_call(conn, "a", &requests, now, &mut ttl_a);
                 let mut single = Vec::new();
                 for r in &requests {
                     let r = std::slice::from_ref(r);
-                    single.extend(dispatch_call(conn, "b", r, now, &mut ttl_b));
+                    single.extend(dispatch_call(conn, "b", r, now, &mut ttl_b).0);
                 }
                 prop_assert_eq!(&batch, &single, "round {}: the answers", round);
                 // The same keys, values and TTLs (give or take the
@@ -1346,10 +1388,45 @@ fn arity_errors_are_clear() {
             "inspect: unknown algorithm nope",
         ),
         ("lockouts", 1, s(&[]), "lockouts: expected 1 KEYS"),
+        (
+            "refund",
+            1,
+            s(&["1"]),
+            "refund: ARGV must start with at, now",
+        ),
+        (
+            "refund",
+            1,
+            s(&["x", "1", "fixed_window 0 1 5 9"]),
+            "refund: at: expected a non-negative integer, got x",
+        ),
+        (
+            "refund",
+            1,
+            s(&["1", "1", "fixed_window 0 1 5 9", "7"]),
+            "refund: 1 checks take 3 arguments, got 4",
+        ),
+        (
+            "refund",
+            1,
+            s(&["1", "1", "concurrency 0 1 3 9"]),
+            "refund: the lease of check 1 is missing",
+        ),
+        // Two keys, one spec. (The message is the spec parser's, which is
+        // dispatch's; Redis adds the function's name, `..._refund`.)
+        (
+            "refund",
+            2,
+            s(&["1", "1", "fixed_window 0 1 5 9"]),
+            "the arguments end inside a request",
+        ),
     ] {
         let script = Function::of(entry);
         let e = err(run_script(&mut conn, &script, &keys(n_keys), &args));
         assert!(e.contains(want), "{e}");
+        // Each names its entry (for the last refund case only Redis's
+        // "script: <library>_refund" does).
+        assert!(e.contains(entry), "{e}");
     }
     // An algorithm file on its own checks its params too.
     let script = Function::of("algo_probe");
@@ -1362,6 +1439,571 @@ fn arity_errors_are_clear() {
     assert!(
         e.contains("token_bucket (unit, drain, burst, max_delay): expected 4 params"),
         "{e}"
+    );
+}
+
+// ---- refunds (Redis Cluster: lua/refund.lua) -------------------------------
+
+/// One refund call through `refund_probe` for `checks` (allowed by one
+/// dispatch call whose `now` was `at`), keys under `prefix`, its `ARGV`
+/// written by `wire::RefundArgs` as the cluster store writes it: how many
+/// checks it gave back, and each key's PTTL right after it.
+fn refund_call(
+    conn: &mut redis::Connection,
+    prefix: &str,
+    checks: &[&Check],
+    at: Micros,
+    now: Option<Micros>,
+) -> (i64, Vec<i64>) {
+    let keys: Vec<String> = checks
+        .iter()
+        .map(|c| store::keys(prefix, &c.key).0)
+        .collect();
+    let mut inv = Function::of("refund_probe").prepare_invoke();
+    inv.key(&keys);
+    inv.arg(wire::RefundArgs { at, now, checks });
+    let Value::Array(parts) = inv.invoke::<Value>(conn).unwrap() else {
+        panic!("refund_probe's reply")
+    };
+    let Value::Int(n) = parts[0] else {
+        panic!("refund's reply: {:?}", parts[0])
+    };
+    (n, ints(&parts[1]))
+}
+
+/// Decides the one check `c` at `now`, keys under `prefix`: its outcome and
+/// the call's `now`.
+fn take(
+    conn: &mut redis::Connection,
+    prefix: &str,
+    c: &Check,
+    now: Micros,
+) -> (tollgate::limit::Outcome, Micros) {
+    let (o, at) = dispatch_call(conn, prefix, &[vec![c.clone()]], now, &mut BTreeMap::new());
+    (o[0], at)
+}
+
+/// The state stored for `c` under the prefix `t`.
+fn state_of(conn: &mut redis::Connection, c: &Check) -> Option<AlgoState> {
+    canonical(raw_state(conn, &store::keys("t", &c.key).0, &c.params))
+}
+
+/// The refunded request's lease id: none of the history's (`any_request`'s
+/// are below 4), so its call acquires a lease rather than renewing one.
+const REFUNDED_LEASE: u64 = 99;
+
+/// The differential test of one algorithm's refund: the keys under `a` and
+/// `b` get the same random calls, except that `a` also gets, at t, a call
+/// that is allowed and then given back (`at` = that call's `now`, the
+/// refund's `now` t or a little later), as the cluster store does when
+/// another slot rejects the request. Every later outcome must be the same
+/// on both: the refunded request consumed nothing.
+///
+/// Here no call comes between the taking and the refund, and the clock only
+/// moves forward; then every algorithm's refund is exact:
+/// - fixed and sliding window: the units come off the count of the window
+///   that held `at`, still the stored one;
+/// - sliding_log: the entry at `at` shrinks by the cost (or goes): the one
+///   the call made or merged into;
+/// - token and leaky bucket: draining is max(level - elapsed * drain, 0),
+///   which composes, and max(max(L + k - x, 0) - k, 0) = max(L - x, 0) for
+///   the level L at t, the units k and the drain x until the refund's
+///   `now`: what drained of the units is not given back twice;
+/// - gcra: max(tat' - T * cost, now) = max(tat, t, now), and every later
+///   check reads max(tat, now');
+/// - concurrency: the lease the call acquired (a fresh id) is released.
+///
+/// With calls in between (the cluster's refund comes after other requests
+/// on the key may have been decided), no refund can be exact; the tests
+/// after this one check the SPEC's rules there: a window that rolled gets
+/// nothing back, a bucket never goes below empty, gcra's tat never before
+/// now. (A clock that steps back is not exact either: the call moved a
+/// bucket's `ts` forward, the refund cannot move it back.)
+fn refund_is_as_if_never_taken(name: &str) {
+    const CASES: u32 = 32;
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = RefCell::new(server.connection());
+    let refunded = Cell::new(0);
+    let strategy = (
+        params_of(name),
+        proptest::collection::vec(any_request(), 0..10),
+        (prop_oneof![Just(0u64), 0u64..3_000], 0u64..4),
+        prop_oneof![Just(0u64), dur(3_000)],
+        proptest::collection::vec(any_request(), 1..12),
+    );
+    runner(CASES)
+        .run(
+            &strategy,
+            |(params, history, (gap, cost), later, future)| {
+                let conn = &mut *conn.borrow_mut();
+                redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+                // A request's cost and lease, on both keys at `now`.
+                let both = |conn: &mut redis::Connection, r: &Request, now: Micros| {
+                    let &(_, _, cost, lease, _) = r;
+                    let c = Check {
+                        lease,
+                        ..check(0, 0, params.clone(), cost)
+                    };
+                    (take(conn, "a", &c, now).0, take(conn, "b", &c, now).0)
+                };
+                let mut now = T0;
+                for (step, r) in history.iter().enumerate() {
+                    now += r.4;
+                    let (a, b) = both(conn, r, now);
+                    prop_assert_eq!(a, b, "history step {}", step);
+                }
+                now += gap;
+                let taken = Check {
+                    lease: REFUNDED_LEASE,
+                    ..check(0, 0, params.clone(), cost)
+                };
+                let (o, at) = take(conn, "a", &taken, now);
+                prop_assert_eq!(at, now, "dispatch reports the now it decided at");
+                // (A rejected call took nothing: there is nothing to give back.)
+                if o.status == Status::Allowed {
+                    let (n, _) = refund_call(conn, "a", &[&taken], at, Some(now + later));
+                    prop_assert_eq!(n, 1);
+                    refunded.set(refunded.get() + 1);
+                }
+                now += later;
+                for (step, r) in future.iter().enumerate() {
+                    now += r.4;
+                    let (a, b) = both(conn, r, now);
+                    prop_assert_eq!(
+                        a,
+                        b,
+                        "step {} after the refund of {:?} taken at T0 + {}, refunded {} later",
+                        step,
+                        o,
+                        at - T0,
+                        later
+                    );
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(
+        refunded.get() >= CASES / 4,
+        "only {} of {CASES} cases reached a refund",
+        refunded.get()
+    );
+}
+
+#[test]
+fn fixed_window_refund_is_as_if_never_taken() {
+    refund_is_as_if_never_taken("fixed_window");
+}
+
+#[test]
+fn sliding_window_refund_is_as_if_never_taken() {
+    refund_is_as_if_never_taken("sliding_window");
+}
+
+#[test]
+fn sliding_log_refund_is_as_if_never_taken() {
+    refund_is_as_if_never_taken("sliding_log");
+}
+
+#[test]
+fn token_bucket_refund_is_as_if_never_taken() {
+    refund_is_as_if_never_taken("token_bucket");
+}
+
+#[test]
+fn leaky_bucket_refund_is_as_if_never_taken() {
+    refund_is_as_if_never_taken("leaky_bucket");
+}
+
+#[test]
+fn gcra_refund_is_as_if_never_taken() {
+    refund_is_as_if_never_taken("gcra");
+}
+
+#[test]
+fn concurrency_refund_is_as_if_never_taken() {
+    refund_is_as_if_never_taken("concurrency");
+}
+
+/// Units taken in a window that has rolled over by the refund are not given
+/// to the new window (which never counted them); a sliding window still
+/// weighs its previous window's units, so they come off that count.
+#[test]
+fn a_refund_after_the_window_rolled_gives_the_new_window_nothing() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    // T0 is a multiple of 1000: windows [T0, T0 + 1000), [T0 + 1000, ...).
+    let c = check(0, 0, fixed(3, 1_000), 2);
+    let one = Check {
+        cost: 1,
+        ..c.clone()
+    };
+    let (o, at) = take(conn, "t", &c, T0 + 900);
+    assert_eq!((o.status, o.remaining), (Status::Allowed, 1));
+    assert_eq!(take(conn, "t", &one, T0 + 1_000).0.remaining, 2);
+    assert_eq!(refund_call(conn, "t", &[&c], at, Some(T0 + 1_010)).0, 1);
+    assert_eq!(
+        state_of(conn, &c),
+        Some(AlgoState::FixedWindow(fixed_window::State {
+            ws: T0 + 1_000,
+            n: 1
+        }))
+    );
+    let o = take(conn, "t", &c, T0 + 1_010).0;
+    assert_eq!((o.status, o.remaining), (Status::Allowed, 0));
+
+    let sw = |k: u8| {
+        check(
+            k,
+            0,
+            AlgoParams::SlidingWindow(sliding_window::Params::new(4, 1_000).unwrap()),
+            3,
+        )
+    };
+    // One window on: off the previous count.
+    let (_, at) = take(conn, "t", &sw(1), T0 + 900);
+    let o = take(conn, "t", &Check { cost: 1, ..sw(1) }, T0 + 1_000).0;
+    assert_eq!(o.status, Status::Allowed);
+    refund_call(conn, "t", &[&sw(1)], at, Some(T0 + 1_000));
+    assert_eq!(
+        state_of(conn, &sw(1)),
+        Some(AlgoState::SlidingWindow(sliding_window::State {
+            ws: T0 + 1_000,
+            cur: 1,
+            prev: 0
+        }))
+    );
+    // Two windows on, they weigh nothing: nothing changes.
+    let (_, at) = take(conn, "t", &sw(2), T0 + 900);
+    take(conn, "t", &Check { cost: 1, ..sw(2) }, T0 + 2_000);
+    refund_call(conn, "t", &[&sw(2)], at, Some(T0 + 2_000));
+    assert_eq!(
+        state_of(conn, &sw(2)),
+        Some(AlgoState::SlidingWindow(sliding_window::State {
+            ws: T0 + 2_000,
+            cur: 1,
+            prev: 0
+        }))
+    );
+}
+
+/// A refund takes the units off the level drained to its `now`, never
+/// below empty: units that drained before the refund came are no longer
+/// held. (The next check would clamp a level below empty, but it is no
+/// state the algorithm has: the Rust side reads levels as unsigned, and
+/// `inspect` would fail on it.)
+#[test]
+fn a_bucket_refund_never_goes_below_empty() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    // 1 unit a millisecond, 5 at once.
+    for params in [
+        AlgoParams::TokenBucket(token_bucket::Params::new(rate(1, 1_000), 5, 0).unwrap()),
+        AlgoParams::LeakyBucket(leaky_bucket::Params::new(rate(1, 1_000), 5, 0).unwrap()),
+    ] {
+        let name = params.name();
+        let c = check(0, 0, params, 3);
+        redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+        let (o, at) = take(conn, "t", &c, T0);
+        assert_eq!((o.status, o.remaining), (Status::Allowed, 2), "{name}");
+        // 2.5 of the 3 units have drained when the refund comes.
+        refund_call(conn, "t", &[&c], at, Some(T0 + 2_500));
+        let level = match state_of(conn, &c) {
+            Some(AlgoState::TokenBucket(s)) => (s.d, s.ts),
+            Some(AlgoState::LeakyBucket(s)) => (s.lv, s.ts),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(level, (0, T0 + 2_500), "{name}: empty, not below");
+        // A full burst, and not one more.
+        let burst = Check {
+            cost: 5,
+            ..c.clone()
+        };
+        let o = take(conn, "t", &burst, T0 + 2_500).0;
+        assert_eq!((o.status, o.remaining), (Status::Allowed, 0), "{name}");
+        let one = Check { cost: 1, ..c };
+        assert_eq!(
+            take(conn, "t", &one, T0 + 2_500).0.status,
+            Status::Rejected,
+            "{name}"
+        );
+    }
+}
+
+/// GCRA's refund moves the theoretical arrival time back by the cells,
+/// never before the refund's `now`, and leaves a tat already past alone.
+#[test]
+fn a_gcra_refund_never_moves_tat_before_now() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    // A cell every 1000 µs, 3 at once.
+    let c = check(
+        0,
+        0,
+        AlgoParams::Gcra(gcra::Params::new(rate(1, 1_000), 3, 0).unwrap()),
+        2,
+    );
+    let one = Check {
+        cost: 1,
+        ..c.clone()
+    };
+    let tat = |conn: &mut redis::Connection| match state_of(conn, &c) {
+        Some(AlgoState::Gcra(s)) => s.tat,
+        other => panic!("{other:?}"),
+    };
+    let (_, at) = take(conn, "t", &c, T0);
+    take(conn, "t", &one, T0);
+    assert_eq!(tat(conn), T0 + 3_000);
+    refund_call(conn, "t", &[&c], at, Some(T0));
+    assert_eq!(tat(conn), T0 + 1_000, "back by the two cells");
+    refund_call(conn, "t", &[&c], at, Some(T0 + 500));
+    assert_eq!(tat(conn), T0 + 500, "back to now, not before");
+    refund_call(conn, "t", &[&c], at, Some(T0 + 600));
+    assert_eq!(tat(conn), T0 + 500, "a tat already past stays");
+    // A full burst, and not one more.
+    let burst = Check {
+        cost: 3,
+        ..c.clone()
+    };
+    assert_eq!(take(conn, "t", &burst, T0 + 600).0.status, Status::Allowed);
+    assert_eq!(take(conn, "t", &one, T0 + 600).0.status, Status::Rejected);
+}
+
+/// A sliding log's refund takes the cost off the one entry made at `at`:
+/// the others stay as they are.
+#[test]
+fn a_sliding_log_refund_shrinks_only_the_entry_at_at() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    let log = AlgoParams::SlidingLog(sliding_log::Params::new(20, 10_000).unwrap());
+    let with = |cost: u64| check(0, 0, log.clone(), cost);
+    let entries = |conn: &mut redis::Connection| -> Vec<(Micros, u64)> {
+        match state_of(conn, &with(1)) {
+            Some(AlgoState::SlidingLog(s)) => s.entries.iter().map(|e| (e.t - T0, e.n)).collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    take(conn, "t", &with(2), T0);
+    let (_, at) = take(conn, "t", &with(3), T0 + 10);
+    // One instant's units are one entry.
+    take(conn, "t", &with(1), T0 + 10);
+    take(conn, "t", &with(1), T0 + 20);
+    assert_eq!(entries(conn), [(0, 2), (10, 4), (20, 1)]);
+    assert_eq!(refund_call(conn, "t", &[&with(1)], at, Some(T0 + 30)).0, 1);
+    assert_eq!(entries(conn), [(0, 2), (10, 3), (20, 1)]);
+    refund_call(conn, "t", &[&with(3)], at, Some(T0 + 30));
+    assert_eq!(entries(conn), [(0, 2), (20, 1)], "the entry gone");
+    // No entry at `at`: nothing to give back.
+    refund_call(conn, "t", &[&with(3)], T0 + 5, Some(T0 + 30));
+    refund_call(conn, "t", &[&with(3)], at, Some(T0 + 30));
+    assert_eq!(entries(conn), [(0, 2), (20, 1)]);
+    // Never more than the entry holds, never another entry.
+    refund_call(conn, "t", &[&with(3)], T0, Some(T0 + 30));
+    assert_eq!(entries(conn), [(20, 1)]);
+}
+
+/// A concurrency refund releases the request's own lease; another stays.
+#[test]
+fn a_concurrency_refund_releases_exactly_its_lease() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    let params = AlgoParams::Concurrency(concurrency::Params::new(3, 10_000).unwrap());
+    let lease = |id: u64| Check {
+        lease: id,
+        ..check(0, 0, params.clone(), 1)
+    };
+    let (_, at) = take(conn, "t", &lease(1), T0);
+    take(conn, "t", &lease(2), T0 + 1);
+    assert_eq!(refund_call(conn, "t", &[&lease(1)], at, Some(T0 + 2)).0, 1);
+    assert_eq!(
+        state_of(conn, &lease(1)),
+        Some(AlgoState::Concurrency(concurrency::State {
+            leases: vec![concurrency::Lease {
+                id: 2,
+                exp: T0 + 10_001
+            }]
+        }))
+    );
+    // Two slots free again, not three.
+    for id in [3, 4] {
+        assert_eq!(
+            take(conn, "t", &lease(id), T0 + 3).0.status,
+            Status::Allowed
+        );
+    }
+    assert_eq!(
+        take(conn, "t", &lease(5), T0 + 3).0.status,
+        Status::Rejected
+    );
+}
+
+/// A refund whose arguments do not fit its keys must change nothing, as
+/// dispatch's argument errors do: a Redis function's writes stay when it
+/// fails afterwards, and the cluster store takes an error reply for "the
+/// units stay taken".
+#[test]
+#[ignore = "refund.lua gives back the checks before it finds the argument count wrong"]
+fn a_refund_with_wrong_arguments_changes_nothing() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    let c = check(0, 0, fixed(3, 60 * SECOND), 2);
+    let (_, at) = take(conn, "t", &c, T0);
+    let taken = state_of(conn, &c);
+    let (key, other) = (store::keys("t", &c.key).0, store::keys("t", &[9; 16]).0);
+    let mut args = vec![at.to_string(), at.to_string()];
+    wire::push_check(&mut args, &c);
+    let refund = Function::of("refund");
+    // One argument too many; one spec for two keys.
+    let extra = [&args[..], &["7".to_owned()]].concat();
+    for (keys, args) in [(vec![key.clone()], extra), (vec![key, other], args)] {
+        assert!(run_script(conn, &refund, &keys, &args).is_err());
+        assert_eq!(state_of(conn, &c), taken, "{args:?}");
+    }
+}
+
+/// One limit of each algorithm, `limit` at once (and per `d`), its
+/// durations `d`.
+fn one_of_each(limit: u64, d: Micros) -> [AlgoParams; 7] {
+    [
+        fixed(limit, d),
+        AlgoParams::SlidingWindow(sliding_window::Params::new(limit, d).unwrap()),
+        AlgoParams::SlidingLog(sliding_log::Params::new(limit, d).unwrap()),
+        AlgoParams::TokenBucket(token_bucket::Params::new(rate(limit, d), limit, 0).unwrap()),
+        AlgoParams::Gcra(gcra::Params::new(rate(limit, d), limit, 0).unwrap()),
+        AlgoParams::LeakyBucket(leaky_bucket::Params::new(rate(limit, d), limit, 0).unwrap()),
+        AlgoParams::Concurrency(concurrency::Params::new(limit, d).unwrap()),
+    ]
+}
+
+/// A check of each algorithm of [`one_of_each`], its own key each, `cost`
+/// units, lease 1.
+fn one_check_of_each(limit: u64, d: Micros, cost: u64) -> Vec<Check> {
+    one_of_each(limit, d)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| Check {
+            lease: 1,
+            ..check(i as u8, 0, p, cost)
+        })
+        .collect()
+}
+
+/// A refund keeps the key's TTL: a string state keeps it as it is (KEEPTTL),
+/// a sorted set's is never lengthened. The refund's `now` is a second after
+/// the taking, so a TTL computed afresh would show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_keeps_the_keys_ttl() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let store = local_store(&server);
+    let mut conn = server.connection();
+    for first in one_check_of_each(10, 60 * SECOND, 1) {
+        let name = first.params.name();
+        // Two requests, so that the refund of the second leaves a state.
+        let second = Check {
+            lease: 2,
+            ..first.clone()
+        };
+        assert_eq!(one(&store, &first, T0).await.status, Status::Allowed);
+        assert_eq!(one(&store, &second, T0 + 1).await.status, Status::Allowed);
+        let key = store::keys("tg", &second.key).0;
+        let before: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        let (_, after) = refund_call(&mut conn, "tg", &[&second], T0 + 1, Some(T0 + SECOND));
+        let after = after[0];
+        assert!(
+            0 < after && after <= before,
+            "{name}: PTTL {before} ms before the refund, {after} after"
+        );
+        if name != "concurrency" {
+            // (Releasing a lease sets the TTL to the last lease left's.)
+            assert!(
+                before - after < 500,
+                "{name}: PTTL {before} ms, then {after}"
+            );
+        }
+    }
+}
+
+/// A refund that comes after its key is gone (expired, or reset) creates
+/// nothing: no state that a later request would count, no key without a
+/// TTL.
+#[test]
+fn a_refund_of_a_missing_key_creates_nothing() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    for c in one_check_of_each(3, SECOND, 2) {
+        let name = c.params.name();
+        let key = store::keys("t", &c.key).0;
+        let (o, at) = take(conn, "t", &c, T0);
+        assert_eq!(o.status, Status::Allowed, "{name}");
+        redis::cmd("DEL").arg(&key).query::<()>(conn).unwrap();
+        assert_eq!(refund_call(conn, "t", &[&c], at, Some(T0 + 1)).0, 1);
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(conn).unwrap();
+        assert_eq!(exists, 0, "{name}: the refund created the key");
+        // The next request counts as on a fresh key.
+        let third = Check { lease: 3, ..c };
+        assert_eq!(
+            take(conn, "t", &third, T0 + 2).0,
+            take(conn, "u", &third, T0 + 2).0,
+            "{name}"
+        );
+    }
+}
+
+/// One refund call gives back every check it names (all of one slot), its
+/// `ARGV` as `wire::RefundArgs` writes it: a lease id beyond 2^53 arrives as
+/// its digits, and `now: None` is the store's clock.
+#[test]
+fn one_refund_call_gives_back_every_check_it_names() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    let request = |lease: u64| {
+        vec![
+            check(0, 0, fixed(3, 60 * SECOND), 2),
+            Check {
+                lease,
+                ..check(
+                    1,
+                    0,
+                    AlgoParams::Concurrency(concurrency::Params::new(1, 60 * SECOND).unwrap()),
+                    1,
+                )
+            },
+            check(
+                2,
+                0,
+                AlgoParams::TokenBucket(token_bucket::Params::new(rate(1, SECOND), 4, 0).unwrap()),
+                3,
+            ),
+        ]
+    };
+    let mut ttls = BTreeMap::new();
+    let taken = request(u64::MAX);
+    let (o, at) = dispatch_call(conn, "t", std::slice::from_ref(&taken), T0, &mut ttls);
+    assert!(o.iter().all(|o| o.status == Status::Allowed), "{o:?}");
+    let all: Vec<&Check> = taken.iter().collect();
+    assert_eq!(refund_call(conn, "t", &all, at, Some(at)).0, 3);
+    // Another request (another lease) answers as on fresh keys: the lease
+    // is free again, the window and the bucket have their units back.
+    let again = [request(7)];
+    assert_eq!(
+        dispatch_call(conn, "t", &again, T0, &mut ttls).0,
+        dispatch_call(conn, "u", &again, T0, &mut ttls).0
+    );
+    // Redis TIME as the clock: a window's refund goes by `at` alone.
+    assert_eq!(refund_call(conn, "t", &all[..1], at, None).0, 1);
+    assert_eq!(
+        state_of(conn, &taken[0]),
+        Some(AlgoState::FixedWindow(fixed_window::State { ws: T0, n: 0 }))
     );
 }
 
@@ -1712,15 +2354,7 @@ async fn every_key_has_a_ttl_and_holds_only_the_prefix_and_hex() {
         max_duration: 5 * SECOND,
         forget_after: 20 * SECOND,
     };
-    let all = [
-        fixed(1, 10 * SECOND),
-        AlgoParams::SlidingWindow(sliding_window::Params::new(1, 10 * SECOND).unwrap()),
-        AlgoParams::SlidingLog(sliding_log::Params::new(1, 10 * SECOND).unwrap()),
-        AlgoParams::TokenBucket(token_bucket::Params::new(rate(1, SECOND), 1, 0).unwrap()),
-        AlgoParams::Gcra(gcra::Params::new(rate(1, SECOND), 1, 0).unwrap()),
-        AlgoParams::LeakyBucket(leaky_bucket::Params::new(rate(1, SECOND), 1, 0).unwrap()),
-        AlgoParams::Concurrency(concurrency::Params::new(1, 10 * SECOND).unwrap()),
-    ];
+    let all = one_of_each(1, 10 * SECOND);
     for (i, p) in all.iter().enumerate() {
         let mut c = check(i as u8, 9, p.clone(), 1);
         c.lockout = (!matches!(p, AlgoParams::Concurrency(_))).then_some(lock);
