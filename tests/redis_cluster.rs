@@ -398,3 +398,206 @@ async fn a_master_killed_under_load() {
 async fn a_manual_failover_under_load() {
     failover(false).await;
 }
+
+// ---------------------------------------------------------------------------
+// Resharding under load, and a new primary without the library
+// ---------------------------------------------------------------------------
+
+/// `/` counts under `l` (never used up) and `t` (500 per client), on two
+/// slots per client; `/l` counts under `l` alone (for the probe).
+const MOVING: &str = r#"
+limits:
+  l: { algorithm: fixed_window, limit: 1000000, window: 1h, key: header:x-k }
+  t: { algorithm: fixed_window, limit: 500, window: 1h, key: header:x-k }
+routes:
+  - { name: l, match: { path: /l }, respond: { status: 200 }, limits: [l] }
+  - { name: r, match: { path: / }, respond: { status: 200 }, limits: [l, t] }
+"#;
+
+/// `n` client values whose `l` key is on one of `slots`, found through
+/// `probe` (a gateway with the same limits under the prefix `pr`: the same
+/// limit and value hash to the same slot) by the key each one's first
+/// request adds.
+async fn clients_on(
+    cluster: &RedisCluster,
+    probe: &Caller,
+    slots: &[u16],
+    n: usize,
+) -> Vec<String> {
+    let keys = || -> std::collections::BTreeSet<String> {
+        cluster
+            .masters()
+            .iter()
+            .flat_map(|m| {
+                let keys = info(m, &["KEYS", "pr:*"]).unwrap_or_default();
+                keys.lines().map(str::to_owned).collect::<Vec<_>>()
+            })
+            .filter(|k| !k.is_empty())
+            .collect()
+    };
+    let mut seen = keys();
+    let mut out = Vec::new();
+    for i in 0..400 {
+        let v = format!("mover-{i}");
+        assert_ok(&probe.get_h("/l", &[("x-k", &v)]).await);
+        let now = keys();
+        let new: Vec<&String> = now.difference(&seen).collect();
+        assert_eq!(new.len(), 1, "one request adds one key");
+        let slot: u16 = info(&cluster.nodes[0], &["CLUSTER", "KEYSLOT", new[0]])
+            .and_then(|s| s.parse().ok())
+            .expect("KEYSLOT");
+        if slots.contains(&slot) {
+            out.push(v);
+            if out.len() == n {
+                return out;
+            }
+        }
+        seen = now;
+    }
+    panic!("fewer than {n} of 400 clients have their key on the slots to move");
+}
+
+/// What one client's requests got while slots moved.
+#[derive(Default, Debug)]
+struct Got {
+    admitted: u64,
+    rejected: u64,
+    unavailable: u64,
+}
+
+/// Requests on `/` for each of `clients` (alternating gateways) until
+/// `stop`; every answer is 200, 429 by `t`, or the `deny` policy's 503.
+fn moving_load(
+    callers: &[Caller],
+    clients: &[String],
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Got>> {
+    clients
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let (c, k, stop) = (callers[i % callers.len()].clone(), k.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut got = Got::default();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let r = c.get_h("/", &[("x-k", &k)]).await;
+                    match r.status.as_u16() {
+                        200 => got.admitted += 1,
+                        429 => {
+                            assert_rejected(&r, "rate_limited", "t");
+                            got.rejected += 1;
+                        }
+                        503 => {
+                            assert!(r.text().contains("limiter_unavailable"), "{}", r.text());
+                            got.unavailable += 1;
+                        }
+                        other => panic!("{k}: {other} {}", r.text()),
+                    }
+                }
+                got
+            })
+        })
+        .collect()
+}
+
+/// Moves `n` slots from master `from` to master `to` while `clients` (whose
+/// keys are on them) send requests over `callers`; then checks that no
+/// client was admitted past `t`'s 500, and that `l` and `t` counted exactly
+/// the admitted requests (no call applied twice, the refunds of `l` for
+/// `t`'s rejections done). Returns the 503s (the policy's answer when a
+/// call could not be decided in time).
+async fn move_under_load(
+    cluster: &RedisCluster,
+    gws: &[Gateway],
+    clients: &[String],
+    (from, to, n): (usize, usize, usize),
+) -> u64 {
+    let callers: Vec<Caller> = gws.iter().map(|g| Caller::new(g.addr())).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = moving_load(&callers, clients, &stop);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    tokio::task::block_in_place(|| cluster.reshard(from, to, n));
+    let took = t0.elapsed();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut unavailable = 0;
+    for (k, h) in clients.iter().zip(load) {
+        let got = h.await.expect("load task");
+        eprintln!("reshard of {n} slots ({took:?}): {k}: {got:?}");
+        unavailable += got.unavailable;
+        let t = limit_state(&gws[0], "t", k).await;
+        let l = limit_state(&gws[1], "l", k).await;
+        let used_t = 500 - t["remaining"].as_u64().expect("t's remaining");
+        let used_l = 1_000_000 - l["remaining"].as_u64().expect("l's remaining");
+        assert!(used_t <= 500, "{k}: over-admitted: {t}");
+        if got.unavailable == 0 {
+            // Everything was decided on Redis: the counts are exact.
+            assert_eq!(used_t, got.admitted.min(500), "{k}: t counted {t}, {got:?}");
+        }
+        assert!(
+            got.admitted <= used_t,
+            "{k}: admitted {got:?} past t's count {t}"
+        );
+        assert_eq!(used_l, used_t, "{k}: l kept only the admitted ({l}, {t})");
+    }
+    unavailable
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resharding_and_a_new_primary_under_load() {
+    let mut cluster = RedisCluster::start();
+    let t = |prefix: &str| template(&cluster, prefix, "2s", "deny", None, MOVING);
+    let probe = Gateway::start(&t("pr")).await;
+    let gws = [
+        Gateway::start(&t("mv")).await,
+        Gateway::start(&t("mv")).await,
+    ];
+
+    // The 1500 lowest slots of the master serving slot 0 move to another
+    // master, then to a master added for them.
+    let from = cluster.owner_index(0);
+    let to = cluster
+        .nodes
+        .iter()
+        .position(|n| {
+            cluster.masters().iter().any(|m| std::ptr::eq(*m, n))
+                && !std::ptr::eq(n, &cluster.nodes[from])
+        })
+        .expect("another master");
+    let moving: Vec<u16> = common::cluster::slots(&cluster.nodes[from])[..1500].to_vec();
+    let clients = clients_on(&cluster, &Caller::new(probe.addr()), &moving, 8).await;
+
+    let first = move_under_load(&cluster, &gws, &clients[..4], (from, to, 1500)).await;
+    for s in [0, 1499] {
+        assert_eq!(
+            cluster.owner_index(moving[s]),
+            to,
+            "slot {} moved",
+            moving[s]
+        );
+    }
+
+    // A new primary, which has never seen the library, takes them over.
+    let new = tokio::task::block_in_place(|| cluster.add_master());
+    assert!(
+        !info(&cluster.nodes[new], &["FUNCTION", "LIST"])
+            .unwrap_or_default()
+            .contains("tollgate"),
+        "the new node starts without the library"
+    );
+    let second = move_under_load(&cluster, &gws, &clients[4..], (to, new, 1500)).await;
+    assert_eq!(cluster.owner_index(moving[0]), new);
+    assert!(
+        info(&cluster.nodes[new], &["FUNCTION", "LIST"])
+            .unwrap_or_default()
+            .contains("tollgate"),
+        "the gateway loaded the library on the new primary"
+    );
+    // Every client's keys answer from their new home.
+    for k in &clients {
+        let r = Caller::new(gws[0].addr()).get_h("/l", &[("x-k", k)]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    eprintln!("503s (deny policy) while slots moved: {first}, then {second} onto the new primary");
+}

@@ -11,53 +11,123 @@ use super::redis::{free_port, RedisServer};
 /// How long the cluster may take to agree that it is healthy.
 const SETTLE: Duration = Duration::from_secs(30);
 
-/// Six nodes; [`RedisCluster::masters`] says which serve slots now.
+/// Six nodes (more once [`RedisCluster::add_master`] ran);
+/// [`RedisCluster::masters`] says which serve slots now.
 pub struct RedisCluster {
     /// Every node, in the order given to `redis-cli --cluster create` (the
-    /// first three start as masters).
+    /// first three start as masters), then the ones added.
     pub nodes: Vec<RedisServer>,
+    /// How many masters serve slots when the cluster is healthy.
+    masters: std::sync::atomic::AtomicUsize,
+}
+
+/// A cluster node on free ports (its bus port too).
+fn node() -> RedisServer {
+    RedisServer::start_with(&[
+        "--cluster-enabled".into(),
+        "yes".into(),
+        "--cluster-node-timeout".into(),
+        "1000".into(),
+        "--cluster-port".into(),
+        free_port().to_string(),
+        // Keep serving the slots of the other masters while one's are
+        // moving to its replica.
+        "--cluster-require-full-coverage".into(),
+        "no".into(),
+        // A replica of a fresh cluster may fail over whatever the age of
+        // its last contact with the master.
+        "--cluster-replica-validity-factor".into(),
+        "0".into(),
+    ])
+}
+
+/// Runs `redis-cli` with `args`; fails the test if it fails.
+fn redis_cli(args: &[String]) {
+    let out = std::process::Command::new("redis-cli")
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl RedisCluster {
     /// Starts six nodes, creates the cluster and waits until every node
     /// says `cluster_state:ok` and knows all six.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..6)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled".into(),
-                    "yes".into(),
-                    "--cluster-node-timeout".into(),
-                    "1000".into(),
-                    "--cluster-port".into(),
-                    free_port().to_string(),
-                    // Keep serving the slots of the other masters while
-                    // one's are moving to its replica.
-                    "--cluster-require-full-coverage".into(),
-                    "no".into(),
-                    // A replica of a fresh cluster may fail over whatever
-                    // the age of its last contact with the master.
-                    "--cluster-replica-validity-factor".into(),
-                    "0".into(),
-                ])
-            })
-            .collect();
-        let mut create = std::process::Command::new("redis-cli");
-        create.args(["--cluster", "create"]);
-        for n in &nodes {
-            create.arg(format!("127.0.0.1:{}", n.port()));
-        }
-        create.args(["--cluster-replicas", "1", "--cluster-yes"]);
-        let out = create.output().expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cluster = RedisCluster { nodes };
+        let nodes: Vec<RedisServer> = (0..6).map(|_| node()).collect();
+        let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
+        create.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
+        create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+        redis_cli(&create);
+        let cluster = RedisCluster {
+            nodes,
+            masters: 3.into(),
+        };
         cluster.wait_healthy();
         cluster
+    }
+
+    /// Starts a node and adds it as a master without slots; it has never
+    /// seen the functions library. (`CLUSTER MEET`, not `redis-cli
+    /// --cluster add-node`, which copies the functions from another node.)
+    /// Returns its place in [`RedisCluster::nodes`].
+    pub fn add_master(&mut self) -> usize {
+        let new = node();
+        // Its bus port, from its own `id ip:port@bus ...` line.
+        let me = cluster_nodes(&new);
+        let bus = me
+            .split(' ')
+            .nth(1)
+            .and_then(|a| a.split_once('@'))
+            .map(|(_, b)| b.split(',').next().unwrap_or(b).to_owned())
+            .expect("the node's bus port");
+        let port = new.port().to_string();
+        let meet = info(
+            &self.nodes[0],
+            &["CLUSTER", "MEET", "127.0.0.1", &port, &bus],
+        );
+        assert_eq!(meet.as_deref(), Some("OK"));
+        self.nodes.push(new);
+        // Known to every node before anything moves to it.
+        let deadline = Instant::now() + SETTLE;
+        let id = node_id(&self.nodes[self.nodes.len() - 1]);
+        while !self.nodes.iter().all(|n| cluster_nodes(n).contains(&id)) {
+            assert!(Instant::now() < deadline, "the new node did not join");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // And it says the cluster is ok (else it refuses MIGRATE).
+        self.wait_healthy();
+        self.nodes.len() - 1
+    }
+
+    /// `redis-cli --cluster reshard`: moves the `n` lowest slots of `from`
+    /// to `to`, their keys with them (MIGRATE, with ASK redirections while
+    /// a slot is half moved), then waits until the cluster agrees.
+    /// Blocks: in an async test, call it inside `block_in_place`.
+    pub fn reshard(&self, from: usize, to: usize, n: usize) {
+        let (from, to) = (&self.nodes[from], &self.nodes[to]);
+        redis_cli(&[
+            "--cluster".into(),
+            "reshard".into(),
+            format!("127.0.0.1:{}", from.port()),
+            "--cluster-from".into(),
+            node_id(from),
+            "--cluster-to".into(),
+            node_id(to),
+            "--cluster-slots".into(),
+            n.to_string(),
+            "--cluster-yes".into(),
+        ]);
+        // A master without slots that received some counts from now on.
+        let serving = self.masters().len();
+        self.masters
+            .fetch_max(serving, std::sync::atomic::Ordering::SeqCst);
+        self.wait_healthy();
     }
 
     /// The seed URLs (every node).
@@ -101,7 +171,7 @@ impl RedisCluster {
             }
             seen += 1;
         }
-        seen > 0 && self.masters().len() == 3
+        seen > 0 && self.masters().len() == self.masters.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The nodes that are masters now (by `ROLE`), reachable ones only.
@@ -116,10 +186,15 @@ impl RedisCluster {
 
     /// The node serving `slot` now.
     pub fn owner(&self, slot: u16) -> &RedisServer {
+        &self.nodes[self.owner_index(slot)]
+    }
+
+    /// The place in [`RedisCluster::nodes`] of the node serving `slot` now.
+    pub fn owner_index(&self, slot: u16) -> usize {
         let want = node_id_of_slot(&self.nodes, slot).expect("some node serves the slot");
         self.nodes
             .iter()
-            .find(|n| info(n, &["CLUSTER", "MYID"]).as_deref() == Some(want.as_str()))
+            .position(|n| info(n, &["CLUSTER", "MYID"]).as_deref() == Some(want.as_str()))
             .expect("the slot's node is one of ours")
     }
 
@@ -169,6 +244,11 @@ fn flatten(v: &::redis::Value) -> String {
     }
 }
 
+/// `node`'s id (`CLUSTER MYID`).
+pub fn node_id(node: &RedisServer) -> String {
+    info(node, &["CLUSTER", "MYID"]).expect("the node answers CLUSTER MYID")
+}
+
 /// `CLUSTER NODES` of `node` ("" if it does not answer).
 pub fn cluster_nodes(node: &RedisServer) -> String {
     info(node, &["CLUSTER", "NODES"]).unwrap_or_default()
@@ -176,18 +256,27 @@ pub fn cluster_nodes(node: &RedisServer) -> String {
 
 /// How many slots `node` serves, by its own `CLUSTER NODES` line.
 fn served_slots(node: &RedisServer) -> usize {
+    slots(node).len()
+}
+
+/// The slots `node` serves, ascending, by its own `CLUSTER NODES` line
+/// (`[slot->-id]` entries of slots being moved left out).
+pub fn slots(node: &RedisServer) -> Vec<u16> {
     let nodes = cluster_nodes(node);
     let Some(me) = nodes.lines().find(|l| l.contains("myself")) else {
-        return 0;
+        return Vec::new();
     };
-    me.split(' ')
+    let mut out: Vec<u16> = me
+        .split(' ')
         .skip(8)
         .filter(|r| !r.starts_with('['))
-        .map(|r| match r.split_once('-') {
-            Some((a, b)) => b.parse::<usize>().unwrap_or(0) + 1 - a.parse::<usize>().unwrap_or(0),
-            None => 1,
+        .flat_map(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            a.parse().unwrap_or(1)..=b.parse().unwrap_or(0)
         })
-        .sum()
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// The id of the node that serves `slot`, as any live node sees it.

@@ -36,12 +36,26 @@ pub fn slot(check: &Check) -> Slot {
 }
 
 /// Whether a cluster's error reply says the call was not run, so sending
-/// it again cannot count anything twice.
+/// it again cannot count anything twice. Besides the redirections and
+/// refusals, redis-rs's "no connection to that node" is one: it fails
+/// before sending (an `ASK` to a node it has no connection to yet, such as
+/// a primary just added, which owns no slot until its first slot has
+/// moved; the call goes to the slot's owner again, and a `MOVED` once the
+/// slot has moved makes redis-rs read the slots and connect to it).
 pub fn not_run(e: &RedisError) -> bool {
-    matches!(
-        e.code(),
-        Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "LOADING" | "READONLY")
-    )
+    e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || matches!(
+            e.code(),
+            Some(
+                "MOVED"
+                    | "ASK"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "LOADING"
+                    | "READONLY"
+            )
+        )
 }
 
 /// The node an `ASK` redirection names, as `(host, port)`.
