@@ -11,7 +11,8 @@ KEYS: the state key "<prefix>:{<32 hex>}:s" of each check to give back, all
 ARGV: at (µs: the now that dispatch call reported: when the units were
       taken), now (µs; '' = Redis TIME), then for each check its spec (as in
       dispatch.lua) and, for concurrency, its lease id.
-Return: the number of checks given back.
+Return: the number of checks refunded (a check whose units had already
+        lapsed, or whose key is gone, counts but changes nothing).
 
 Each algorithm undoes its own taking (its `refund` or `refund_zset`): a
 counter loses the units if their window still counts, a bucket's level
@@ -21,6 +22,10 @@ states keep their TTL (a refund only shortens what they must last). Lockout
 state is untouched: a request allowed on this slot struck nothing here.
 ]]
 
+-- Each check's parsed spec and lease id (nil but for concurrency), filled
+-- by the first pass, read by the second, cleared as they are read.
+local R_SPEC, R_LEASE = {}, {}
+
 local function refund(KEYS, ARGV)
   local nargs = #ARGV
   if nargs < 2 then
@@ -28,24 +33,38 @@ local function refund(KEYS, ARGV)
   end
   local at = int(ARGV[1], 'refund: at')
   local now = now_arg(ARGV[2])
+  -- First every argument is read and checked, then anything is written:
+  -- a malformed call gives nothing back (Redis keeps what a failing
+  -- script wrote).
   local i = 3
   for j = 1, #KEYS do
+    if ARGV[i] == nil then
+      fail('refund: ' .. #KEYS .. ' keys, but the arguments end at check ' .. j)
+    end
     local sp = SPECS[ARGV[i]] or spec(ARGV[i])
+    R_SPEC[j] = sp
     i = i + 1
-    local algo, key = sp.algo, KEYS[j]
-    if algo.lease then
+    if sp.algo.lease then
       if ARGV[i] == nil then fail('refund: the lease of check ' .. j .. ' is missing') end
-      algo.release(key, ARGV[i], now)
+      R_LEASE[j] = ARGV[i]
       i = i + 1
+    end
+  end
+  if i ~= nargs + 1 then
+    fail('refund: ' .. #KEYS .. ' checks take ' .. (i - 1) .. ' arguments, got ' .. nargs)
+  end
+  for j = 1, #KEYS do
+    local sp, lease, key = R_SPEC[j], R_LEASE[j], KEYS[j]
+    R_SPEC[j], R_LEASE[j] = nil, nil
+    local algo = sp.algo
+    if algo.lease then
+      algo.release(key, lease, now)
     elseif algo.zset then
       algo.refund_zset(key, at, now, sp.cost, sp.p1, sp.p2, sp.p3, sp.p4)
     else
       local new = algo.refund(read('GET', key), at, now, sp.cost, sp.p1, sp.p2, sp.p3, sp.p4)
       if new then redis.call('SET', key, new, 'KEEPTTL') end
     end
-  end
-  if i ~= nargs + 1 then
-    fail('refund: ' .. #KEYS .. ' checks take ' .. (i - 1) .. ' arguments, got ' .. nargs)
   end
   return #KEYS
 end

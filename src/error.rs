@@ -21,7 +21,7 @@ use crate::config::template::Values;
 use crate::config::LimitResponse;
 use crate::limit::engine::Figure;
 use crate::limit::headers::{self as limit_headers, secs_ceil, LimitFigures};
-use crate::limit::Micros;
+use crate::limit::{Micros, Status};
 
 /// An error the gateway answers itself.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -281,6 +281,9 @@ pub fn add_limit_headers<B>(
     }
     let limits: Vec<LimitFigures<'_>> = figures
         .iter()
+        // A limit whose figures are unknown (its Redis Cluster slot could
+        // not answer) is left out rather than shown as q=0.
+        .filter(|f| f.outcome.status != Status::Undecided)
         .map(|f| LimitFigures {
             name: &f.name,
             outcome: &f.outcome,

@@ -457,7 +457,7 @@ fn count_decisions(metrics: &Metrics, route: &RouteRuntime, decision: &Decision)
             Status::LockedOut => "locked_out",
             Status::ShadowRejected => "shadow_rejected",
             // The request was rejected elsewhere; this limit decided nothing.
-            Status::NotConsumed => continue,
+            Status::NotConsumed | Status::Undecided => continue,
         };
         // Figures carry their policy's name, so the pointer finds its limit.
         match route

@@ -1412,20 +1412,18 @@ fn arity_errors_are_clear() {
             s(&["1", "1", "concurrency 0 1 3 9"]),
             "refund: the lease of check 1 is missing",
         ),
-        // Two keys, one spec. (The message is the spec parser's, which is
-        // dispatch's; Redis adds the function's name, `..._refund`.)
+        // Two keys, one spec.
         (
             "refund",
             2,
             s(&["1", "1", "fixed_window 0 1 5 9"]),
-            "the arguments end inside a request",
+            "refund: 2 keys, but the arguments end at check 2",
         ),
     ] {
         let script = Function::of(entry);
         let e = err(run_script(&mut conn, &script, &keys(n_keys), &args));
         assert!(e.contains(want), "{e}");
-        // Each names its entry (for the last refund case only Redis's
-        // "script: <library>_refund" does).
+        // Each names its entry.
         assert!(e.contains(entry), "{e}");
     }
     // An algorithm file on its own checks its params too.
@@ -1848,7 +1846,6 @@ fn a_concurrency_refund_releases_exactly_its_lease() {
 /// fails afterwards, and the cluster store takes an error reply for "the
 /// units stay taken".
 #[test]
-#[ignore = "refund.lua gives back the checks before it finds the argument count wrong"]
 fn a_refund_with_wrong_arguments_changes_nothing() {
     let _busy = CPU.blocking_read();
     let server = RedisServer::start();

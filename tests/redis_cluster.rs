@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::cluster::{info, RedisCluster};
 use common::failover::{self, STORE_TIMEOUT};
 use common::limits::*;
-use common::{config, dedent, Echo, Gateway};
+use common::{config, dedent, Echo, Gateway, Resp};
 
 /// The cluster the non-destructive tests share.
 fn shared() -> &'static RedisCluster {
@@ -600,4 +600,76 @@ async fn resharding_and_a_new_primary_under_load() {
         assert_eq!(r.status, 200, "{}", r.text());
     }
     eprintln!("503s (deny policy) while slots moved: {first}, then {second} onto the new primary");
+}
+
+// ---------------------------------------------------------------------------
+// A slot that cannot answer while another rejects
+// ---------------------------------------------------------------------------
+
+/// The slot of the one key that `get` adds under `prefix`.
+async fn slot_of_new_key(
+    cluster: &RedisCluster,
+    prefix: &str,
+    get: impl std::future::Future<Output = Resp>,
+) -> u16 {
+    let before = keys_with_slots(cluster, prefix);
+    assert_ok(&get.await);
+    let after = keys_with_slots(cluster, prefix);
+    let new: Vec<_> = after.iter().filter(|k| !before.contains(k)).collect();
+    assert_eq!(new.len(), 1, "one new key: {new:?}");
+    new[0].1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_whose_slot_cannot_answer_is_left_out_of_a_rejection() {
+    let cluster = RedisCluster::start();
+    let t = template(
+        &cluster,
+        "nd",
+        "300ms",
+        "deny",
+        None,
+        r#"
+        limits:
+          a: { algorithm: fixed_window, limit: 1, window: 1h, key: header:x-a }
+          b: { algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-b }
+        routes:
+          - { name: a, match: { path: /a }, respond: { status: 200 }, limits: [a] }
+          - { name: b, match: { path: /b }, respond: { status: 200 }, limits: [b] }
+          - { name: ab, match: { path: /ab }, respond: { status: 200 }, limits: [a, b] }
+        "#,
+    );
+    let gw = Gateway::start(&t).await;
+    let c = Caller::new(gw.addr());
+    // `a` used up for x-a: A; a value of x-b whose key is on another master.
+    let a_slot = slot_of_new_key(&cluster, "nd", c.get_h("/a", &[("x-a", "A")])).await;
+    let a_master = cluster.owner_index(a_slot);
+    let mut b = None;
+    for i in 0..50 {
+        let v = format!("B{i}");
+        let s = slot_of_new_key(&cluster, "nd", c.get_h("/b", &[("x-b", &v)])).await;
+        if cluster.owner_index(s) != a_master {
+            b = Some((v, cluster.owner_index(s)));
+            break;
+        }
+    }
+    let (b, b_master) = b.expect("a value of x-b on another master");
+
+    // b's master stops answering (shorter than the node timeout: no
+    // failover); a's slot rejects.
+    cluster.nodes[b_master].stop();
+    let t0 = Instant::now();
+    let r = c.get_h("/ab", &[("x-a", "A"), ("x-b", &b)]).await;
+    let took = t0.elapsed();
+    cluster.nodes[b_master].cont();
+    assert_rejected(&r, "rate_limited", "a");
+    assert_eq!(policy_names(&r), ["a"], "b's figures are unknown: left out");
+    assert!(rl_opt(&r, "b").is_none());
+    assert!(took < Duration::from_secs(1), "answered in {took:?}");
+    // The call that timed out ran when the server resumed: it may have
+    // taken b's unit, and it cannot be told apart from one that did not
+    // run, so it is not given back (README "Scaling out"). No more.
+    cluster.wait_healthy();
+    let left = limit_state(&gw, "b", &b).await["remaining"].as_u64();
+    assert!(matches!(left, Some(998 | 999)), "{left:?}");
 }

@@ -1360,6 +1360,9 @@ fn bad_names_and_values() {
         11,
     );
     err_at("store:\n  prefix: \"a b\"\n", "store.prefix", 2);
+    // A brace would change the keys' hash tag on Redis Cluster.
+    err_at("store:\n  prefix: \"tg{x\"\n", "store.prefix", 2);
+    err_at("store:\n  prefix: \"tg}\"\n", "store.prefix", 2);
     err_at("store:\n  timeout: 0\n", "store.timeout", 2);
     err_at(
         "limits:\n  l: { name: x, algorithm: gcra, rate: 1/s }\n",

@@ -390,6 +390,16 @@ impl Ctx<'_> {
                 format!("prefix must be non-empty and without whitespace, got \"{prefix}\""),
             ));
         }
+        // Redis Cluster hashes the first `{...}` of a key: a brace in the
+        // prefix would move every key off the slot of its own hash tag.
+        if prefix.contains(['{', '}']) {
+            return Err(self.err(
+                "store.prefix",
+                format!(
+                    "prefix must not contain '{{' or '}}' (each key's hash tag decides its Redis Cluster slot), got \"{prefix}\""
+                ),
+            ));
+        }
         let timeout = self.positive(
             "store.timeout",
             raw.timeout.map(|d| d.0),

@@ -138,7 +138,7 @@ pub fn decide(checks: &[Check], loaded: &[Loaded<'_>], now: Micros) -> (Vec<Outc
                 }
             }
             Status::ShadowRejected => outcome.delay = 0,
-            Status::LockedOut | Status::NotConsumed => {}
+            Status::LockedOut | Status::NotConsumed | Status::Undecided => {}
         }
     }
     (outcomes, writes)

@@ -64,6 +64,10 @@ pub enum Status {
     /// This limit allowed the request but another rejected it, so nothing
     /// was taken.
     NotConsumed,
+    /// Redis Cluster: this limit's slot could not answer while another
+    /// slot rejected the request. Nothing was taken and its figures are
+    /// unknown, so it is left out of the rate-limit fields.
+    Undecided,
 }
 
 /// One limit's answer, with the figures for headers (SPEC §5.4).

@@ -140,7 +140,9 @@ pub fn verdict<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Verdict {
                 }
             }
             Status::ShadowRejected => shadow_rejected = true,
-            Status::Allowed | Status::NotConsumed => delay = delay.max(outcome.delay),
+            Status::Allowed | Status::NotConsumed | Status::Undecided => {
+                delay = delay.max(outcome.delay)
+            }
         }
     }
     match worst {

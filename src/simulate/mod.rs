@@ -594,7 +594,8 @@ impl Simulator {
                     l.counts.allowed += 1;
                     l.counts.delayed += u64::from(o.delay > 0);
                 }
-                Status::NotConsumed => {
+                // (Undecided comes from Redis Cluster only, never here.)
+                Status::NotConsumed | Status::Undecided => {
                     l.counts.allowed += 1;
                     l.not_consumed += 1;
                 }

@@ -4,11 +4,13 @@
 //! (`lua/refund.lua`), so a request that does not pass consumes nothing.
 //!
 //! All keys of one (limit, client) share a hash tag (the 32 hex of its
-//! store key), so one check never spans slots; checks of different limits
-//! or clients usually do. A route whose limits share a slot (one `key` per
-//! route, say `route` or `global` with few limits) costs one call; others
-//! cost one call per slot, and a rejection one refund call per slot that
-//! allowed.
+//! store key), so one check never spans slots. The store key hashes the
+//! limit's name with the client's value, so the checks of different limits
+//! share a slot only by chance (1 in 16384): a request costs one
+//! call per limit that applies, concurrently, and a rejection one refund
+//! call per other slot that allowed. The request waits for its refunds
+//! only within its `timeout`; a call that timed out may still have run and
+//! is not refunded (its outcome is unknown).
 //!
 //! Each slot has its own coalescing queue: requests on a hot key (a
 //! `global` or `route` limit) share calls as on one server.
@@ -89,6 +91,7 @@ pub async fn decide(
         return Ok(outcomes);
     }
 
+    let started = tokio::time::Instant::now();
     let parts: Vec<Vec<Check>> = groups
         .iter()
         .map(|(_, places)| places.iter().map(|&i| checks[i].clone()).collect())
@@ -119,14 +122,14 @@ pub async fn decide(
             .iter()
             .any(|o| matches!(o.status, Status::Rejected | Status::LockedOut));
         if (blocked || failed.is_some()) && took {
-            let given: Vec<&Check> = part
+            let given: Vec<Check> = part
                 .iter()
                 .zip(&got)
                 .filter(|(_, o)| o.status == Status::Allowed)
-                .map(|(c, _)| c)
+                .map(|(c, _)| c.clone())
                 .collect();
             if !given.is_empty() {
-                refunds.push(refund(store, given, at));
+                refunds.push(refund(store.clone(), given, at));
             }
         }
         for ((&i, c), mut o) in places.iter().zip(part).zip(got) {
@@ -139,10 +142,18 @@ pub async fn decide(
             outcomes[i] = Some(o);
         }
     }
-    for done in join_all(refunds).await {
-        if let Err(error) = done {
-            tracing::warn!(%error, "redis cluster: a refund failed; units stay taken until they lapse");
-        }
+    if !refunds.is_empty() {
+        // The request waits for its refunds only within its own deadline
+        // (they run on, each bounded by the timeout, if it passes).
+        let refunding = tokio::spawn(async move {
+            for done in join_all(refunds).await {
+                if let Err(error) = done {
+                    tracing::warn!(%error, "redis cluster: a refund failed; units stay taken until they lapse");
+                }
+            }
+        });
+        let left = store.inner.timeout.saturating_sub(started.elapsed());
+        let _ = tokio::time::timeout(left, refunding).await;
     }
     if let Some(e) = failed.filter(|_| !blocked) {
         return Err(e);
@@ -169,7 +180,7 @@ fn taken(c: &Check) -> u64 {
 /// rejected the request: nothing taken, nothing known.
 fn not_decided(_c: &Check) -> Outcome {
     Outcome {
-        status: Status::NotConsumed,
+        status: Status::Undecided,
         lock_started: false,
         delay: 0,
         limit: 0,
@@ -182,11 +193,12 @@ fn not_decided(_c: &Check) -> Outcome {
 
 /// Give back `checks` (all of one slot, allowed by a call whose `now` was
 /// `at`).
-async fn refund(store: &RedisStore, checks: Vec<&Check>, at: Micros) -> Result<(), StoreError> {
+async fn refund(store: RedisStore, checks: Vec<Check>, at: Micros) -> Result<(), StoreError> {
     let keys: Vec<String> = checks
         .iter()
         .map(|c| super::keys(&store.inner.prefix, &c.key).0)
         .collect();
+    let checks: Vec<&Check> = checks.iter().collect();
     let args = wire::RefundArgs {
         at,
         now: store.inner.local_clock.then_some(at),
