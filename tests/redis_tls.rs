@@ -7,12 +7,15 @@
 //! certificate (when the server requires one) is refused, with an error
 //! that says so in the gateway's log, and `on_error` answers meanwhile;
 //! `store.tls.cert`/`key` and `store.tls.server_name` fix the last two.
+//! A Redis Cluster whose nodes serve TLS (and talk TLS on the bus) is
+//! reached through its TLS ports.
 
 mod common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::cluster::{info, NodeTls, RedisCluster};
 use common::limits::*;
 use common::pki::Pki;
 use common::redis::{free_port, RedisServer};
@@ -198,4 +201,61 @@ async fn server_name_checks_the_certificate_for_another_name() {
     );
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     decided_over_tls(&redis, &a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_reached_over_tls() {
+    let pki = Pki::new();
+    let (cert, key) = pki.issue(&["127.0.0.1"], "node");
+    let cluster = RedisCluster::start_with(Some(&NodeTls {
+        cert,
+        key,
+        ca: pki.ca(),
+    }));
+    let seeds: Vec<String> = cluster
+        .tls_ports
+        .iter()
+        .map(|p| format!("\"rediss://127.0.0.1:{p}\""))
+        .collect();
+    // Two limits, on two slots (most likely two masters): redirections
+    // and the slot map must name the TLS ports too.
+    let t = config(&format!(
+        r#"store: {{ backend: redis_cluster, urls: [{}], prefix: ct, timeout: 2s, on_error: deny, tls: {} }}
+limits:
+  l: {{ algorithm: fixed_window, limit: 5, window: 1h, key: route }}
+  g: {{ algorithm: token_bucket, rate: 100/h, burst: 100, key: global }}
+routes:
+  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [l, g] }}
+"#,
+        seeds.join(", "),
+        tls_with_ca(&pki, "")
+    ));
+    let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
+    let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
+    for i in 0..5 {
+        let r = if i % 2 == 0 {
+            ca.get("/").await
+        } else {
+            cb.get("/").await
+        };
+        assert_ok(&r);
+        assert_eq!((remaining(&r, "l"), remaining(&r, "g")), (4 - i, 99 - i));
+    }
+    let r = cb.get("/").await;
+    assert_rejected(&r, "rate_limited", "l");
+    assert_eq!(
+        remaining(&r, "g"),
+        95,
+        "g refunded: the rejected request took nothing"
+    );
+    // Every gateway connection is on a TLS port.
+    let mut on_tls = 0;
+    for (n, p) in cluster.nodes.iter().zip(&cluster.tls_ports) {
+        let list = info(n, &["CLIENT", "LIST"]).unwrap_or_default();
+        on_tls += list
+            .lines()
+            .filter(|l| l.contains(&format!("laddr=127.0.0.1:{p} ")))
+            .count();
+    }
+    assert!(on_tls >= 2, "the gateways talk to the nodes' TLS ports");
 }

@@ -19,11 +19,44 @@ pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
     /// How many masters serve slots when the cluster is healthy.
     masters: std::sync::atomic::AtomicUsize,
+    /// Each node's TLS port, in the order of `nodes` (a TLS cluster only).
+    pub tls_ports: Vec<u16>,
 }
 
-/// A cluster node on free ports (its bus port too).
-fn node() -> RedisServer {
-    RedisServer::start_with(&[
+/// A node's TLS: its certificate and key, and the CA it trusts.
+pub struct NodeTls {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub ca: std::path::PathBuf,
+}
+
+/// A cluster node on free ports (its bus port too); with `tls`, also a TLS
+/// port (returned), and the cluster bus over TLS. The plain port stays, for
+/// the harness.
+fn node(tls: Option<&NodeTls>) -> (RedisServer, Option<u16>) {
+    let mut extra: Vec<String> = Vec::new();
+    let mut tls_port = None;
+    if let Some(t) = tls {
+        let port = free_port();
+        tls_port = Some(port);
+        for (k, v) in [
+            ("--tls-port", port.to_string()),
+            ("--tls-cert-file", t.cert.display().to_string()),
+            ("--tls-key-file", t.key.display().to_string()),
+            ("--tls-ca-cert-file", t.ca.display().to_string()),
+            ("--tls-auth-clients", "no".to_owned()),
+            ("--tls-cluster", "yes".to_owned()),
+            ("--tls-replication", "yes".to_owned()),
+        ] {
+            extra.extend([k.to_owned(), v]);
+        }
+    }
+    (cluster_node(&extra), tls_port)
+}
+
+/// A cluster node with `extra` arguments.
+fn cluster_node(extra: &[String]) -> RedisServer {
+    let mut args: Vec<String> = vec![
         "--cluster-enabled".into(),
         "yes".into(),
         "--cluster-node-timeout".into(),
@@ -38,7 +71,9 @@ fn node() -> RedisServer {
         // its last contact with the master.
         "--cluster-replica-validity-factor".into(),
         "0".into(),
-    ])
+    ];
+    args.extend_from_slice(extra);
+    RedisServer::start_with(&args)
 }
 
 /// Runs `redis-cli` with `args`; fails the test if it fails.
@@ -59,7 +94,14 @@ impl RedisCluster {
     /// Starts six nodes, creates the cluster and waits until every node
     /// says `cluster_state:ok` and knows all six.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..6).map(|_| node()).collect();
+        RedisCluster::start_with(None)
+    }
+
+    /// [`RedisCluster::start`] with TLS: each node also serves TLS (its
+    /// port in [`RedisCluster::tls_ports`]) and the bus runs over TLS.
+    pub fn start_with(tls: Option<&NodeTls>) -> RedisCluster {
+        let (nodes, tls_ports): (Vec<RedisServer>, Vec<Option<u16>>) =
+            (0..6).map(|_| node(tls)).unzip();
         let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
         create.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
         create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
@@ -67,6 +109,7 @@ impl RedisCluster {
         let cluster = RedisCluster {
             nodes,
             masters: 3.into(),
+            tls_ports: tls_ports.into_iter().flatten().collect(),
         };
         cluster.wait_healthy();
         cluster
@@ -77,7 +120,7 @@ impl RedisCluster {
     /// --cluster add-node`, which copies the functions from another node.)
     /// Returns its place in [`RedisCluster::nodes`].
     pub fn add_master(&mut self) -> usize {
-        let new = node();
+        let (new, _) = node(None);
         // Its bus port, from its own `id ip:port@bus ...` line.
         let me = cluster_nodes(&new);
         let bus = me
