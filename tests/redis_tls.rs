@@ -19,7 +19,7 @@ use common::cluster::{info, NodeTls, RedisCluster};
 use common::limits::*;
 use common::pki::Pki;
 use common::redis::{free_port, RedisServer};
-use common::{config, Gateway};
+use common::{config, Gateway, Resp};
 
 /// A `redis-server` with a TLS port whose certificate names `names`,
 /// issued by `pki`; client certificates required when `auth_clients`.
@@ -76,18 +76,27 @@ fn tls_with_ca(pki: &Pki, extra: &str) -> String {
     format!("{{ ca: \"{}\"{extra} }}", pki.ca().display())
 }
 
+/// Five GETs of `/`, alternating between two gateways, each answered 200.
+async fn five_over_two(a: &Caller, b: &Caller) -> Vec<Resp> {
+    let mut out = Vec::new();
+    for i in 0..5 {
+        let r = if i % 2 == 0 {
+            a.get("/").await
+        } else {
+            b.get("/").await
+        };
+        assert_ok(&r);
+        out.push(r);
+    }
+    out
+}
+
 /// Five requests over two gateways pass, the sixth is rejected: the two
 /// share one count, decided on the TLS port.
 async fn decided_over_tls(redis: &TlsRedis, a: &Gateway, b: &Gateway) {
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
-    for i in 0..5 {
-        let r = if i % 2 == 0 {
-            ca.get("/").await
-        } else {
-            cb.get("/").await
-        };
-        assert_ok(&r);
-        assert_eq!(remaining(&r, "l"), 4 - i);
+    for (i, r) in five_over_two(&ca, &cb).await.iter().enumerate() {
+        assert_eq!(remaining(r, "l"), 4 - i as i64);
     }
     assert_rejected(&cb.get("/").await, "rate_limited", "l");
     assert_rejected(&ca.get("/").await, "rate_limited", "l");
@@ -232,14 +241,9 @@ routes:
     ));
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
-    for i in 0..5 {
-        let r = if i % 2 == 0 {
-            ca.get("/").await
-        } else {
-            cb.get("/").await
-        };
-        assert_ok(&r);
-        assert_eq!((remaining(&r, "l"), remaining(&r, "g")), (4 - i, 99 - i));
+    for (i, r) in five_over_two(&ca, &cb).await.iter().enumerate() {
+        let i = i as i64;
+        assert_eq!((remaining(r, "l"), remaining(r, "g")), (4 - i, 99 - i));
     }
     let r = cb.get("/").await;
     assert_rejected(&r, "rate_limited", "l");
@@ -258,4 +262,46 @@ routes:
             .count();
     }
     assert!(on_tls >= 2, "the gateways talk to the nodes' TLS ports");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_their_master_are_reached_over_tls() {
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki, &["127.0.0.1"], false);
+    let (cert, key) = pki.issue(&["127.0.0.1"], "sentinel");
+    let tls_port = free_port();
+    // The sentinel serves TLS and monitors the master on its TLS port.
+    let sentinel = RedisServer::sentinel_with(
+        "tlsmaster",
+        redis.tls_port,
+        1,
+        &format!(
+            "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+             tls-auth-clients no\ntls-replication yes",
+            cert.display(),
+            key.display(),
+            pki.ca().display()
+        ),
+    );
+    let named = info(
+        &sentinel,
+        &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "tlsmaster"],
+    );
+    assert_eq!(
+        named.as_deref(),
+        Some(format!("127.0.0.1\n{}", redis.tls_port).as_str())
+    );
+    let t = config(&format!(
+        r#"store: {{ backend: redis_sentinel, urls: ["rediss://127.0.0.1:{tls_port}"], master_name: tlsmaster, prefix: t, timeout: 2s, on_error: deny, tls: {} }}
+limits:
+  l: {{ algorithm: fixed_window, limit: 5, window: 1h, key: route }}
+routes:
+  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [l] }}
+"#,
+        tls_with_ca(&pki, "")
+    ));
+    let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
+    decided_over_tls(&redis, &a, &b).await;
+    // (The sentinel was asked on its TLS port: the only one the gateways
+    // were given, and a plain client gets no answer there.)
 }

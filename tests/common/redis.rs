@@ -65,6 +65,11 @@ impl RedisServer {
     /// Sentinel rewrites its config file, which lives in its directory and
     /// is kept across restarts.
     pub fn sentinel(name: &str, master_port: u16, quorum: u8) -> RedisServer {
+        RedisServer::sentinel_with(name, master_port, quorum, "")
+    }
+
+    /// [`RedisServer::sentinel`] with more lines of config (a TLS port...).
+    pub fn sentinel_with(name: &str, master_port: u16, quorum: u8, extra: &str) -> RedisServer {
         for _ in 0..START_ATTEMPTS {
             let process = Process {
                 port: free_port(),
@@ -79,7 +84,7 @@ impl RedisServer {
                  sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                  sentinel down-after-milliseconds {name} 1000\n\
                  sentinel failover-timeout {name} 3000\n\
-                 sentinel parallel-syncs {name} 1\n",
+                 sentinel parallel-syncs {name} 1\n{extra}\n",
                 port = process.port,
                 dir = process.dir.display(),
             );
