@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::cluster::{info, RedisCluster};
 use common::failover::{self, STORE_TIMEOUT};
 use common::limits::*;
-use common::{config, dedent, Echo, Gateway, Resp};
+use common::{Echo, Gateway, Resp};
 
 /// The cluster the non-destructive tests share.
 fn shared() -> &'static RedisCluster {
@@ -34,18 +34,11 @@ fn template(
     echo: Option<&Echo>,
     body: &str,
 ) -> String {
-    let mut rest = format!(
-        "store: {{ backend: redis_cluster, urls: {}, prefix: {prefix}, timeout: {timeout}, on_error: {on_error} }}\n",
+    let store = format!(
+        "{{ backend: redis_cluster, urls: {}, prefix: {prefix}, timeout: {timeout}, on_error: {on_error} }}",
         cluster.seeds_yaml()
     );
-    if let Some(e) = echo {
-        rest.push_str(&format!(
-            "upstreams:\n  e: {{ targets: [\"{}\"], retries: 0 }}\n",
-            e.url()
-        ));
-    }
-    rest.push_str(&dedent(body));
-    config(&rest)
+    common::config_with_store(&store, echo, body)
 }
 
 /// Every key under `prefix` on every master, with `CLUSTER KEYSLOT`.
@@ -69,29 +62,9 @@ fn keys_with_slots(cluster: &RedisCluster, prefix: &str) -> Vec<(String, u16)> {
 // ---------------------------------------------------------------------------
 
 async fn exactly_100_of_300_on_the_cluster(prefix: &str, limit: &str, path: &'static str) {
-    let cluster = shared();
-    let echo = Echo::start("e").await;
-    let t = template(
-        cluster,
-        prefix,
-        "3s",
-        "deny",
-        Some(&echo),
-        &format!(
-            r#"
-            limits:
-              x: {limit}
-            routes:
-              - {{ name: r, match: {{ path: / }}, upstream: e, limits: [x] }}
-            "#
-        ),
-    );
-    let gws = [
-        Gateway::start(&t).await,
-        Gateway::start(&t).await,
-        Gateway::start(&t).await,
-    ];
-    common::limits::exactly_100_of_300(&gws, &echo, path, limit).await;
+    let config =
+        |echo: &Echo, body: &str| template(shared(), prefix, "3s", "deny", Some(echo), body);
+    common::limits::exactly_100_of_300(config, limit, path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -255,24 +228,7 @@ async fn concurrent_requests_across_slots_take_exactly_what_passed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockouts_are_listed_and_reset_on_every_instance() {
     let cluster = shared();
-    let t = template(
-        cluster,
-        "lko",
-        "2s",
-        "deny",
-        None,
-        r#"
-        limits:
-          lk:
-            algorithm: token_bucket
-            rate: 1/m
-            burst: 1
-            key: client_ip
-            lockout: { after: 1, duration: 60s }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [lk] }
-        "#,
-    );
+    let t = template(cluster, "lko", "2s", "deny", None, ONE_STRIKE);
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
     assert_ok(&ca.get("/").await);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::limits::*;
 use common::redis::{CommandStat, RedisServer};
-use common::{config, dedent, Echo, Gateway};
+use common::{Echo, Gateway};
 
 const PREFIX: &str = "tgt";
 
@@ -33,18 +33,11 @@ fn template_with_timeout(
     echo: Option<&Echo>,
     body: &str,
 ) -> String {
-    let mut rest = format!(
-        "store: {{ backend: redis, url: \"{}\", prefix: {PREFIX}, timeout: {timeout}, on_error: {on_error} }}\n",
+    let store = format!(
+        "{{ backend: redis, url: \"{}\", prefix: {PREFIX}, timeout: {timeout}, on_error: {on_error} }}",
         redis.url()
     );
-    if let Some(e) = echo {
-        rest.push_str(&format!(
-            "upstreams:\n  e: {{ targets: [\"{}\"], retries: 0 }}\n",
-            e.url()
-        ));
-    }
-    rest.push_str(&dedent(body));
-    config(&rest)
+    common::config_with_store(&store, echo, body)
 }
 
 // ---------------------------------------------------------------------------
@@ -53,29 +46,11 @@ fn template_with_timeout(
 
 async fn exactly_100_of_300_on_redis(limit: &str, path: &'static str) {
     let redis = RedisServer::start();
-    let echo = Echo::start("e").await;
     // A generous store timeout: this is about atomicity, and a store call
     // that times out under this load would fall to on_error (deny: 503).
-    let t = template_with_timeout(
-        &redis,
-        "3s",
-        "deny",
-        Some(&echo),
-        &format!(
-            r#"
-            limits:
-              x: {limit}
-            routes:
-              - {{ name: r, match: {{ path: / }}, upstream: e, limits: [x] }}
-            "#
-        ),
-    );
-    let gws = [
-        Gateway::start(&t).await,
-        Gateway::start(&t).await,
-        Gateway::start(&t).await,
-    ];
-    common::limits::exactly_100_of_300(&gws, &echo, path, limit).await;
+    let config =
+        |echo: &Echo, body: &str| template_with_timeout(&redis, "3s", "deny", Some(echo), body);
+    common::limits::exactly_100_of_300(config, limit, path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -153,22 +128,7 @@ async fn exact_concurrency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlock_through_one_instance_lifts_the_lockout_on_every_instance() {
     let redis = RedisServer::start();
-    let t = template(
-        &redis,
-        "deny",
-        None,
-        r#"
-        limits:
-          lk:
-            algorithm: token_bucket
-            rate: 1/m
-            burst: 1
-            key: client_ip
-            lockout: { after: 1, duration: 60s }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [lk] }
-        "#,
-    );
+    let t = template(&redis, "deny", None, ONE_STRIKE);
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
     assert_ok(&ca.get("/").await);

@@ -13,6 +13,20 @@ use serde_json::Value;
 use super::client::{self, HttpClient, Resp};
 use super::Gateway;
 
+/// Limits and routes: `/` under `lk`, one request per minute per client
+/// address, and the first rejection locks the client out for 60 s.
+pub const ONE_STRIKE: &str = r#"
+limits:
+  lk:
+    algorithm: token_bucket
+    rate: 1/m
+    burst: 1
+    key: client_ip
+    lockout: { after: 1, duration: 60s }
+routes:
+  - { name: r, match: { path: / }, respond: { status: 200 }, limits: [lk] }
+"#;
+
 /// `127.0.0.n`: one distinct client per `n` (Linux routes all of 127/8 to
 /// loopback).
 pub fn lo(n: u8) -> IpAddr {
@@ -478,15 +492,34 @@ pub async fn spread(callers: &[Caller], path: &'static str, n: usize) -> Vec<Res
     out
 }
 
-/// 300 requests at once over `gateways` (whose route has the one limit
-/// `x`, named `what` in messages) admit exactly 100, the others are
-/// rejected by `x`, and only the admitted reach `echo`.
+/// Three gateways on one shared store, whose one route (to an echo
+/// upstream `e`) has the one limit `x: <limit>`: 300 requests of `path` at
+/// once over the three admit exactly 100, the others are rejected by `x`,
+/// and only the admitted reach the upstream. `config` makes the gateways'
+/// config from the upstream and the `limits:`/`routes:` body.
 pub async fn exactly_100_of_300(
-    gateways: &[Gateway],
-    echo: &super::Echo,
+    config: impl FnOnce(&super::Echo, &str) -> String,
+    limit: &str,
     path: &'static str,
-    what: &str,
 ) {
+    let echo = super::Echo::start("e").await;
+    let t = config(
+        &echo,
+        &format!(
+            r#"
+            limits:
+              x: {limit}
+            routes:
+              - {{ name: r, match: {{ path: / }}, upstream: e, limits: [x] }}
+            "#
+        ),
+    );
+    let gateways = [
+        Gateway::start(&t).await,
+        Gateway::start(&t).await,
+        Gateway::start(&t).await,
+    ];
+    let what = limit;
     let callers: Vec<Caller> = gateways.iter().map(|g| Caller::new(g.addr())).collect();
     let mut statuses = Vec::new();
     for r in spread(&callers, path, 300).await {

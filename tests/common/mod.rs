@@ -95,6 +95,20 @@ pub fn config(rest: &str) -> String {
     config_with_server("", rest)
 }
 
+/// A gateway config with `store` (a flow map, the `store:` line's value),
+/// an upstream `e` on `echo` when given, then `body` (dedented).
+pub fn config_with_store(store: &str, echo: Option<&Echo>, body: &str) -> String {
+    let mut rest = format!("store: {store}\n");
+    if let Some(e) = echo {
+        rest.push_str(&format!(
+            "upstreams:\n  e: {{ targets: [\"{}\"], retries: 0 }}\n",
+            e.url()
+        ));
+    }
+    rest.push_str(&dedent(body));
+    config(&rest)
+}
+
 /// Like [`config`], with extra `server:` keys (dedented, then indented under
 /// `server:`).
 pub fn config_with_server(server_extra: &str, rest: &str) -> String {

@@ -998,6 +998,11 @@ impl RedisStore {
     /// a replacement after a failed attempt, is being made), waits for it.
     /// The caller bounds the wait.
     async fn connection(&self) -> Conn {
+        let conn = lock(&self.inner.conn).clone();
+        if !matches!(conn, Conn::Pending) {
+            // The usual case: no waiter is registered on the hot path.
+            return conn;
+        }
         loop {
             let swapped = self.inner.swapped.notified();
             tokio::pin!(swapped);
