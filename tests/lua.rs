@@ -1253,55 +1253,74 @@ fn a_batch_decides_as_its_requests_would_one_by_one() {
     );
     runner(32)
         .run(&strategy, |(pool, rounds)| {
-            let conn = &mut *conn.borrow_mut();
-            redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
-            let (mut ttl_a, mut ttl_b) = (BTreeMap::new(), BTreeMap::new());
-            let mut now = T0;
-            for (round, (requests, gap)) in rounds.iter().enumerate() {
-                now += gap;
-                let requests: Vec<Vec<Check>> = requests
-                    .iter()
-                    .map(|&(mask, client, cost, lease, _)| {
-                        pool.iter()
-                            .enumerate()
-                            .filter(|(i, _)| mask & (1 << i) != 0)
-                            .map(|(i, (p, l, shadow))| Check {
-                                lockout: *l,
-                                shadow: *shadow,
-                                lease,
-                                ..check(i as u8, client, p.clone(), cost)
-                            })
-                            .collect()
-                    })
-                    .collect();
-                let (batch, _) = dispatch_call(conn, "a", &requests, now, &mut ttl_a);
-                let mut single = Vec::new();
-                for r in &requests {
-                    let r = std::slice::from_ref(r);
-                    single.extend(dispatch_call(conn, "b", r, now, &mut ttl_b).0);
-                }
-                prop_assert_eq!(&batch, &single, "round {}: the answers", round);
-                // The same keys, values and TTLs (give or take the
-                // millisecond a TTL may lose before the probe reads it).
-                prop_assert_eq!(stored(conn, "a"), stored(conn, "b"), "round {}", round);
-                prop_assert_eq!(
-                    ttl_a.keys().collect::<Vec<_>>(),
-                    ttl_b.keys().collect::<Vec<_>>()
-                );
-                for (key, t) in &ttl_a {
-                    prop_assert!(
-                        (t - ttl_b[key]).abs() <= 1,
-                        "round {}: {} TTL {} vs {}",
-                        round,
-                        key,
-                        t,
-                        ttl_b[key]
-                    );
-                }
-            }
-            Ok(())
+            batch_as_one_by_one(&mut conn.borrow_mut(), &pool, &rounds)
         })
         .unwrap();
+}
+
+/// The pool of limits [`a_batch_decides_as_its_requests_would_one_by_one`]
+/// draws from.
+type Pool = Vec<(AlgoParams, Option<LockParams>, bool)>;
+
+/// Each round's requests (prefix `a`) decided in one call, and one by one
+/// (prefix `b`): the same answers, keys, values and TTLs.
+fn batch_as_one_by_one(
+    conn: &mut redis::Connection,
+    pool: &Pool,
+    rounds: &[(Vec<Request>, u64)],
+) -> Result<(), TestCaseError> {
+    redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+    let (mut ttl_a, mut ttl_b) = (BTreeMap::new(), BTreeMap::new());
+    let mut now = T0;
+    for (round, (requests, gap)) in rounds.iter().enumerate() {
+        now += gap;
+        let requests: Vec<Vec<Check>> = requests
+            .iter()
+            .map(|&(mask, client, cost, lease, _)| {
+                pool.iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(i, (p, l, shadow))| Check {
+                        lockout: *l,
+                        shadow: *shadow,
+                        lease,
+                        ..check(i as u8, client, p.clone(), cost)
+                    })
+                    .collect()
+            })
+            .collect();
+        let t0 = Instant::now();
+        let (batch, _) = dispatch_call(conn, "a", &requests, now, &mut ttl_a);
+        // A key's PTTL is read at the end of its call, in real time: a key
+        // written early in a long batch has lost the batch's run time.
+        let ran = t0.elapsed();
+        let mut single = Vec::new();
+        for r in &requests {
+            let r = std::slice::from_ref(r);
+            single.extend(dispatch_call(conn, "b", r, now, &mut ttl_b).0);
+        }
+        prop_assert_eq!(&batch, &single, "round {}: the answers", round);
+        // The same keys, values and TTLs (give or take the millisecond a
+        // TTL may lose before the probe reads it, and the batch's run time
+        // on a loaded machine: ttl 0 against 3 ms was seen once in CI).
+        prop_assert_eq!(stored(conn, "a"), stored(conn, "b"), "round {}", round);
+        prop_assert_eq!(
+            ttl_a.keys().collect::<Vec<_>>(),
+            ttl_b.keys().collect::<Vec<_>>()
+        );
+        let slack = 1 + ran.as_millis() as i64;
+        for (key, t) in &ttl_a {
+            prop_assert!(
+                (t - ttl_b[key]).abs() <= slack,
+                "round {}: {} TTL {} vs {}",
+                round,
+                key,
+                t,
+                ttl_b[key]
+            );
+        }
+    }
+    Ok(())
 }
 
 #[test]
