@@ -197,18 +197,6 @@ impl Ctx<'_> {
             ));
         }
         let timeouts = raw.timeouts.unwrap_or_default();
-        if timeouts.body_read.is_some() {
-            return Err(self.unsupported(
-                "server.timeouts.body_read",
-                "this build bounds a request body only by the upstream's timeout",
-            ));
-        }
-        if timeouts.send.is_some() {
-            return Err(self.unsupported(
-                "server.timeouts.send",
-                "this build bounds a response only by `timeouts.idle`",
-            ));
-        }
         if matches!(
             raw.escaped_slashes,
             Some(EscapedSlashes::Reject | EscapedSlashes::Decode)
@@ -234,6 +222,16 @@ impl Ctx<'_> {
             timeouts.idle.map(|d| d.0),
             60 * SECOND,
         )?;
+        let body_read_timeout = self.positive(
+            "server.timeouts.body_read",
+            timeouts.body_read.map(|d| d.0),
+            30 * SECOND,
+        )?;
+        let send_timeout = self.positive(
+            "server.timeouts.send",
+            timeouts.send.map(|d| d.0),
+            60 * SECOND,
+        )?;
         let max_header = raw.max_header_bytes.map_or(16 * 1024, |s| s.0);
         if max_header == 0 {
             return Err(self.err(
@@ -255,6 +253,8 @@ impl Ctx<'_> {
             ipv6_prefix,
             header_read_timeout,
             idle_timeout,
+            body_read_timeout,
+            send_timeout,
             max_header_bytes,
             max_body_bytes,
             max_connections,
