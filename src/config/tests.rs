@@ -496,6 +496,34 @@ store:
 }
 
 #[test]
+fn clock_local_with_a_shared_store_warns() {
+    for backend in [
+        "backend: redis, url: \"redis://127.0.0.1:6379\"",
+        "backend: redis_sentinel, urls: [\"redis://127.0.0.1:26379\"], master_name: m",
+        "backend: redis_cluster, urls: [\"redis://127.0.0.1:7000\"]",
+    ] {
+        let text = |clock: &str| {
+            format!("store: {{ {backend}{clock} }}\nroutes: [{{ name: r, respond: {{}} }}]\n")
+        };
+        let local = ok(&text(", clock: local"));
+        let name = backend.split([' ', ',']).nth(1).unwrap();
+        assert_eq!(
+            local.warnings,
+            [format!("store.clock: local with backend: {name}: each instance decides with its own clock, so instances with skewed clocks can over-admit without bound on fixed_window, sliding_window and sliding_log at window boundaries; keep clock: store unless the clocks are synchronised")],
+            "{backend}"
+        );
+        assert!(ok(&text("")).warnings.is_empty(), "{backend}");
+        assert!(ok(&text(", clock: store")).warnings.is_empty(), "{backend}");
+    }
+    // One instance's memory store: its own clock is the only one.
+    assert!(
+        ok("store: { clock: local }\nroutes: [{ name: r, respond: {} }]\n")
+            .warnings
+            .is_empty()
+    );
+}
+
+#[test]
 fn on_error_local_with_memory_warns_only_when_written() {
     let written = ok("store: { on_error: local }\nroutes: [{ name: r, respond: {} }]\n");
     assert_eq!(written.warnings.len(), 1);

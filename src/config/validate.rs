@@ -411,6 +411,13 @@ impl Ctx<'_> {
                     .to_owned(),
             );
         }
+        // Shared state decided by each instance's own clock: windows start
+        // and end when each instance thinks they do (README "Stores").
+        if raw.clock == Some(Clock::Local) && backend_kind != RawBackend::Memory {
+            self.warnings.push(format!(
+                "store.clock: local with backend: {name}: each instance decides with its own clock, so instances with skewed clocks can over-admit without bound on fixed_window, sliding_window and sliding_log at window boundaries; keep clock: store unless the clocks are synchronised"
+            ));
+        }
         Ok(StoreConfig {
             backend,
             prefix,
