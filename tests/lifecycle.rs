@@ -876,6 +876,12 @@ fn check_refuses_what_this_build_does_not_implement() {
     for (yaml, field, line, message) in [
         // A field the chosen backend cannot honour is refused, not ignored.
         (
+            "store:\n  backend: redis\n  urls: [\"redis://127.0.0.1:7000\"]\n",
+            "store.urls",
+            3,
+            "`urls` (seed nodes, sentinels) are for redis_cluster",
+        ),
+        (
             "store:\n  backend: redis_cluster\n  urls: [\"rediss://127.0.0.1:7000\"]\n  tls: { server_name: redis.internal }\n",
             "store.tls.server_name",
             4,
