@@ -61,7 +61,7 @@ pub fn admit<'rt, 'req, B>(
         // An HTTP/2 request names its host in `:authority` or Host.
         return Err(GatewayError::BadRequest {
             reason: "neither :authority nor Host",
-            close: false,
+            close: true,
         });
     }
     let path = target_path(req, server.escaped_slashes)?;
@@ -137,7 +137,7 @@ pub fn single_host<B>(req: &Request<B>) -> Result<(), GatewayError> {
     match (hosts.next(), hosts.next()) {
         (None, _) if req.version() == Version::HTTP_11 => Err(GatewayError::BadRequest {
             reason: "missing Host",
-            close: false,
+            close: true,
         }),
         (Some(_), Some(_)) => Err(GatewayError::BadRequest {
             reason: "several Host fields",
@@ -152,7 +152,7 @@ pub fn single_host<B>(req: &Request<B>) -> Result<(), GatewayError> {
 pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayError> {
     let bad = || GatewayError::BadRequest {
         reason: "invalid Host",
-        close: false,
+        close: true,
     };
     if req.version() >= Version::HTTP_2 {
         if let Some(authority) = req.uri().authority() {
@@ -243,12 +243,12 @@ pub fn target_path<B>(
     if !origin_form {
         return Err(GatewayError::BadRequest {
             reason: "request target is not origin-form",
-            close: false,
+            close: true,
         });
     }
     normalise_path(uri.path(), escaped_slashes).map_err(|_| GatewayError::BadRequest {
         reason: "invalid path",
-        close: false,
+        close: true,
     })
 }
 

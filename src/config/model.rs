@@ -70,6 +70,11 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Keep-alive idle time of a connection (`timeouts.idle`).
     pub idle_timeout: Duration,
+    /// Longest wait for the next bytes of a request body
+    /// (`timeouts.body_read`).
+    pub body_read_timeout: Duration,
+    /// Longest a response write may make no progress (`timeouts.send`).
+    pub send_timeout: Duration,
     /// Largest accepted request head, in bytes (larger: 431).
     pub max_header_bytes: usize,
     /// Largest accepted request body, in bytes (larger: 413); `None`: no cap.

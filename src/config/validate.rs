@@ -197,18 +197,6 @@ impl Ctx<'_> {
             ));
         }
         let timeouts = raw.timeouts.unwrap_or_default();
-        if timeouts.body_read.is_some() {
-            return Err(self.unsupported(
-                "server.timeouts.body_read",
-                "this build bounds a request body only by the upstream's timeout",
-            ));
-        }
-        if timeouts.send.is_some() {
-            return Err(self.unsupported(
-                "server.timeouts.send",
-                "this build bounds a response only by `timeouts.idle`",
-            ));
-        }
         let limit_response = match raw.limit_response {
             Some(r) => {
                 self.limit_response("server.limit_response", r, &LimitResponse::default())?
@@ -223,6 +211,16 @@ impl Ctx<'_> {
         let idle_timeout = self.positive(
             "server.timeouts.idle",
             timeouts.idle.map(|d| d.0),
+            60 * SECOND,
+        )?;
+        let body_read_timeout = self.positive(
+            "server.timeouts.body_read",
+            timeouts.body_read.map(|d| d.0),
+            30 * SECOND,
+        )?;
+        let send_timeout = self.positive(
+            "server.timeouts.send",
+            timeouts.send.map(|d| d.0),
             60 * SECOND,
         )?;
         let max_header = raw.max_header_bytes.map_or(16 * 1024, |s| s.0);
@@ -246,6 +244,8 @@ impl Ctx<'_> {
             ipv6_prefix,
             header_read_timeout,
             idle_timeout,
+            body_read_timeout,
+            send_timeout,
             max_header_bytes,
             max_body_bytes,
             max_connections,
@@ -579,19 +579,6 @@ impl Ctx<'_> {
             server_name: raw.server_name.filter(|s| !s.trim().is_empty()),
             client_cert,
         })
-    }
-
-    /// An error for a field this build does not implement: refused, never
-    /// accepted and ignored.
-    fn unsupported(&self, field: &str, what: &str) -> ConfigError {
-        let pos = self.positions.lookup_key(field);
-        ConfigError {
-            file: self.file.to_owned(),
-            line: pos.map(|p| p.0),
-            column: pos.map(|p| p.1),
-            field: field.to_owned(),
-            message: format!("not supported yet: {what}"),
-        }
     }
 
     /// A `limit_response` at `path`; what it leaves out comes from `base`
