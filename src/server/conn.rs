@@ -1,13 +1,17 @@
 //! Serving one connection: HTTP/1.1 or HTTP/2 (h2c with prior knowledge,
 //! or h2 chosen by ALPN over TLS) through hyper-util's auto builder, plus a
-//! watchdog for what hyper does not time: a connection that sends nothing
-//! (or not a whole head) within `header_read` of opening, a later head not
-//! complete within `header_read` of its first byte (the framing watcher,
-//! [`super::sniff`], says when one began), and a keep-alive connection idle
-//! for `idle`. hyper's own head timer is off: it starts when a response
-//! ends, so it would also close keep-alive connections idle for
-//! `header_read`, and it arms a timer for every request. A TLS connection's
-//! handshake must finish within `header_read` too.
+//! watchdog for what hyper does not time: a head not complete within
+//! `header_read` of its first byte (the framing watcher, [`super::sniff`],
+//! says when one began), a connection with no request in progress for
+//! `idle` (from its start, or from its last response's end), and writes
+//! that make no progress for `send` (the framing watcher notes a stuck
+//! write). hyper's own head timer is off: it starts when a response ends,
+//! so it would also close keep-alive connections idle for `header_read`,
+//! and it arms a timer for every request. A TLS connection's handshake must
+//! finish within `header_read`. An HTTP/2 stream that waits for window past
+//! `send` is hyper's to reset (the pipeline asks for it on each response,
+//! see `vendor/README.md`), and a stalled request body is the body reader's
+//! (`body::ClientBody`).
 //!
 //! The watchdog's timer and the shutdown signals are polled only when one
 //! of them fired ([`Gate`]), not on each of the connection's wake-ups,
