@@ -19,7 +19,7 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Version};
 use crate::config::ServerConfig;
 use crate::error::GatewayError;
 use crate::identity::{self, Client};
-use crate::route::normalise::normalise_path;
+use crate::route::normalise::{normalise_path, EscapedSlashes};
 use crate::runtime::{RouteRuntime, Runtime};
 
 /// A request let in, and where it goes.
@@ -64,7 +64,7 @@ pub fn admit<'rt, 'req, B>(
             close: true,
         });
     }
-    let path = target_path(req)?;
+    let path = target_path(req, server.escaped_slashes)?;
     let route = rt
         .router
         .find(
@@ -225,10 +225,14 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// The request-target's path, normalised (SPEC §3): an origin-form target
-/// only (HTTP/1; HTTP/2 carries `:path`), `OPTIONS *` is about the server
-/// and matches no route (404), a path that cannot be normalised is a 400.
-pub fn target_path<B>(req: &Request<B>) -> Result<Cow<'_, str>, GatewayError> {
+/// The request-target's path, normalised under `escaped_slashes` (SPEC §3):
+/// an origin-form target only (HTTP/1; HTTP/2 carries `:path`), `OPTIONS *`
+/// is about the server and matches no route (404), a path that cannot be
+/// normalised is a 400.
+pub fn target_path<B>(
+    req: &Request<B>,
+    escaped_slashes: EscapedSlashes,
+) -> Result<Cow<'_, str>, GatewayError> {
     let uri = req.uri();
     if uri.path() == "*" && req.method() == Method::OPTIONS {
         return Err(GatewayError::NoRoute);
@@ -242,7 +246,7 @@ pub fn target_path<B>(req: &Request<B>) -> Result<Cow<'_, str>, GatewayError> {
             close: true,
         });
     }
-    normalise_path(uri.path()).map_err(|_| GatewayError::BadRequest {
+    normalise_path(uri.path(), escaped_slashes).map_err(|_| GatewayError::BadRequest {
         reason: "invalid path",
         close: true,
     })

@@ -897,13 +897,13 @@ fn a_taken_port_in_the_default_config_names_the_variable_to_set() {
 #[test]
 fn check_refuses_what_this_build_does_not_implement() {
     for (yaml, field, line, message) in [
-        (
-            "server:\n  listen: [\"127.0.0.1:1\"]\n  escaped_slashes: decode\n",
-            "server.escaped_slashes",
-            3,
-            "not supported yet",
-        ),
         // A field the chosen backend cannot honour is refused, not ignored.
+        (
+            "store:\n  backend: redis\n  urls: [\"redis://127.0.0.1:7000\"]\n",
+            "store.urls",
+            3,
+            "`urls` (seed nodes, sentinels) are for redis_cluster",
+        ),
         (
             "store:\n  backend: redis_cluster\n  urls: [\"rediss://127.0.0.1:7000\"]\n  tls: { server_name: redis.internal }\n",
             "store.tls.server_name",

@@ -83,6 +83,24 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long in-flight requests may finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// What `%2F` and `%5C` in a request path do (`escaped_slashes`).
+    pub escaped_slashes: EscapedSlashes,
+}
+
+/// `server.escaped_slashes` (SPEC §3): what an encoded slash or backslash
+/// (`%2F`, `%5C`, either case) in a request path does. See
+/// [`crate::route::normalise`] for the rules of each mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EscapedSlashes {
+    /// Answered 400 (the default).
+    #[default]
+    Reject,
+    /// Read as `/` before the path is normalised, so routes, limits and the
+    /// upstream see the path a lax upstream would.
+    Decode,
+    /// Kept encoded, as data inside a segment.
+    Keep,
 }
 
 /// `server.tls:`.

@@ -89,11 +89,10 @@ fn without_block(text: &str, line: usize) -> String {
 }
 
 /// The fields of the SPEC's example that are refused, in file order, with
-/// how their message starts: ones this build does not implement ("not
-/// supported yet"), and the example's Sentinel and TLS fields, which its
-/// `backend: memory` has no use for (refused, never accepted and ignored).
-const NOT_IN_THIS_BUILD: [(&str, &str); 3] = [
-    ("server.escaped_slashes", "not supported yet: "),
+/// how their message starts: the example's Sentinel and TLS fields, which
+/// its `backend: memory` has no use for (refused, never accepted and
+/// ignored).
+const NOT_IN_THIS_BUILD: [(&str, &str); 2] = [
     (
         "store.master_name",
         "`master_name` is for redis_sentinel, not memory",
@@ -148,6 +147,7 @@ fn spec_example_parses_but_for_what_this_build_lacks() {
     assert_eq!(c.server.max_body_bytes, None);
     assert_eq!(c.server.max_connections, 10_000);
     assert_eq!(c.server.shutdown_grace, secs(30));
+    assert_eq!(c.server.escaped_slashes, EscapedSlashes::Reject);
 
     assert_eq!(
         c.admin.listen,
@@ -596,6 +596,50 @@ fn listener_rules() {
     );
     // Port 0 (tests) never collides.
     ok("server: { listen: [\"127.0.0.1:0\"] }\nadmin: { listen: \"127.0.0.1:0\" }\n");
+}
+
+#[test]
+fn escaped_slashes_modes() {
+    let mode = |yaml: &str| ok(yaml).config.server.escaped_slashes;
+    assert_eq!(mode("server: {}\n"), EscapedSlashes::Reject, "the default");
+    for (text, want) in [
+        ("reject", EscapedSlashes::Reject),
+        ("decode", EscapedSlashes::Decode),
+        ("keep", EscapedSlashes::Keep),
+    ] {
+        assert_eq!(mode(&format!("server:\n  escaped_slashes: {text}\n")), want);
+    }
+    let e = err_at(
+        "server:\n  ipv6_prefix: 64\n  escaped_slashes: Decode\n",
+        "server.escaped_slashes",
+        3,
+    );
+    assert!(
+        e.message.contains("`reject`, `decode`, `keep`"),
+        "the message names the choices: {e}"
+    );
+    // A route path with an escaped slash can only match with `keep`.
+    let route = "  - { name: f, match: { path: /files/a%2fb }, upstream: users }\n";
+    for mode in [
+        "",
+        "server: { escaped_slashes: reject }\n",
+        "server: { escaped_slashes: decode }\n",
+    ] {
+        let e = err_at(
+            &format!("{mode}{BASE}{route}"),
+            "routes[0].match.path",
+            if mode.is_empty() { 9 } else { 10 },
+        );
+        assert!(e.message.contains("escaped slash"), "{e}");
+    }
+    ok(&format!(
+        "server: {{ escaped_slashes: keep }}\n{BASE}{route}"
+    ));
+    err_at(
+        &format!("{BASE}  - {{ name: e, match: {{ exact: /a%5Cb }}, respond: {{}} }}\n"),
+        "routes[0].match.exact",
+        9,
+    );
 }
 
 // ----- limits: naming, keys, windows, lockouts -----
