@@ -607,7 +607,7 @@ async fn send_h1(s: &Setup, target: &[u8]) -> Result<RawResponse, String> {
 async fn send_h2(s: &Setup, h2: &HttpClient, target: &[u8]) -> Result<client::Resp, String> {
     let Some(target) = std::str::from_utf8(target)
         .ok()
-        .filter(|t| t.starts_with('/') && !t.starts_with("//"))
+        .filter(|t| t.starts_with('/'))
     else {
         return Err("not an h2 :path".into());
     };
