@@ -65,16 +65,47 @@ pub fn admit<'rt, 'req, B>(
         });
     }
     let path = target_path(req, server.escaped_slashes)?;
-    let route = rt
-        .router
-        .find(
+    let find = |path: &str| {
+        rt.router.find(
             host.as_ref().and_then(|h| h.to_str().ok()),
             req.method(),
-            &path,
+            path,
             req.headers(),
         )
-        .ok_or(GatewayError::NoRoute)?;
+    };
+    let route = find(&path).ok_or(GatewayError::NoRoute)?;
+    if path.contains(';') {
+        same_route_without_params(&path, route, server, find)?;
+    }
     Ok(Admitted { route, path, host })
+}
+
+/// `;params` (SPEC §3): a servlet container (Tomcat, Jetty) drops each
+/// segment's `;...` before it resolves dot segments, so `/x/..;/admin` and
+/// `/admin;v=1` are `/admin` to it. A path whose `;params` would take it to
+/// another route than the one it matched (and past that route's limits) is
+/// a 400; one that stays on its route (`/users;v=2` under `/users`) passes
+/// as it is.
+fn same_route_without_params<'rt>(
+    path: &str,
+    route: &'rt Arc<RouteRuntime>,
+    server: &ServerConfig,
+    find: impl Fn(&str) -> Option<&'rt Arc<RouteRuntime>>,
+) -> Result<(), GatewayError> {
+    let bad = || GatewayError::BadRequest {
+        reason: "path parameters lead to another route",
+        close: true,
+    };
+    let bare: Vec<&str> = path
+        .split('/')
+        .map(|segment| segment.split(';').next().unwrap_or_default())
+        .collect();
+    let bare = bare.join("/");
+    let bare = normalise_path(&bare, server.escaped_slashes).map_err(|_| bad())?;
+    match find(&bare) {
+        Some(other) if Arc::ptr_eq(other, route) => Ok(()),
+        _ => Err(bad()),
+    }
 }
 
 /// `server.deny`: the peer or the client it speaks for is refused (403).
@@ -396,6 +427,29 @@ routes:
                 proptest::prop_assert!(parsed_host_ok(host.as_bytes()), "{}", host);
             }
         }
+    }
+
+    #[test]
+    fn path_parameters_may_not_change_the_route() {
+        let rt = runtime(ROUTES);
+        let at = |uri: &str| outcome(&rt, &get(uri).body(()).unwrap(), "127.0.0.1");
+        // Parameters that keep the request on its route pass as they are.
+        assert_eq!(
+            at("/api/x;jsessionid=1"),
+            Ok("api /api/x;jsessionid=1".into())
+        );
+        assert_eq!(at("/other;v=1"), Ok("any /other;v=1".into()));
+        // Ones a servlet container would read as another route's path.
+        for uri in ["/x/..;/api", "/api;v=2/x", "/x;/..;/api/y", "/ap;i"] {
+            let want = if uri == "/ap;i" {
+                Ok("any /ap;i".into())
+            } else {
+                Err("bad_request")
+            };
+            assert_eq!(at(uri), want, "{uri}");
+        }
+        // A parameter-stripped path above the root.
+        assert_eq!(at("/..;/api"), Err("bad_request"));
     }
 
     #[test]

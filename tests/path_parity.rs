@@ -23,10 +23,15 @@
 //! treat `%2F` and `%5C` as data and decode once, so its lax upstream does
 //! not decode those two and decodes once.
 //!
-//! Paths are case-sensitive and `;` is data (RFC 3986): the counts also say
-//! how many spellings reached the catch-all at a path that a
-//! case-insensitive upstream, or a servlet container that drops `;params`,
-//! would read as the limited path. Those are reported, not failures.
+//! A servlet container (Tomcat, Jetty) also drops each segment's `;params`
+//! before it decodes and resolves dot segments (`/x/..;/api/admin` is
+//! `/api/admin` to it): in every mode, a spelling that reaches the catch-all
+//! at a path a servlet container reads as the limited path is a failure too.
+//!
+//! Paths are case-sensitive (RFC 3986): the counts also say how many
+//! spellings reached the catch-all at a path that a case-insensitive
+//! upstream would read as the limited path. Those are reported, not
+//! failures (`/API/admin` is another path, as it is to NGINX's locations).
 
 mod common;
 
@@ -720,6 +725,9 @@ async fn run_mode(s: &Setup, spellings: &[Vec<u8>]) -> (String, Vec<String>) {
                         t.harmless += 1;
                     }
                     if servlet_reading(&path, s.mode).iter().any(|p| is_limited(p)) {
+                        t.failures.push(format!(
+                            "{proto} {shown}: reached the catch-all as {path}, which a servlet container reads as {LIMITED}, uncounted"
+                        ));
                         t.servlet.push(path.clone());
                     }
                     if lax.iter().any(|p| is_limited(&p.to_ascii_lowercase())) {
