@@ -30,6 +30,8 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`simulate`]: `tollgate simulate`: replay a request log through the
 //!   routes and limits on a virtual clock, and report what would be throttled.
+//! - `fuzzing` (hidden): the fuzz targets' bodies and invariants, shared by
+//!   `fuzz/` and `tests/fuzz_regressions.rs`.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -39,6 +41,8 @@ pub mod app;
 pub mod body;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod identity;
 pub mod limit;
 pub mod log;

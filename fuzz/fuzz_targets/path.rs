@@ -1,0 +1,4 @@
+//! `path`: see `tollgate::fuzzing::path` for the input format and invariants.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tollgate::fuzzing::path(data));

@@ -1,0 +1,4 @@
+//! `xff`: see `tollgate::fuzzing::xff` for the input format and invariants.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tollgate::fuzzing::xff(data));
