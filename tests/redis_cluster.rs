@@ -629,3 +629,101 @@ async fn a_limit_whose_slot_cannot_answer_is_left_out_of_a_rejection() {
     let left = limit_state(&gw, "b", &b).await["remaining"].as_u64();
     assert!(matches!(left, Some(998 | 999)), "{left:?}");
 }
+
+// ---------------------------------------------------------------------------
+// A refund that fails leaves no concurrency slot taken (SPEC §6)
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_slot_whose_refund_fails_is_released_once_the_cluster_answers() {
+    let cluster = RedisCluster::start();
+    let echo = Echo::start("e").await;
+    let t = template(
+        &cluster,
+        "rf",
+        "300ms",
+        "deny",
+        Some(&echo),
+        r#"
+        limits:
+          conc: { algorithm: concurrency, limit: 1, key: header:x-a }
+          b1: { algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-b1 }
+          b2: { algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-b2 }
+          b3: { algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-b3 }
+        routes:
+          - { name: a, match: { path: /delay }, upstream: e, limits: [conc] }
+          - { name: b1, match: { path: /b1 }, respond: { status: 200 }, limits: [b1] }
+          - { name: b2, match: { path: /b2 }, respond: { status: 200 }, limits: [b2] }
+          - { name: b3, match: { path: /b3 }, respond: { status: 200 }, limits: [b3] }
+          - { name: ab, match: { path: /ab }, respond: { status: 200 }, limits: [conc, b1, b2, b3] }
+        "#,
+    );
+    let gw = Gateway::start(&t).await;
+    let c = Caller::new(gw.addr());
+    // The master of conc's key for x-a: A, seen while a request holds it.
+    let held = {
+        let c = c.clone();
+        tokio::spawn(async move { c.get_h("/delay/1500", &[("x-a", "A")]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let keys = keys_with_slots(&cluster, "rf");
+    assert_eq!(keys.len(), 1, "conc's key while held: {keys:?}");
+    let a_master = cluster.owner_index(keys[0].1);
+    assert_ok(&held.await.expect("held"));
+    // For each b limit, a value whose key is on another master.
+    let mut bs = Vec::new();
+    for limit in ["b1", "b2", "b3"] {
+        let header = format!("x-{limit}");
+        let mut found = None;
+        for i in 0..50 {
+            let v = format!("V{i}");
+            let path = format!("/{limit}");
+            let s = slot_of_new_key(&cluster, "rf", c.get_h(&path, &[(&header, &v)])).await;
+            if cluster.owner_index(s) != a_master {
+                found = Some((header.clone(), v, cluster.owner_index(s)));
+                break;
+            }
+        }
+        bs.push(found.expect("a value on another master"));
+    }
+    let paused: std::collections::BTreeSet<usize> = bs.iter().map(|b| b.2).collect();
+
+    // The other masters stall: conc's slot takes the lease, the three b
+    // calls time out, and their three failures open the breaker before the
+    // refund of conc's lease is sent, so the refund fails without reaching
+    // Redis.
+    for &m in &paused {
+        cluster.nodes[m].stop();
+    }
+    let mut headers = vec![("x-a", "A")];
+    headers.extend(bs.iter().map(|(h, v, _)| (h.as_str(), v.as_str())));
+    let r = c.get_h("/ab", &headers).await;
+    for &m in &paused {
+        cluster.nodes[m].cont();
+    }
+    assert_eq!(r.status, 503, "on_error: deny while slots cannot answer");
+    cluster.wait_healthy();
+
+    // Once the cluster answers again the slot comes free within seconds
+    // (the breaker's back-off and a retry round), not at the lease's end
+    // (5 minutes).
+    let resumed = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let r = c.get_h("/delay/0", &[("x-a", "A")]).await;
+        seen.push(r.status.as_u16());
+        if r.status == 200 {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(8),
+            "conc is still taken {:?} after the cluster came back: {seen:?}",
+            resumed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "conc free again {:?} after the cluster came back: {seen:?}",
+        resumed.elapsed()
+    );
+}

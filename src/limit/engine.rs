@@ -236,11 +236,27 @@ impl Limiter {
         // timeout must not wipe every counter).
         let local = previous.map_or_else(|| Arc::new(MemoryStore::new()), |p| p.local.clone());
         let releases = match &backend {
-            Backend::Redis(redis) => Some(Arc::new(Releases::new(
-                redis.clone(),
-                clock.clone(),
-                RELEASE_RETRY_CAPACITY,
-            ))),
+            Backend::Redis(redis) => {
+                let releases = Arc::new(Releases::new(
+                    redis.clone(),
+                    clock.clone(),
+                    RELEASE_RETRY_CAPACITY,
+                ));
+                // A cluster refund that failed leaves its leases here
+                // (weakly: the store must not keep its own queue alive).
+                let queue = Arc::downgrade(&releases);
+                redis.on_unreleased(move |leases| {
+                    if let Some(queue) = queue.upgrade() {
+                        queue.release(
+                            leases
+                                .into_iter()
+                                .map(|(key, lease, until)| Pending { key, lease, until })
+                                .collect(),
+                        );
+                    }
+                });
+                Some(releases)
+            }
             Backend::Memory => None,
         };
         let limiter = Arc::new(Limiter {

@@ -8,7 +8,8 @@
 //! growing back-off ([`FIRST_BACKOFF`] to [`MAX_BACKOFF`]), until it
 //! succeeds or its lease would have ended anyway (measured from when the
 //! slot was taken). Nothing here is on a request's path: the request that
-//! ended has already been answered.
+//! ended has already been answered. On Redis Cluster the leases of a
+//! refund call that failed come here too (`RedisStore::on_unreleased`).
 //!
 //! Memory is bounded: at most `capacity` releases wait. When a new one
 //! arrives at the cap, the oldest waiting one is given up (it is the

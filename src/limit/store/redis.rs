@@ -38,7 +38,7 @@ pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -430,6 +430,22 @@ struct Inner {
     /// one queue on one server, one per slot on a cluster (a call's keys
     /// must share a slot).
     queues: Mutex<Queues>,
+    /// Where the concurrency leases of failed cluster refunds go to be
+    /// released again ([`RedisStore::on_unreleased`]).
+    unreleased: OnceLock<UnreleasedLeases>,
+}
+
+/// A lease a failed refund left taken: its key, its id, and when it ends
+/// by itself.
+pub type Unreleased = (StoreKey, u64, Micros);
+
+/// The hook [`RedisStore::on_unreleased`] sets.
+struct UnreleasedLeases(Box<dyn Fn(Vec<Unreleased>) + Send + Sync>);
+
+impl std::fmt::Debug for UnreleasedLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnreleasedLeases")
+    }
 }
 
 /// The coalescing queues: one per slot on a cluster, else one.
@@ -463,6 +479,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl RedisStore {
+    /// Hand the concurrency leases that a failed cluster refund left taken
+    /// to `retry` (the limiter's release queue, which releases them again
+    /// until they go or their leases end: SPEC §6). Releasing a lease is
+    /// idempotent, so unlike a counter's refund it may be repeated. Set
+    /// once; later calls change nothing.
+    pub fn on_unreleased(&self, retry: impl Fn(Vec<Unreleased>) + Send + Sync + 'static) {
+        let _ = self.inner.unreleased.set(UnreleasedLeases(Box::new(retry)));
+    }
+
+    /// Leases a failed refund left taken (see [`RedisStore::on_unreleased`]).
+    fn unreleased(&self, leases: Vec<Unreleased>) {
+        if let (Some(hook), false) = (self.inner.unreleased.get(), leases.is_empty()) {
+            (hook.0)(leases);
+        }
+    }
+
     /// A store on the Redis at `url` (`redis://[user:password@]host:port/db`),
     /// its keys under `prefix`, every call bounded by `timeout`; with
     /// `local_clock`, the `now` given to each call is the clock, else Redis
@@ -518,6 +550,7 @@ impl RedisStore {
                 breaker: Mutex::new(Breaker::default()),
                 functions: Functions::new(),
                 queues: Mutex::new(Queues::default()),
+                unreleased: OnceLock::new(),
             }),
         };
         if connected {

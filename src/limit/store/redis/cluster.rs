@@ -148,7 +148,7 @@ pub async fn decide(
         let refunding = tokio::spawn(async move {
             for done in join_all(refunds).await {
                 if let Err(error) = done {
-                    tracing::warn!(%error, "redis cluster: a refund failed; units stay taken until they lapse");
+                    tracing::warn!(%error, "redis cluster: a refund failed; units stay taken until they lapse (concurrency leases are released again)");
                 }
             }
         });
@@ -192,8 +192,29 @@ fn not_decided(_c: &Check) -> Outcome {
 }
 
 /// Give back `checks` (all of one slot, allowed by a call whose `now` was
-/// `at`).
+/// `at`). If the call fails, its counters stay taken (it may have run, and
+/// counting twice is worse), but its concurrency leases go to the release
+/// queue, which releases them until they go or their leases end (releasing
+/// a lease is idempotent).
 async fn refund(store: RedisStore, checks: Vec<Check>, at: Micros) -> Result<(), StoreError> {
+    let result = refund_call(&store, &checks, at).await;
+    if result.is_err() {
+        let leases = checks
+            .iter()
+            .filter_map(|c| match c.params {
+                crate::limit::AlgoParams::Concurrency(p) => {
+                    Some((c.key, c.lease, at.saturating_add(p.lease())))
+                }
+                _ => None,
+            })
+            .collect();
+        store.unreleased(leases);
+    }
+    result
+}
+
+/// The refund call itself.
+async fn refund_call(store: &RedisStore, checks: &[Check], at: Micros) -> Result<(), StoreError> {
     let keys: Vec<String> = checks
         .iter()
         .map(|c| super::keys(&store.inner.prefix, &c.key).0)
