@@ -326,7 +326,7 @@ async fn forward(
     let has_body = !incoming.is_end_stream();
     // An HTTP/1 body is also failed at a chunk the framing watcher found
     // too large.
-    let chunks = (parts.version < Version::HTTP_2).then(|| {
+    let chunks = (has_body && parts.version < Version::HTTP_2).then(|| {
         (
             ctx.conn.framing.clone() as Arc<dyn body::ChunkWatch>,
             ctx.number,
