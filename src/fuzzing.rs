@@ -77,8 +77,12 @@ pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    // Lines as YAML counts them: a lone CR breaks a line too.
-    let lines = text.replace("\r\n", "\n").split(['\r', '\n']).count();
+    // Lines as YAML 1.1 (libyaml) counts them: CRLF, CR, LF, and NEL, LS
+    // and PS too.
+    let lines = 1 + text
+        .replace("\r\n", "\n")
+        .matches(['\r', '\n', '\u{85}', '\u{2028}', '\u{2029}'])
+        .count();
     match config::parse_with_env(text, "fuzz.yaml", &fuzz_env) {
         Err(err) => {
             assert!(!err.message.is_empty(), "an error says what is wrong");
