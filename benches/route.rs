@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use tollgate::config::{HeaderMatch, PathMatch};
 use tollgate::route::matcher::{HostMatcher, RequestMatcher};
-use tollgate::route::normalise::normalise_path;
+use tollgate::route::normalise::{normalise_path, EscapedSlashes};
 use tollgate::route::Router;
 
 fn hosts(h: &[&str]) -> HostMatcher {
@@ -101,21 +101,32 @@ fn matching(c: &mut Criterion) {
 }
 
 fn normalising(c: &mut Criterion) {
+    use EscapedSlashes::{Decode, Keep, Reject};
     let cases = [
         // Already canonical: the borrowed fast path, what nearly every request takes.
-        ("canonical", "/api/v1/users/12345/orders"),
-        ("dot_segments", "/api/v1/./users/../users//12345/orders"),
-        ("percent_unreserved", "/api/%76%31/users/%7Ebob/orders"),
-        ("encoded_slash_kept", "/files/a%2Fb/c%5Cd"),
+        ("canonical", "/api/v1/users/12345/orders", Reject),
+        (
+            "dot_segments",
+            "/api/v1/./users/../users//12345/orders",
+            Reject,
+        ),
+        (
+            "percent_unreserved",
+            "/api/%76%31/users/%7Ebob/orders",
+            Reject,
+        ),
+        ("encoded_slash_kept", "/files/a%2Fb/c%5Cd", Keep),
+        ("encoded_slash_decoded", "/files/a%2Fb/c%5Cd", Decode),
         (
             "long_canonical",
             "/a/very/long/path/with/many/segments/0123456789/abcdefghij/klmnopqrst/uvwxyz/end",
+            Reject,
         ),
     ];
     let mut group = c.benchmark_group("normalise_path");
-    for (name, path) in cases {
-        assert!(normalise_path(path).is_ok(), "{name}");
-        group.bench_function(name, |b| b.iter(|| normalise_path(black_box(path))));
+    for (name, path, mode) in cases {
+        assert!(normalise_path(path, mode).is_ok(), "{name}");
+        group.bench_function(name, |b| b.iter(|| normalise_path(black_box(path), mode)));
     }
     group.finish();
 }

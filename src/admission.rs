@@ -19,7 +19,7 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Version};
 use crate::config::ServerConfig;
 use crate::error::GatewayError;
 use crate::identity::{self, Client};
-use crate::route::normalise::normalise_path;
+use crate::route::normalise::{normalise_path, EscapedSlashes};
 use crate::runtime::{RouteRuntime, Runtime};
 
 /// A request let in, and where it goes.
@@ -61,20 +61,51 @@ pub fn admit<'rt, 'req, B>(
         // An HTTP/2 request names its host in `:authority` or Host.
         return Err(GatewayError::BadRequest {
             reason: "neither :authority nor Host",
-            close: false,
+            close: true,
         });
     }
-    let path = target_path(req)?;
-    let route = rt
-        .router
-        .find(
+    let path = target_path(req, server.escaped_slashes)?;
+    let find = |path: &str| {
+        rt.router.find(
             host.as_ref().and_then(|h| h.to_str().ok()),
             req.method(),
-            &path,
+            path,
             req.headers(),
         )
-        .ok_or(GatewayError::NoRoute)?;
+    };
+    let route = find(&path).ok_or(GatewayError::NoRoute)?;
+    if path.contains(';') {
+        same_route_without_params(&path, route, server, find)?;
+    }
     Ok(Admitted { route, path, host })
+}
+
+/// `;params` (SPEC §3): a servlet container (Tomcat, Jetty) drops each
+/// segment's `;...` before it resolves dot segments, so `/x/..;/admin` and
+/// `/admin;v=1` are `/admin` to it. A path whose `;params` would take it to
+/// another route than the one it matched (and past that route's limits) is
+/// a 400; one that stays on its route (`/users;v=2` under `/users`) passes
+/// as it is.
+fn same_route_without_params<'rt>(
+    path: &str,
+    route: &'rt Arc<RouteRuntime>,
+    server: &ServerConfig,
+    find: impl Fn(&str) -> Option<&'rt Arc<RouteRuntime>>,
+) -> Result<(), GatewayError> {
+    let bad = || GatewayError::BadRequest {
+        reason: "path parameters lead to another route",
+        close: true,
+    };
+    let bare: Vec<&str> = path
+        .split('/')
+        .map(|segment| segment.split(';').next().unwrap_or_default())
+        .collect();
+    let bare = bare.join("/");
+    let bare = normalise_path(&bare, server.escaped_slashes).map_err(|_| bad())?;
+    match find(&bare) {
+        Some(other) if Arc::ptr_eq(other, route) => Ok(()),
+        _ => Err(bad()),
+    }
 }
 
 /// `server.deny`: the peer or the client it speaks for is refused (403).
@@ -137,7 +168,7 @@ pub fn single_host<B>(req: &Request<B>) -> Result<(), GatewayError> {
     match (hosts.next(), hosts.next()) {
         (None, _) if req.version() == Version::HTTP_11 => Err(GatewayError::BadRequest {
             reason: "missing Host",
-            close: false,
+            close: true,
         }),
         (Some(_), Some(_)) => Err(GatewayError::BadRequest {
             reason: "several Host fields",
@@ -152,7 +183,7 @@ pub fn single_host<B>(req: &Request<B>) -> Result<(), GatewayError> {
 pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayError> {
     let bad = || GatewayError::BadRequest {
         reason: "invalid Host",
-        close: false,
+        close: true,
     };
     if req.version() >= Version::HTTP_2 {
         if let Some(authority) = req.uri().authority() {
@@ -225,10 +256,14 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// The request-target's path, normalised (SPEC §3): an origin-form target
-/// only (HTTP/1; HTTP/2 carries `:path`), `OPTIONS *` is about the server
-/// and matches no route (404), a path that cannot be normalised is a 400.
-pub fn target_path<B>(req: &Request<B>) -> Result<Cow<'_, str>, GatewayError> {
+/// The request-target's path, normalised under `escaped_slashes` (SPEC §3):
+/// an origin-form target only (HTTP/1; HTTP/2 carries `:path`), `OPTIONS *`
+/// is about the server and matches no route (404), a path that cannot be
+/// normalised is a 400.
+pub fn target_path<B>(
+    req: &Request<B>,
+    escaped_slashes: EscapedSlashes,
+) -> Result<Cow<'_, str>, GatewayError> {
     let uri = req.uri();
     if uri.path() == "*" && req.method() == Method::OPTIONS {
         return Err(GatewayError::NoRoute);
@@ -239,12 +274,12 @@ pub fn target_path<B>(req: &Request<B>) -> Result<Cow<'_, str>, GatewayError> {
     if !origin_form {
         return Err(GatewayError::BadRequest {
             reason: "request target is not origin-form",
-            close: false,
+            close: true,
         });
     }
-    normalise_path(uri.path()).map_err(|_| GatewayError::BadRequest {
+    normalise_path(uri.path(), escaped_slashes).map_err(|_| GatewayError::BadRequest {
         reason: "invalid path",
-        close: false,
+        close: true,
     })
 }
 
@@ -392,6 +427,29 @@ routes:
                 proptest::prop_assert!(parsed_host_ok(host.as_bytes()), "{}", host);
             }
         }
+    }
+
+    #[test]
+    fn path_parameters_may_not_change_the_route() {
+        let rt = runtime(ROUTES);
+        let at = |uri: &str| outcome(&rt, &get(uri).body(()).unwrap(), "127.0.0.1");
+        // Parameters that keep the request on its route pass as they are.
+        assert_eq!(
+            at("/api/x;jsessionid=1"),
+            Ok("api /api/x;jsessionid=1".into())
+        );
+        assert_eq!(at("/other;v=1"), Ok("any /other;v=1".into()));
+        // Ones a servlet container would read as another route's path.
+        for uri in ["/x/..;/api", "/api;v=2/x", "/x;/..;/api/y", "/ap;i"] {
+            let want = if uri == "/ap;i" {
+                Ok("any /ap;i".into())
+            } else {
+                Err("bad_request")
+            };
+            assert_eq!(at(uri), want, "{uri}");
+        }
+        // A parameter-stripped path above the root.
+        assert_eq!(at("/..;/api"), Err("bad_request"));
     }
 
     #[test]

@@ -6,17 +6,21 @@
 //! which lets a request whose body was never read be retried on another
 //! target, and remembers whether the *client* broke its own body (a bad
 //! chunk, or more than `max_body_bytes` of a streamed body), so that failure
-//! is answered 400 or 413 rather than blamed on the upstream.
+//! is answered 400 or 413 rather than blamed on the upstream. A client's body
+//! is read through [`ClientBody`], which holds it to `timeouts.body_read`
+//! and fails it at a chunk the framing watcher found too large.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
 use http_body::{Frame, SizeHint};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
+use tokio::time::{Instant, Sleep};
 
 /// The error type carried by every body.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -77,12 +81,139 @@ pub enum ClientFault {
     /// It went past `max_body_bytes` while streaming
     /// ([`http_body_util::LengthLimitError`]).
     TooLarge,
+    /// It stalled for `timeouts.body_read` ([`ClientBodyError::Stalled`]).
+    TimedOut,
 }
 
 /// [`UpstreamBody::fault`]'s values: none yet, then a [`ClientFault`].
 const NO_FAULT: u8 = 0;
 const BROKEN: u8 = 1;
 const TOO_LARGE: u8 = 2;
+const TIMED_OUT: u8 = 3;
+
+/// How a [`ClientBody`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClientBodyError {
+    /// No frame came for `timeouts.body_read`.
+    #[error("no request body bytes within timeouts.body_read")]
+    Stalled,
+    /// A chunk-size line announced more than allowed (SPEC §4).
+    #[error("a chunk larger than the gateway accepts")]
+    BadChunk,
+}
+
+impl ClientBodyError {
+    /// What `error` (a body's) says about the client: the fault of a
+    /// [`ClientBody`] or of a [`http_body_util::Limited`] body, if it is one.
+    pub fn fault_of(error: &BoxError) -> Option<ClientFault> {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return Some(ClientFault::TooLarge);
+        }
+        match error.downcast_ref::<ClientBodyError>()? {
+            ClientBodyError::Stalled => Some(ClientFault::TimedOut),
+            ClientBodyError::BadChunk => Some(ClientFault::Broken),
+        }
+    }
+}
+
+/// What watches an HTTP/1 connection's chunk sizes (the server's framing
+/// watcher): whether request `n`'s body had a bad chunk-size line.
+pub trait ChunkWatch: Send + Sync {
+    /// Whether request number `n` (1-based) announced a bad chunk.
+    fn bad_chunk(&self, n: u64) -> bool;
+}
+
+/// A client's request body as the gateway reads it (SPEC §4): a reader that
+/// waits longer than `body_read` for the next frame gets
+/// [`ClientBodyError::Stalled`], and an HTTP/1 body whose framing watcher
+/// saw a bad chunk-size line gets [`ClientBodyError::BadChunk`] before any
+/// byte of that chunk. The wait is timed only while the body is polled and
+/// has nothing, so an upstream that reads slowly is not blamed on the
+/// client; its timer is made on the first wait and reused.
+pub struct ClientBody<B> {
+    inner: B,
+    body_read: Duration,
+    /// The wait timer; armed while a wait is going on.
+    stall: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+    /// The connection's framing watcher and this request's number on it
+    /// (HTTP/1).
+    chunks: Option<(Arc<dyn ChunkWatch>, u64)>,
+}
+
+impl<B> ClientBody<B> {
+    /// Read `inner` with waits of at most `body_read`; `chunks` is the
+    /// framing watcher and the request's number, for an HTTP/1 body.
+    pub fn new(inner: B, body_read: Duration, chunks: Option<(Arc<dyn ChunkWatch>, u64)>) -> Self {
+        ClientBody {
+            inner,
+            body_read,
+            stall: None,
+            armed: false,
+            chunks,
+        }
+    }
+
+    fn bad_chunk(&self) -> bool {
+        self.chunks.as_ref().is_some_and(|(f, n)| f.bad_chunk(*n))
+    }
+}
+
+impl<B> http_body::Body for ClientBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.bad_chunk() {
+            return Poll::Ready(Some(Err(ClientBodyError::BadChunk.into())));
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.armed = false;
+                if this.bad_chunk() {
+                    return Poll::Ready(Some(Err(ClientBodyError::BadChunk.into())));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let deadline = Instant::now() + this.body_read;
+                let stall = match (&mut this.stall, this.armed) {
+                    (Some(stall), true) => stall,
+                    (Some(stall), false) => {
+                        stall.as_mut().reset(deadline);
+                        stall
+                    }
+                    (None, _) => this
+                        .stall
+                        .insert(Box::pin(tokio::time::sleep_until(deadline))),
+                };
+                this.armed = true;
+                match std::future::Future::poll(stall.as_mut(), cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(ClientBodyError::Stalled.into()))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 /// The handle that keeps an [`UpstreamBody`]'s slot, for retries and for
 /// telling whether the client broke its body.
@@ -147,6 +278,7 @@ impl RetrySlot {
         match slot.fault.load(Ordering::Relaxed) {
             NO_FAULT => None,
             TOO_LARGE => Some(ClientFault::TooLarge),
+            TIMED_OUT => Some(ClientFault::TimedOut),
             _ => Some(ClientFault::Broken),
         }
     }
@@ -177,10 +309,10 @@ impl http_body::Body for UpstreamBody {
         };
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Err(e))) => {
-                let fault = if e.is::<http_body_util::LengthLimitError>() {
-                    TOO_LARGE
-                } else {
-                    BROKEN
+                let fault = match ClientBodyError::fault_of(&e) {
+                    Some(ClientFault::TooLarge) => TOO_LARGE,
+                    Some(ClientFault::TimedOut) => TIMED_OUT,
+                    Some(ClientFault::Broken) | None => BROKEN,
                 };
                 slot.fault.store(fault, Ordering::Relaxed);
                 Poll::Ready(Some(Err(e)))

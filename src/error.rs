@@ -53,6 +53,10 @@ pub enum GatewayError {
     /// The request body is larger than `server.max_body_bytes`.
     #[error("request body too large")]
     BodyTooLarge,
+    /// The request body stalled for `timeouts.body_read` before a response
+    /// began.
+    #[error("request body stalled past timeouts.body_read")]
+    BodyTimeout,
     /// A limit rejected the request.
     #[error("{} by limit {}", if .0.locked_out { "locked out" } else { "rate limited" }, .0.limit)]
     Limited(Box<Rejection>),
@@ -120,6 +124,7 @@ impl GatewayError {
                 "request_header_too_large",
             ),
             GatewayError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            GatewayError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             GatewayError::Limited(r) => (r.answer.status, r.code()),
             GatewayError::LimiterUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable")
@@ -159,7 +164,8 @@ impl GatewayError {
             GatewayError::MethodNotAllowed(method) => method == http::Method::CONNECT,
             GatewayError::UnsupportedTransferCoding
             | GatewayError::HeadTooLarge
-            | GatewayError::BodyTooLarge => true,
+            | GatewayError::BodyTooLarge
+            | GatewayError::BodyTimeout => true,
             _ => false,
         }
     }
@@ -460,6 +466,7 @@ mod tests {
                 true,
                 2,
             ),
+            (GatewayError::BodyTimeout, 408, "request_timeout", true, 2),
             (
                 GatewayError::LimiterUnavailable,
                 503,

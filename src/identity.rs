@@ -103,7 +103,8 @@ pub fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
 ///
 /// Entries may carry ports (`1.2.3.4:5678`, `[2001:db8::1]:443`) and
 /// surrounding whitespace; empty list elements are skipped (RFC 9110
-/// §5.6.1). The result is in [`canonical_ip`] form.
+/// §5.6.1), as in the chain forwarded upstream ([`xff_elements`]); an entry
+/// that is not ASCII is garbage. The result is in [`canonical_ip`] form.
 pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
     let mut client = canonical_ip(peer);
     if !is_trusted(client, trusted) {
@@ -113,15 +114,8 @@ pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAd
     // The rightmost entry was appended by the nearest proxy, so walk from the
     // last field's last entry back towards the first.
     for field in headers.get_all(X_FORWARDED_FOR).iter().rev() {
-        let Ok(field) = field.to_str() else {
-            return client;
-        };
-        for entry in field.rsplit(',') {
-            let entry = entry.trim_matches([' ', '\t']);
-            if entry.is_empty() {
-                continue;
-            }
-            let Some(ip) = parse_xff_entry(entry) else {
+        for entry in xff_elements(field.as_bytes()).rev() {
+            let Some(ip) = std::str::from_utf8(entry).ok().and_then(parse_xff_entry) else {
                 return client;
             };
             let ip = canonical_ip(ip);
@@ -132,6 +126,17 @@ pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAd
         }
     }
     client
+}
+
+/// The elements of one X-Forwarded-For field, left to right: split at
+/// commas, surrounding spaces and tabs trimmed, empty elements (`a,,b`, a
+/// trailing `,`) left out (RFC 9110 §5.6.1). Both the client address
+/// ([`client_addr`]) and the chain the gateway forwards are read this way.
+pub fn xff_elements(field: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    field
+        .split(|&b| b == b',')
+        .map(|e| e.trim_ascii())
+        .filter(|e| !e.is_empty())
 }
 
 /// One X-Forwarded-For entry: an address, optionally with a port
@@ -249,6 +254,31 @@ mod tests {
         let t = nets(&["10.0.0.0/8"]);
         let h = xff(&[" 198.51.100.7:5678 ,, \t10.1.1.1:80 , "]);
         assert_eq!(client_addr(ip("10.0.0.2"), &h, &t), ip("198.51.100.7"));
+    }
+
+    #[test]
+    fn trailing_commas_and_empty_elements_read_as_forwarded() {
+        let t = nets(&["10.0.0.0/8"]);
+        for (lines, client) in [
+            (&["198.51.100.7, "][..], "198.51.100.7"),
+            (&["198.51.100.7,"], "198.51.100.7"),
+            (&["198.51.100.7,,10.1.1.1"], "198.51.100.7"),
+            (&["198.51.100.7", ",", " , "], "198.51.100.7"),
+            (&[",,"], "10.0.0.2"),
+        ] {
+            let h = xff(lines);
+            assert_eq!(client_addr(ip("10.0.0.2"), &h, &t), ip(client), "{lines:?}");
+        }
+        // Garbage is judged per element: only what is right of the client
+        // matters.
+        let mut h = HeaderMap::new();
+        h.append(
+            X_FORWARDED_FOR,
+            HeaderValue::from_bytes(b"\xff, 198.51.100.7").unwrap(),
+        );
+        assert_eq!(client_addr(ip("10.0.0.2"), &h, &t), ip("198.51.100.7"));
+        let elements: Vec<&[u8]> = xff_elements(b" a ,,\tb, ,c,").collect();
+        assert_eq!(elements, [&b"a"[..], b"b", b"c"]);
     }
 
     #[test]

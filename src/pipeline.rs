@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
 use crate::admission;
-use crate::body::{self, Body, Finish};
+use crate::body::{self, Body, ClientBody, ClientBodyError, ClientFault, Finish};
 use crate::config::PathMatch;
 use crate::error::{add_limit_headers, GatewayError, Rejection};
 use crate::identity::Client;
@@ -103,6 +103,8 @@ struct Ctx<'a> {
     client: Client,
     /// A gRPC request: gateway errors are answered with `grpc-status`.
     grpc: bool,
+    /// The request's HTTP version.
+    version: Version,
     /// The matched route.
     route: Option<Arc<RouteRuntime>>,
     /// The Host the client asked for, once admitted (the access log keeps
@@ -141,6 +143,7 @@ impl<'a> Ctx<'a> {
             number,
             client,
             grpc: limit_headers::is_grpc(req.headers()),
+            version: req.version(),
             route: None,
             host: None,
             held: Held::default(),
@@ -184,7 +187,16 @@ async fn route_request(
 /// Stage: admission (deny list, head and Host checks, the path, the route:
 /// [`admission::admit`], shared with `tollgate simulate`).
 fn admit<B>(req: &Request<B>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, GatewayError> {
-    let ambiguous = req.version() < Version::HTTP_2 && ctx.conn.framing.ambiguous(ctx.number);
+    let http1 = req.version() < Version::HTTP_2;
+    if http1 && ctx.conn.framing.bad_chunk(ctx.number) {
+        // Seen already, with the head: refused before any route or limit.
+        ctx.record.host = raw_host(req);
+        return Err(GatewayError::BadRequest {
+            reason: "bad chunk size",
+            close: true,
+        });
+    }
+    let ambiguous = http1 && ctx.conn.framing.ambiguous(ctx.number);
     let admitted = match admission::admit(req, ctx.rt, &ctx.client, ambiguous) {
         Ok(admitted) => admitted,
         Err(error) => {
@@ -312,6 +324,15 @@ async fn forward(
     let host = ctx.host.take();
     let (parts, incoming) = req.into_parts();
     let has_body = !incoming.is_end_stream();
+    // An HTTP/1 body is also failed at a chunk the framing watcher found
+    // too large.
+    let chunks = (parts.version < Version::HTTP_2).then(|| {
+        (
+            ctx.conn.framing.clone() as Arc<dyn body::ChunkWatch>,
+            ctx.number,
+        )
+    });
+    let incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
     let (body, trailers) = request_body(
         incoming,
         &parts.headers,
@@ -333,6 +354,15 @@ async fn forward(
     }
     if !pool.config.http2 {
         to_http1(&mut headers, &trailers);
+        if has_body && body.size_hint().exact().is_none() {
+            // hyper sends a GET, HEAD or CONNECT body of unknown length as
+            // no body at all unless the framing is set: a body is forwarded
+            // whatever the method (SPEC §4).
+            headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        }
     }
     if ctx.grpc {
         grpc_deadline(&mut headers, route.timeout);
@@ -488,6 +518,15 @@ struct Held {
 /// [`ConnInfo::after_upgrade`]).
 fn finish(mut response: Response<Reply>, ctx: Ctx<'_>) -> Response<Body> {
     let idle = ctx.rt.config.server.idle_timeout;
+    if ctx.version >= Version::HTTP_2 && !response.body().is_end_stream() {
+        // A stream whose window stays shut is reset after `send` (an
+        // HTTP/1 connection's stuck writes are the watchdog's).
+        response
+            .extensions_mut()
+            .insert(hyper::ext::SendStallTimeout(
+                ctx.rt.config.server.send_timeout,
+            ));
+    }
     let Ctx {
         shared,
         conn,
@@ -653,15 +692,19 @@ fn ip_hash(ip: IpAddr) -> u64 {
 /// it, the upstream's copy is cut and the call fails; 413 if no response
 /// has started).
 async fn request_body(
-    incoming: Incoming,
+    incoming: ClientBody<Incoming>,
     headers: &HeaderMap,
     version: Version,
     max: Option<u64>,
     grpc: bool,
 ) -> Result<(Body, Vec<HeaderName>), GatewayError> {
-    let malformed = |_| GatewayError::BadRequest {
-        reason: "malformed request body",
-        close: true,
+    let malformed = |error: body::BoxError| match ClientBodyError::fault_of(&error) {
+        Some(ClientFault::TooLarge) => GatewayError::BodyTooLarge,
+        Some(ClientFault::TimedOut) => GatewayError::BodyTimeout,
+        Some(ClientFault::Broken) | None => GatewayError::BadRequest {
+            reason: "malformed request body",
+            close: true,
+        },
     };
     let sized = admission::content_length(headers).is_some();
     if incoming.is_end_stream() {
@@ -677,12 +720,7 @@ async fn request_body(
             let limit = usize::try_from(max).unwrap_or(usize::MAX);
             body::prefetch(Limited::new(incoming, limit))
                 .await
-                .map_err(
-                    |error| match error.is::<http_body_util::LengthLimitError>() {
-                        true => GatewayError::BodyTooLarge,
-                        false => malformed(error),
-                    },
-                )
+                .map_err(malformed)
         }
         Some(max) if !sized => {
             let limit = usize::try_from(max).unwrap_or(usize::MAX);
@@ -691,9 +729,6 @@ async fn request_body(
                     let names = body::trailer_names(collected.trailers());
                     let trailers = collected.trailers().cloned();
                     Ok((body::with_trailers(collected.to_bytes(), trailers), names))
-                }
-                Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                    Err(GatewayError::BodyTooLarge)
                 }
                 Err(error) => Err(malformed(error)),
             }
@@ -714,7 +749,7 @@ fn path_and_query(path: &str, query: Option<&str>) -> Result<PathAndQuery, Gatew
     };
     built.map_err(|_| GatewayError::BadRequest {
         reason: "invalid request target",
-        close: false,
+        close: true,
     })
 }
 

@@ -349,6 +349,74 @@ async fn the_token_guards_the_page_and_the_stats() {
 }
 
 #[tokio::test]
+async fn any_case_of_bearer_passes_and_two_authorization_fields_are_a_400() {
+    let gw = Gateway::start(
+        "server:\n  listen: [\"@LISTEN@\"]\nadmin:\n  listen: \"@ADMIN@\"\n  token: \"t0k3n\"\nroutes:\n  - name: a\n    match: { path: / }\n    respond: { status: 200 }\n",
+    )
+    .await;
+    // Every endpoint that needs the token, and what it answers with it.
+    let guarded: [(Method, &str, u16); 8] = [
+        (Method::GET, "/", 200),
+        (Method::GET, "/api/stats", 200),
+        (Method::GET, "/config", 200),
+        (Method::GET, "/metrics", 200),
+        (Method::GET, "/lockouts", 200),
+        (Method::GET, "/upstreams", 200),
+        (Method::GET, "/limits/nope/k", 404),
+        (Method::DELETE, "/limits/nope/k", 404),
+    ];
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        for spaces in [" ", "  "] {
+            let value = format!("{scheme}{spaces}t0k3n");
+            for (method, path, want) in &guarded {
+                let r = admin(&gw, method.clone(), path, &[("authorization", &value)]).await;
+                assert_eq!(
+                    r.status,
+                    *want,
+                    "{method} {path} with {value:?}: {}",
+                    r.text()
+                );
+            }
+        }
+    }
+    for bad in [
+        "Bearert0k3n",
+        "Bearer",
+        "Basic t0k3n",
+        "Bearer t0k3",
+        "t0k3n",
+    ] {
+        let r = admin(&gw, Method::GET, "/config", &[("authorization", bad)]).await;
+        assert_eq!(r.status, 401, "{bad:?}");
+    }
+
+    // Two fields: whichever is right, the request is ambiguous.
+    let right = ("authorization", "Bearer t0k3n");
+    let wrong = ("authorization", "Bearer t0k3m");
+    for pair in [[right, right], [right, wrong], [wrong, right]] {
+        for (method, path, _) in &guarded {
+            let r = admin(&gw, method.clone(), path, &pair).await;
+            assert_eq!(r.status, 400, "{method} {path} with {pair:?}: {}", r.text());
+            assert_eq!(r.json()["error"], "bad_request", "{method} {path}");
+        }
+        let r = admin(&gw, Method::GET, "/?token=t0k3n", &pair).await;
+        assert_eq!(r.status, 400, "the page with {pair:?}");
+        let r = admin(&gw, Method::POST, "/reload", &pair).await;
+        assert_eq!(r.status, 400, "POST /reload with {pair:?}");
+        // Health and readiness need no token, so no field is read.
+        for path in ["/healthz", "/readyz"] {
+            assert_eq!(admin(&gw, Method::GET, path, &pair).await.status, 200);
+        }
+    }
+    let config = admin(&gw, Method::GET, "/config", &[right]).await;
+    assert_eq!(
+        config.json()["generation"],
+        1,
+        "an ambiguous reload went through"
+    );
+}
+
+#[tokio::test]
 async fn without_a_token_the_page_is_open_and_methods_are_checked() {
     let gw = Gateway::start(&config(
         "routes:\n  - name: a\n    match: { path: / }\n    respond: { status: 200 }\n",

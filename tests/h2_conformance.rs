@@ -6,7 +6,10 @@
 //! with neither `:authority` nor Host as a 400 (both with raw HTTP/2
 //! frames), an HTTP/1.0 upstream behind a keep-alive HTTP/1.1 client, and
 //! `rewrite_location` with `python3 -m http.server` behind a stripped
-//! prefix.
+//! prefix. Then RFC 9113 / RFC 7541 error handling with raw frames (README
+//! "HTTP/2 conformance", vendor/README.md): the error code and frame for
+//! HPACK errors, frame sizes and flow control, and malformed requests reset
+//! with the connection kept and its HPACK table in step.
 
 mod common;
 
@@ -275,18 +278,33 @@ impl http_body::Body for ChannelBody {
 
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
+const PRIORITY: u8 = 0x2;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
 const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY_FLAG: u8 = 0x20;
 const ACK: u8 = 0x1;
 const PROTOCOL_ERROR: u32 = 0x1;
+const FLOW_CONTROL_ERROR: u32 = 0x3;
+const FRAME_SIZE_ERROR: u32 = 0x6;
+const COMPRESSION_ERROR: u32 = 0x9;
+const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+/// 2^31 - 1, the largest flow-control window (RFC 9113 §6.9.1).
+const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// An HTTP/2 connection spoken frame by frame (prior knowledge, h2c).
 struct H2 {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// The gateway's SETTINGS, once read: (identifier, value).
+    settings: Option<Vec<(u16, u32)>>,
 }
 
 /// How the gateway answered one stream.
@@ -301,19 +319,51 @@ enum Answer {
     Closed,
 }
 
-/// An HPACK block of literal fields, never indexed, names sent as text
-/// (RFC 7541 §6.2.2); every name and value under 127 bytes.
-fn hpack(fields: &[(&str, &str)]) -> Vec<u8> {
-    let mut block = Vec::new();
-    for (name, value) in fields {
-        block.push(0x10);
+/// HPACK representations (RFC 7541 §6), for field blocks built byte by
+/// byte; every name and value under 127 bytes, sent as text.
+mod hp {
+    /// A literal field never indexed, its name as text (§6.2.3).
+    pub fn lit(name: &str, value: &str) -> Vec<u8> {
+        rep(0x10, name, value)
+    }
+
+    /// A literal field with incremental indexing, its name as text
+    /// (§6.2.1): the decoder adds it to its dynamic table, at index 62.
+    pub fn add(name: &str, value: &str) -> Vec<u8> {
+        rep(0x40, name, value)
+    }
+
+    /// An indexed field (§6.1), `index` under 127.
+    pub fn idx(index: u8) -> Vec<u8> {
+        assert!(index < 127);
+        vec![0x80 | index]
+    }
+
+    fn rep(first: u8, name: &str, value: &str) -> Vec<u8> {
+        let mut rep = vec![first];
         for s in [name, value] {
             assert!(s.len() < 127);
-            block.push(s.len() as u8);
-            block.extend_from_slice(s.as_bytes());
+            rep.push(s.len() as u8);
+            rep.extend_from_slice(s.as_bytes());
         }
+        rep
     }
-    block
+
+    /// The request pseudo-header fields of `method path`, `:authority: x`.
+    pub fn request(method: &str, path: &str) -> Vec<u8> {
+        [
+            lit(":method", method),
+            lit(":scheme", "http"),
+            lit(":path", path),
+            lit(":authority", "x"),
+        ]
+        .concat()
+    }
+}
+
+/// An HPACK block of literal fields, never indexed (see [`hp::lit`]).
+fn hpack(fields: &[(&str, &str)]) -> Vec<u8> {
+    fields.iter().flat_map(|(n, v)| hp::lit(n, v)).collect()
 }
 
 /// A response's `:status`, from the first field of its HPACK block: the
@@ -327,6 +377,11 @@ fn status_of(block: &[u8]) -> u16 {
     }
 }
 
+/// The error code at `at` in a RST_STREAM or GOAWAY payload.
+fn code_at(payload: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(payload[at..at + 4].try_into().unwrap())
+}
+
 impl H2 {
     async fn open(addr: SocketAddr) -> H2 {
         let mut stream = TcpStream::connect(addr).await.unwrap();
@@ -338,6 +393,7 @@ impl H2 {
         let mut h2 = H2 {
             stream,
             buf: Vec::new(),
+            settings: None,
         };
         h2.send(SETTINGS, 0, 0, &[]).await;
         h2
@@ -348,49 +404,106 @@ impl H2 {
         frame.extend([kind, flags]);
         frame.extend(stream.to_be_bytes());
         frame.extend_from_slice(payload);
-        self.stream.write_all(&frame).await.unwrap();
+        // The gateway may close first: the answer tells.
+        self.stream.write_all(&frame).await.ok();
+    }
+
+    /// HEADERS with `block`, END_HEADERS, and END_STREAM if `end`.
+    async fn headers(&mut self, stream: u32, end: bool, block: &[u8]) {
+        let flags = END_HEADERS | if end { END_STREAM } else { 0 };
+        self.send(HEADERS, flags, stream, block).await;
     }
 
     /// The next frame: (type, flags, stream, payload); `None` once closed.
     async fn frame(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+        self.frame_within(WAIT)
+            .await
+            .expect("the gateway answered in time")
+    }
+
+    /// The next frame if one comes within `wait`.
+    async fn frame_within(&mut self, wait: Duration) -> Result<Option<(u8, u8, u32, Vec<u8>)>, ()> {
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             if self.buf.len() >= 9 {
                 let len = u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]]) as usize;
                 if self.buf.len() >= 9 + len {
                     let head: Vec<u8> = self.buf.drain(..9).collect();
-                    let payload = self.buf.drain(..len).collect();
+                    let payload: Vec<u8> = self.buf.drain(..len).collect();
                     let stream =
                         u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & !(1 << 31);
-                    return Some((head[3], head[4], stream, payload));
+                    if head[3] == SETTINGS && head[4] & ACK == 0 {
+                        // Acknowledged at once, and remembered.
+                        self.send(SETTINGS, ACK, 0, &[]).await;
+                        let settings = payload
+                            .chunks(6)
+                            .map(|s| {
+                                let id = u16::from_be_bytes([s[0], s[1]]);
+                                (id, u32::from_be_bytes(s[2..6].try_into().unwrap()))
+                            })
+                            .collect();
+                        self.settings = Some(settings);
+                    }
+                    return Ok(Some((head[3], head[4], stream, payload)));
                 }
             }
             let mut chunk = [0u8; 16 * 1024];
-            let n = tokio::time::timeout(WAIT, self.stream.read(&mut chunk))
+            let n = tokio::time::timeout_at(deadline, self.stream.read(&mut chunk))
                 .await
-                .expect("the gateway answered in time")
+                .map_err(|_| ())?
                 .unwrap_or(0);
             if n == 0 {
-                return None;
+                return Ok(None);
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 
-    /// Reads frames (acknowledging SETTINGS) until `stream` is answered.
+    /// Reads frames until `stream` is answered (or the connection is).
     async fn answer(&mut self, stream: u32) -> Answer {
         loop {
-            let Some((kind, flags, id, payload)) = self.frame().await else {
+            let Some((kind, _, id, payload)) = self.frame().await else {
                 return Answer::Closed;
             };
-            let code = |p: &[u8], at: usize| u32::from_be_bytes(p[at..at + 4].try_into().unwrap());
             match kind {
-                SETTINGS if flags & ACK == 0 => self.send(SETTINGS, ACK, 0, &[]).await,
-                GOAWAY => return Answer::GoAway(code(&payload, 4)),
+                GOAWAY => return Answer::GoAway(code_at(&payload, 4)),
                 HEADERS if id == stream => return Answer::Status(status_of(&payload)),
-                RST_STREAM if id == stream => return Answer::Reset(code(&payload, 0)),
+                RST_STREAM if id == stream => return Answer::Reset(code_at(&payload, 0)),
                 _ => {}
             }
         }
+    }
+
+    /// A connection error: GOAWAY with `code`, then the gateway closes.
+    async fn expect_goaway(&mut self, code: u32, what: &str) {
+        assert_eq!(self.answer(0).await, Answer::GoAway(code), "{what}");
+        while self.frame().await.is_some() {}
+    }
+
+    /// The gateway's SETTINGS value for `id`, reading frames until they came.
+    async fn setting(&mut self, id: u16) -> Option<u32> {
+        while self.settings.is_none() {
+            self.frame().await.expect("the gateway's SETTINGS");
+        }
+        let settings = self.settings.as_ref().unwrap();
+        settings
+            .iter()
+            .rev()
+            .find(|(i, _)| *i == id)
+            .map(|(_, v)| *v)
+    }
+
+    /// A stream error, then the connection still serves: `GET /after` on
+    /// `next` is answered 200 by the upstream.
+    async fn reset_then_served(&mut self, stream: u32, code: u32, next: u32, what: &str) {
+        assert_eq!(self.answer(stream).await, Answer::Reset(code), "{what}");
+        self.headers(next, true, &hp::request("GET", "/after"))
+            .await;
+        assert_eq!(
+            self.answer(next).await,
+            Answer::Status(200),
+            "{what}: the next stream on the connection"
+        );
     }
 }
 
@@ -467,6 +580,568 @@ async fn a_pseudo_header_in_trailers_is_a_stream_error() {
     assert_eq!(h2.answer(3).await, Answer::Status(200));
     // Only the good request's body reached the upstream whole.
     assert_eq!(echo.completed(), 1, "{:?}", echo.requests());
+}
+
+// ---------------------------------------------------------------------------
+// HTTP/2 conformance: error codes and malformed requests (RFC 9113, RFC
+// 7541). Each case on a fresh connection to a gateway in front of an
+// HTTP/1.1 echo upstream; a stream error is followed by a request on the
+// same connection, which must be served.
+
+/// A gateway in front of an echo upstream, and a raw connection to it.
+async fn raw_h2() -> (Echo, Gateway, H2) {
+    let echo = Echo::start("e").await;
+    let gw = h1_upstream_gateway(&echo, "").await;
+    let h2 = H2::open(gw.addr()).await;
+    (echo, gw, h2)
+}
+
+// -- HPACK decoding errors: connection error COMPRESSION_ERROR (RFC 9113
+// §4.3, "a decoding error in a field block MUST be treated as a connection
+// error of type COMPRESSION_ERROR").
+
+/// Sends `block` as a request's field block after the request's pseudo
+/// fields, on a fresh connection, and expects GOAWAY COMPRESSION_ERROR.
+async fn expect_compression_error(what: &str, tail: &[u8]) {
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    let block = [hp::request("GET", "/x"), tail.to_vec()].concat();
+    h2.headers(1, true, &block).await;
+    h2.expect_goaway(COMPRESSION_ERROR, what).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpack_invalid_index_is_a_compression_error() {
+    // Index 0, and 62: the first dynamic entry, of an empty table (§2.3.3).
+    expect_compression_error("index 0", &hp::idx(0)).await;
+    expect_compression_error("index 62, table empty", &hp::idx(62)).await;
+    // A literal whose name refers to a missing entry (§6.2.1: 0x40 | 70).
+    expect_compression_error("name index 70", &[0x40 | 0x3f, 70 - 63, 1, b'v']).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpack_bad_huffman_is_a_compression_error() {
+    // §5.2: a string with the EOS symbol, and padding longer than 7 bits
+    // ('a' is 00011, then 11 bits of 1s).
+    let eos = [0x10, 1, b'x', 0x80 | 4, 0xff, 0xff, 0xff, 0xff];
+    expect_compression_error("EOS in a Huffman string", &eos).await;
+    let padding = [0x10, 1, b'x', 0x80 | 2, 0b0001_1111, 0xff];
+    expect_compression_error("Huffman padding over 7 bits", &padding).await;
+    // Padding that is not the most significant bits of EOS (zeros).
+    let zeros = [0x10, 1, b'x', 0x80 | 1, 0b0001_1000];
+    expect_compression_error("Huffman padding of zeros", &zeros).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpack_integer_overflow_is_a_compression_error() {
+    // §5.1: an index whose continuation bytes never end within any sane
+    // length, and a string length of the same kind.
+    let index = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    expect_compression_error("index overflow", &index).await;
+    let length = [0x10, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    expect_compression_error("string length overflow", &length).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpack_table_size_update_over_the_limit_is_a_compression_error() {
+    // §6.3 and §4.2: 4097 > SETTINGS_HEADER_TABLE_SIZE (4096, the default).
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    let block = [vec![0x3f, 0xe2, 0x1f], hp::request("GET", "/x")].concat();
+    h2.headers(1, true, &block).await;
+    h2.expect_goaway(COMPRESSION_ERROR, "size update to 4097")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpack_table_size_update_after_a_field_is_a_compression_error() {
+    // §4.2: an update MUST come at the beginning of the block.
+    expect_compression_error("size update after a field", &[0x20]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpack_truncated_block_is_a_compression_error() {
+    // A block that ends inside a representation (h2spec 4.3 case 1: a
+    // literal with incremental indexing and nothing after it), and a
+    // string longer than what is left.
+    expect_compression_error("0x40 alone", &[0x40]).await;
+    expect_compression_error("string past the end", &[0x10, 1, b'x', 5, b'v']).await;
+}
+
+// -- Frame sizes: FRAME_SIZE_ERROR (RFC 9113 §4.2 and each frame's section).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_over_max_frame_size_are_a_frame_size_error() {
+    for kind in [DATA, HEADERS] {
+        let (_echo, _gw, mut h2) = raw_h2().await;
+        let max = h2.setting(SETTINGS_MAX_FRAME_SIZE).await.unwrap_or(16384) as usize;
+        if kind == DATA {
+            h2.headers(1, false, &hp::request("POST", "/x")).await;
+            h2.send(DATA, END_STREAM, 1, &vec![b'a'; max + 1]).await;
+        } else {
+            // Enough fields to make a block of max + 1 bytes.
+            let mut block = hp::request("GET", "/x");
+            while block.len() < max + 1 {
+                block.extend(hp::lit("x-pad", &"p".repeat(100)));
+            }
+            block.truncate(max + 1);
+            h2.headers(1, true, &block).await;
+        }
+        h2.expect_goaway(FRAME_SIZE_ERROR, &format!("frame type {kind}"))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_of_7_bytes_is_a_frame_size_error() {
+    // §6.7: "a length field value other than 8", connection error.
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    h2.send(PING, 0, 0, &[0; 7]).await;
+    h2.expect_goaway(FRAME_SIZE_ERROR, "PING of 7").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_of_4_bytes_is_a_stream_frame_size_error() {
+    // §6.3: "a length other than 5 octets MUST be treated as a stream
+    // error of type FRAME_SIZE_ERROR".
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    h2.headers(1, false, &hp::request("POST", "/x")).await;
+    h2.send(PRIORITY, 0, 1, &[0x80, 0, 0, 1]).await;
+    h2.reset_then_served(1, FRAME_SIZE_ERROR, 3, "PRIORITY of 4")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rst_stream_of_3_bytes_is_a_frame_size_error() {
+    // §6.4: a connection error.
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    h2.headers(1, false, &hp::request("POST", "/x")).await;
+    h2.send(RST_STREAM, 0, 1, &[0, 0, 8]).await;
+    h2.expect_goaway(FRAME_SIZE_ERROR, "RST_STREAM of 3").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_update_of_3_bytes_is_a_frame_size_error() {
+    // §6.9: a connection error, on the connection and on a stream.
+    for stream in [0, 1] {
+        let (_echo, _gw, mut h2) = raw_h2().await;
+        h2.headers(1, false, &hp::request("POST", "/x")).await;
+        h2.send(WINDOW_UPDATE, 0, stream, &[0, 0, 1]).await;
+        h2.expect_goaway(FRAME_SIZE_ERROR, &format!("WINDOW_UPDATE of 3 on {stream}"))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_of_wrong_length_are_a_frame_size_error() {
+    // §6.5: an ACK with a payload, and a length that is not a multiple of 6.
+    for (what, flags, payload) in [
+        (
+            "SETTINGS ACK with 6 bytes",
+            ACK,
+            &[0, 4, 0, 0, 0xff, 0xff][..],
+        ),
+        ("SETTINGS of 5 bytes", 0, &[0, 4, 0, 0, 0xff][..]),
+    ] {
+        let (_echo, _gw, mut h2) = raw_h2().await;
+        h2.setting(SETTINGS_MAX_FRAME_SIZE).await;
+        h2.send(SETTINGS, flags, 0, payload).await;
+        h2.expect_goaway(FRAME_SIZE_ERROR, what).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_too_short_for_their_fields_are_a_frame_size_error() {
+    // §4.2: "too small to contain mandatory frame data"; a connection
+    // error for frames that carry a field block, SETTINGS or stream 0.
+    let cases: [(&str, u8, u8, u32, &[u8]); 4] = [
+        ("GOAWAY of 7 bytes", GOAWAY, 0, 0, &[0; 7]),
+        (
+            "HEADERS PADDED of 0 bytes",
+            HEADERS,
+            PADDED | END_HEADERS,
+            1,
+            &[],
+        ),
+        (
+            "HEADERS PRIORITY of 3 bytes",
+            HEADERS,
+            PRIORITY_FLAG | END_HEADERS,
+            1,
+            &[0, 0, 0],
+        ),
+        ("DATA PADDED of 0 bytes", DATA, PADDED, 1, &[]),
+    ];
+    for (what, kind, flags, stream, payload) in cases {
+        let (_echo, _gw, mut h2) = raw_h2().await;
+        if kind == DATA {
+            h2.headers(1, false, &hp::request("POST", "/x")).await;
+        }
+        h2.send(kind, flags, stream, payload).await;
+        h2.expect_goaway(FRAME_SIZE_ERROR, what).await;
+    }
+}
+
+// -- Flow control: FLOW_CONTROL_ERROR (RFC 9113 §6.9).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_update_past_2_31_on_the_connection_is_a_flow_control_error() {
+    // §6.9.1: the connection window is 65,535 + 2^31 - 1 after this.
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    h2.send(WINDOW_UPDATE, 0, 0, &MAX_WINDOW.to_be_bytes())
+        .await;
+    h2.expect_goaway(FLOW_CONTROL_ERROR, "connection window")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_update_past_2_31_on_a_stream_is_a_stream_flow_control_error() {
+    // §6.9.1: "for streams, the sender sends a RST_STREAM with an error
+    // code of FLOW_CONTROL_ERROR".
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    h2.headers(1, false, &hp::request("POST", "/x")).await;
+    h2.send(WINDOW_UPDATE, 0, 1, &MAX_WINDOW.to_be_bytes())
+        .await;
+    h2.reset_then_served(1, FLOW_CONTROL_ERROR, 3, "stream window")
+        .await;
+}
+
+/// A SETTINGS payload with one setting.
+fn setting(id: u16, value: u32) -> Vec<u8> {
+    [id.to_be_bytes().to_vec(), value.to_be_bytes().to_vec()].concat()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_window_size_over_2_31_is_a_flow_control_error() {
+    // §6.5.2: "values above the maximum flow-control window size of
+    // 2^31-1 MUST be treated as a connection error of type
+    // FLOW_CONTROL_ERROR".
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    h2.send(
+        SETTINGS,
+        0,
+        0,
+        &setting(SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31),
+    )
+    .await;
+    h2.expect_goaway(FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE 2^31")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_window_size_change_overflowing_a_stream_is_a_flow_control_error() {
+    // §6.9.2: a change "that causes any flow-control window to exceed the
+    // maximum size" is a connection error FLOW_CONTROL_ERROR. Stream 1's
+    // window is brought to 2^31 - 1, then the initial size grows by 1.
+    let (_echo, _gw, mut h2) = raw_h2().await;
+    h2.headers(1, false, &hp::request("POST", "/x")).await;
+    h2.send(WINDOW_UPDATE, 0, 1, &(MAX_WINDOW - 65_535).to_be_bytes())
+        .await;
+    h2.send(
+        SETTINGS,
+        0,
+        0,
+        &setting(SETTINGS_INITIAL_WINDOW_SIZE, 65_536),
+    )
+    .await;
+    h2.expect_goaway(FLOW_CONTROL_ERROR, "stream window past 2^31 - 1")
+        .await;
+}
+
+/// An upstream that accepts connections and never reads from them.
+async fn black_hole_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_beyond_the_window_is_a_flow_control_error() {
+    // §6.9.1: a sender MUST NOT exceed the window; the receiver answers
+    // FLOW_CONTROL_ERROR, on the stream or the connection, whichever
+    // window was overrun (the stream's, measured: the gateway took 5 MB,
+    // its socket buffers and the stream window, and the connection window
+    // still had 300 KB). The upstream never reads, so once the gateway's
+    // buffers are full its windows stay shut.
+    let upstream = black_hole_upstream().await;
+    let gw = Gateway::start(&config(&format!(
+        r#"
+        upstreams:
+          hole: {{ targets: ["http://{upstream}"] }}
+        routes:
+          - name: after
+            match: {{ exact: /after }}
+            respond: {{ status: 200 }}
+          - name: all
+            match: {{ path: / }}
+            upstream: hole
+        "#
+    )))
+    .await;
+    let mut h2 = H2::open(gw.addr()).await;
+    let max = h2.setting(SETTINGS_MAX_FRAME_SIZE).await.unwrap_or(16384) as usize;
+    let mut stream_window = i64::from(
+        h2.setting(SETTINGS_INITIAL_WINDOW_SIZE)
+            .await
+            .unwrap_or(65_535),
+    );
+    let mut conn_window: i64 = 65_535;
+    h2.headers(1, false, &hp::request("POST", "/upload")).await;
+    let chunk = vec![b'a'; max];
+    let mut sent = 0usize;
+    loop {
+        // Take in the window updates that came, waiting a while once a
+        // window looks shut.
+        let shut = stream_window.min(conn_window) <= 0;
+        let wait = Duration::from_millis(if shut { 1000 } else { 1 });
+        match h2.frame_within(wait).await {
+            Ok(Some((WINDOW_UPDATE, _, id, payload))) => {
+                let inc = i64::from(code_at(&payload, 0));
+                if id == 0 {
+                    conn_window += inc;
+                } else if id == 1 {
+                    stream_window += inc;
+                }
+                continue;
+            }
+            Ok(Some((kind @ (RST_STREAM | GOAWAY | HEADERS), _, _, _))) => {
+                panic!("frame type {kind} after {sent} bytes")
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("closed after {sent} bytes"),
+            Err(()) if shut => break,
+            Err(()) => {}
+        }
+        let n = (stream_window.min(conn_window).max(0) as usize).min(max);
+        if n > 0 {
+            h2.send(DATA, 0, 1, &chunk[..n]).await;
+            stream_window -= n as i64;
+            conn_window -= n as i64;
+            sent += n;
+        }
+        assert!(
+            sent < 64 << 20,
+            "the gateway took 64 MiB from a stalled upstream"
+        );
+    }
+    // A window is shut and stayed so: one byte more.
+    h2.send(DATA, 0, 1, b"!").await;
+    let what = format!("after {sent} bytes");
+    if conn_window <= 0 {
+        h2.expect_goaway(FLOW_CONTROL_ERROR, &what).await;
+    } else {
+        h2.reset_then_served(1, FLOW_CONTROL_ERROR, 3, &what).await;
+    }
+}
+
+// -- Malformed requests: stream error PROTOCOL_ERROR (RFC 9113 §8.1.1), the
+// connection kept. Malformed fields are sent with incremental indexing
+// between two indexed fields, and the next request refers to the dynamic
+// table, so a decoder that lost its place (or the entry) shows.
+
+/// Sends, on stream `id`, a request whose fields are: `x-before: 1`
+/// (indexed), then `malformed` (with incremental indexing), then
+/// `x-after: 2` (indexed), and expects RST_STREAM PROTOCOL_ERROR; then a
+/// request on `id + 2` that refers to `x-before` and `x-after` by index
+/// reaches the upstream with both.
+async fn malformed_field(h2: &mut H2, echo: &Echo, id: u32, malformed: (&str, &str)) {
+    let what = format!("{malformed:?}");
+    let block = [
+        hp::request("GET", "/malformed"),
+        hp::add("x-before", "1"),
+        hp::add(malformed.0, malformed.1),
+        hp::add("x-after", "2"),
+    ]
+    .concat();
+    h2.headers(id, true, &block).await;
+    assert_eq!(h2.answer(id).await, Answer::Reset(PROTOCOL_ERROR), "{what}");
+    // The table now holds, newest first: x-after (62), the malformed
+    // field (63), x-before (64), and what earlier cases added after them.
+    let next = id + 2;
+    let block = [hp::request("GET", "/after"), hp::idx(64), hp::idx(62)].concat();
+    h2.headers(next, true, &block).await;
+    assert_eq!(h2.answer(next).await, Answer::Status(200), "{what}: next");
+    let seen = echo.last().unwrap();
+    assert_eq!(seen.path, "/after", "{what}");
+    assert_eq!(
+        (seen.header("x-before"), seen.header("x-after")),
+        (Some("1".into()), Some("2".into())),
+        "{what}: {:?}",
+        seen.headers
+    );
+    assert_eq!(
+        echo.count_path("/malformed"),
+        0,
+        "{what} reached the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uppercase_or_invalid_field_names_are_a_stream_error() {
+    // §8.2.1: uppercase names, and names with characters outside a token
+    // (SP, DEL, non-ASCII, a colon inside), are malformed; so is an empty
+    // name (§8.2, RFC 9110 §5.1).
+    let (echo, _gw, mut h2) = raw_h2().await;
+    let mut id = 1;
+    for name in ["X-Upper", "x-Mixed", "x a", "x\u{7f}", "x\u{e9}", "x:y", ""] {
+        malformed_field(&mut h2, &echo, id, (name, "v")).await;
+        id += 4;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_pseudo_headers_are_a_stream_error() {
+    // §8.3: "endpoints MUST NOT generate pseudo-header fields other than
+    // those defined", and a request with one is malformed (§8.1.1).
+    let (echo, _gw, mut h2) = raw_h2().await;
+    let mut id = 1;
+    for name in [":foo", ":", ":Path"] {
+        malformed_field(&mut h2, &echo, id, (name, "v")).await;
+        id += 4;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_pseudo_header_in_a_request_is_a_stream_error() {
+    // §8.3: ":status" in a request.
+    let (echo, _gw, mut h2) = raw_h2().await;
+    malformed_field(&mut h2, &echo, 1, (":status", "200")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pseudo_header_after_a_regular_field_or_repeated_is_a_stream_error() {
+    // §8.3: "all pseudo-header fields MUST appear in a field block before
+    // all regular field lines", and "the same pseudo-header field name
+    // MUST NOT appear more than once in a field block".
+    let (echo, _gw, mut h2) = raw_h2().await;
+    let late = [
+        hp::lit(":method", "GET"),
+        hp::lit(":scheme", "http"),
+        hp::lit("x-regular", "1"),
+        hp::lit(":path", "/late"),
+        hp::lit(":authority", "x"),
+    ]
+    .concat();
+    h2.headers(1, true, &late).await;
+    h2.reset_then_served(1, PROTOCOL_ERROR, 3, "pseudo after regular")
+        .await;
+    let twice = [hp::request("GET", "/twice"), hp::lit(":path", "/other")].concat();
+    h2.headers(5, true, &twice).await;
+    h2.reset_then_served(5, PROTOCOL_ERROR, 7, "repeated :path")
+        .await;
+    let paths: Vec<String> = echo.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/after", "/after"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_specific_fields_are_a_stream_error() {
+    // §8.2.2: connection-specific fields, and TE other than "trailers".
+    let (echo, _gw, mut h2) = raw_h2().await;
+    let mut id = 1;
+    for field in [
+        ("connection", "keep-alive"),
+        ("keep-alive", "timeout=5"),
+        ("proxy-connection", "keep-alive"),
+        ("transfer-encoding", "chunked"),
+        ("upgrade", "websocket"),
+        ("te", "gzip"),
+        ("te", "trailers, gzip"),
+    ] {
+        malformed_field(&mut h2, &echo, id, field).await;
+        id += 4;
+    }
+    // TE: trailers is allowed.
+    let block = [hp::request("GET", "/te"), hp::lit("te", "trailers")].concat();
+    h2.headers(id, true, &block).await;
+    assert_eq!(h2.answer(id).await, Answer::Status(200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_values_with_leading_or_trailing_whitespace_are_a_stream_error() {
+    // §8.2.1: "a field value MUST NOT start or end with an ASCII
+    // whitespace character (ASCII SP or HTAB, 0x20 or 0x09)".
+    let (echo, _gw, mut h2) = raw_h2().await;
+    let mut id = 1;
+    for value in [" v", "v ", "\tv", "v\t", " ", "\t"] {
+        malformed_field(&mut h2, &echo, id, ("x-space", value)).await;
+        id += 4;
+    }
+    // Inside the value, and an empty value, are fine.
+    let block = [
+        hp::request("GET", "/inside"),
+        hp::lit("x-inside", "a b\tc"),
+        hp::lit("x-empty", ""),
+    ]
+    .concat();
+    h2.headers(id, true, &block).await;
+    assert_eq!(h2.answer(id).await, Answer::Status(200));
+    let seen = echo.last().unwrap();
+    assert_eq!(seen.header("x-inside").as_deref(), Some("a b\tc"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_values_with_nul_cr_or_lf_are_a_stream_error() {
+    // §8.2.1: "a field value MUST NOT contain the zero value (ASCII NUL,
+    // 0x00), line feed (ASCII LF, 0x0a), or carriage return (ASCII CR,
+    // 0x0d) at any position".
+    let (echo, _gw, mut h2) = raw_h2().await;
+    let mut id = 1;
+    for value in ["a\0b", "a\rb", "a\nb", "a\r\nx-injected: 1"] {
+        malformed_field(&mut h2, &echo, id, ("x-bad", value)).await;
+        id += 4;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_field_in_trailers_is_a_stream_error() {
+    // The same rules hold for a trailer section (§8.1).
+    let (echo, _gw, mut h2) = raw_h2().await;
+    h2.headers(1, false, &hp::request("POST", "/bad-trailers"))
+        .await;
+    h2.send(DATA, 0, 1, b"abc").await;
+    let trailers = [hp::add("X-Sum", "1"), hp::add("x-ok", "2")].concat();
+    h2.headers(1, true, &trailers).await;
+    h2.reset_then_served(1, PROTOCOL_ERROR, 3, "uppercase trailer name")
+        .await;
+    // x-ok is 62, X-Sum 63.
+    let block = [hp::request("GET", "/indexed"), hp::idx(62)].concat();
+    h2.headers(5, true, &block).await;
+    assert_eq!(h2.answer(5).await, Answer::Status(200));
+    assert_eq!(echo.last().unwrap().header("x-ok").as_deref(), Some("2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_field_before_a_continuation_is_a_stream_error() {
+    // The block is split in two frames, the split inside a field after
+    // the malformed one: the whole block is decoded, then the stream reset.
+    let (echo, _gw, mut h2) = raw_h2().await;
+    for (id, malformed) in [(1, ("X-Upper", "v")), (5, ("connection", "close"))] {
+        let block = [
+            hp::request("GET", "/malformed"),
+            hp::add(malformed.0, malformed.1),
+            hp::add("x-split", "across-frames"),
+        ]
+        .concat();
+        let (first, rest) = block.split_at(block.len() - 4);
+        h2.send(HEADERS, END_STREAM, id, first).await;
+        h2.send(CONTINUATION, END_HEADERS, id, rest).await;
+        let what = format!("{malformed:?}");
+        assert_eq!(h2.answer(id).await, Answer::Reset(PROTOCOL_ERROR), "{what}");
+        let block = [hp::request("GET", "/after"), hp::idx(62)].concat();
+        h2.headers(id + 2, true, &block).await;
+        assert_eq!(h2.answer(id + 2).await, Answer::Status(200), "{what}: next");
+        let seen = echo.last().unwrap();
+        assert_eq!(
+            seen.header("x-split").as_deref(),
+            Some("across-frames"),
+            "{what}"
+        );
+    }
+    assert_eq!(echo.count_path("/malformed"), 0);
 }
 
 // ---------------------------------------------------------------------------

@@ -766,6 +766,29 @@ fn check_warns_about_a_shadowed_route() {
 }
 
 #[test]
+fn check_warns_about_the_local_clock_on_a_shared_store() {
+    let yaml = |clock: &str| {
+        format!(
+            "server:\n  listen: [\"127.0.0.1:1\"]\nstore: {{ backend: redis, url: \"redis://127.0.0.1:1\"{clock} }}\nroutes:\n  - name: a\n    match: {{ path: / }}\n    respond: {{ status: 200 }}\n"
+        )
+    };
+    for (clock, warned) in [
+        (", clock: local", true),
+        (", clock: store", false),
+        ("", false),
+    ] {
+        let p = write_temp("clock.yaml", &yaml(clock));
+        let (code, out, err) = run_cli(&["check", "-c", &p.display().to_string()], &[], None);
+        assert_eq!(code, 0, "{clock:?}: stdout: {out}\nstderr: {err}");
+        let all = format!("{out}\n{err}");
+        let warning = all.lines().find(|l| {
+            l.starts_with("warning: store.clock: local") && l.contains("over-admit without bound")
+        });
+        assert_eq!(warning.is_some(), warned, "{clock:?}:\n{all}");
+    }
+}
+
+#[test]
 fn check_reads_tollgate_config_when_no_flag() {
     let good = write_temp(
         "good.yaml",
@@ -874,13 +897,13 @@ fn a_taken_port_in_the_default_config_names_the_variable_to_set() {
 #[test]
 fn check_refuses_what_this_build_does_not_implement() {
     for (yaml, field, line, message) in [
-        (
-            "server:\n  listen: [\"127.0.0.1:1\"]\n  escaped_slashes: decode\n",
-            "server.escaped_slashes",
-            3,
-            "not supported yet",
-        ),
         // A field the chosen backend cannot honour is refused, not ignored.
+        (
+            "store:\n  backend: redis\n  urls: [\"redis://127.0.0.1:7000\"]\n",
+            "store.urls",
+            3,
+            "`urls` (seed nodes, sentinels) are for redis_cluster",
+        ),
         (
             "store:\n  backend: redis_cluster\n  urls: [\"rediss://127.0.0.1:7000\"]\n  tls: { server_name: redis.internal }\n",
             "store.tls.server_name",

@@ -1,5 +1,6 @@
 //! Proxying: upstream errors and timeouts, retries, balancing, header hygiene,
-//! X-Forwarded-* and trusted proxies, `server.deny`, the access log
+//! X-Forwarded-* and trusted proxies, the other identity headers (underscore
+//! spellings, vendor client-address headers), `server.deny`, the access log
 //! (SPEC §2 upstreams, §4, §5.2 client address).
 
 mod common;
@@ -574,10 +575,10 @@ async fn forwarded_headers_are_set_and_forgeries_from_untrusted_peers_replaced()
     assert_eq!(log["request_id"], rid.as_str());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn trusted_proxy_chain_is_extended_and_client_is_rightmost_untrusted() {
-    let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config_with_server(
+/// One upstream `e`, a catch-all route to it, and `127.0.0.2` a trusted
+/// proxy.
+async fn behind_a_trusted_proxy(echo: &Echo) -> Gateway {
+    Gateway::start(&config_with_server(
         r#"trusted_proxies: ["127.0.0.2/32"]"#,
         &format!(
             r#"
@@ -591,7 +592,13 @@ async fn trusted_proxy_chain_is_extended_and_client_is_rightmost_untrusted() {
             echo.url()
         ),
     ))
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_proxy_chain_is_extended_and_client_is_rightmost_untrusted() {
+    let echo = Echo::start("e").await;
+    let gw = behind_a_trusted_proxy(&echo).await;
     let cases: [(&str, &str, Option<&str>, &str, &str); 4] = [
         // (source, path, incoming XFF, XFF the upstream sees, client)
         (
@@ -650,6 +657,142 @@ async fn trusted_proxy_chain_is_extended_and_client_is_rightmost_untrusted() {
         } else {
             assert_ne!(rid.as_deref(), Some(format!("rid-{}", &path[3..]).as_str()));
         }
+    }
+}
+
+// Identity headers beyond X-Forwarded-* (SPEC §4): from an untrusted peer
+// the underscore spellings of the managed headers and the vendor
+// client-address headers are dropped, over HTTP/1.1 as written on the wire
+// and HTTP/2; a trusted peer's pass. A forwarded chain with empty elements
+// is forwarded without empty members, and the client read from the same
+// elements.
+
+/// Every name SPEC §4 has an untrusted peer's request lose, as a client
+/// might spell it.
+const SPOOFS: [&str; 21] = [
+    "X_Forwarded_For",
+    "X-Forwarded_For",
+    "x_forwarded_proto",
+    "X_Forwarded_Host",
+    "X_Forwarded_Port",
+    "X-Real_IP",
+    "X_Real_Ip",
+    "X_Request_Id",
+    "True-Client-IP",
+    "True_Client_IP",
+    "CF-Connecting-IP",
+    "CF_Connecting_IP",
+    "X-Client-IP",
+    "X_Client_IP",
+    "X-Cluster-Client-IP",
+    "Fastly-Client-IP",
+    "X-Originating-IP",
+    "Client-IP",
+    "Client_IP",
+    "X-Forwarded",
+    "Forwarded-For",
+];
+
+/// A forged address no upstream may see.
+const FORGED: &str = "6.6.6.6";
+
+/// Whether `name` (as the upstream saw it) is one of [`SPOOFS`].
+fn spoofed(name: &str) -> bool {
+    SPOOFS.iter().any(|s| s.eq_ignore_ascii_case(name))
+}
+
+/// The request's spoofs must be gone; what the gateway sets is the peer's.
+fn assert_clean(echo: &Echo, how: &str) {
+    let seen = echo.last().expect("the request reached the upstream");
+    for (name, value) in &seen.headers {
+        assert!(
+            !spoofed(name) && !value.contains(FORGED),
+            "{how}: `{name}: {value}` reached the upstream: {:?}",
+            seen.headers
+        );
+    }
+    assert_eq!(seen.header_all("x-forwarded-for"), ["127.0.0.1"], "{how}");
+    assert_eq!(seen.header("x-near-miss").as_deref(), Some("kept"), "{how}");
+    assert_eq!(seen.header("x_custom").as_deref(), Some("kept"), "{how}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_peers_lose_underscore_and_vendor_identity_headers() {
+    let echo = Echo::start("e").await;
+    let gw = behind_a_trusted_proxy(&echo).await;
+
+    // On the wire, in the client's own spelling.
+    let mut head = String::from("GET /wire HTTP/1.1\r\nHost: gw.example\r\n");
+    for name in SPOOFS {
+        head.push_str(&format!("{name}: {FORGED}\r\n"));
+    }
+    head.push_str("X-Near-Miss: kept\r\nX_Custom: kept\r\nConnection: close\r\n\r\n");
+    let r = raw::request(gw.addr(), head.as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_clean(&echo, "HTTP/1.1 on the wire");
+
+    for proto in [Proto::H1, Proto::H2c] {
+        let mut b = Request::builder()
+            .uri(format!("http://gw.example/{proto:?}"))
+            .header("x-near-miss", "kept")
+            .header("x_custom", "kept");
+        for name in SPOOFS {
+            b = b.header(name, FORGED);
+        }
+        let r = client::send_on_new_conn(gw.addr(), proto, b.body(client::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{proto:?}");
+        assert_clean(&echo, &format!("{proto:?}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_peers_keep_them_and_chains_lose_empty_elements() {
+    let echo = Echo::start("e").await;
+    let gw = behind_a_trusted_proxy(&echo).await;
+    let trusted = client::h1_from(ip("127.0.0.2"));
+
+    // A trusted proxy's vendor and underscore headers pass as they are.
+    let mut b = client::req(Method::GET, gw.addr(), "/vendor");
+    for name in SPOOFS {
+        b = b.header(name, "198.51.100.7");
+    }
+    let r = client::send(&trusted, b.body(client::empty()).unwrap()).await;
+    assert_eq!(r.status, 200);
+    let seen = echo.last().unwrap();
+    for name in SPOOFS {
+        assert_eq!(seen.header_all(name), ["198.51.100.7"], "{name}");
+    }
+
+    // (incoming X-Forwarded-For fields, what the upstream sees, the client)
+    let cases: [(&[&str], &str, &str); 5] = [
+        (&["203.0.113.9, "], "203.0.113.9, 127.0.0.2", "203.0.113.9"),
+        (&["203.0.113.9,"], "203.0.113.9, 127.0.0.2", "203.0.113.9"),
+        (
+            &["198.51.100.1,,203.0.113.7"],
+            "198.51.100.1, 203.0.113.7, 127.0.0.2",
+            "203.0.113.7",
+        ),
+        (
+            &[", 198.51.100.1 , ,", "203.0.113.8,"],
+            "198.51.100.1, 203.0.113.8, 127.0.0.2",
+            "203.0.113.8",
+        ),
+        (&[" , "], "127.0.0.2", "127.0.0.2"),
+    ];
+    for (i, (fields, want_xff, want_client)) in cases.into_iter().enumerate() {
+        let path = format!("/chain/{i}");
+        let mut b = client::req(Method::GET, gw.addr(), &path);
+        for f in fields {
+            b = b.header("x-forwarded-for", *f);
+        }
+        let r = client::send(&trusted, b.body(client::empty()).unwrap()).await;
+        assert_eq!(r.status, 200, "{fields:?}");
+        let seen = echo.last().unwrap();
+        assert_eq!(seen.header_all("x-forwarded-for"), [want_xff], "{fields:?}");
+        let log = gw.wait_access_log(&path, |l| l["path"] == path).await;
+        assert_eq!(log["client"], want_client, "{fields:?}: {log}");
     }
 }
 

@@ -3,8 +3,9 @@
 //! Never on a traffic port.
 //!
 //! With `admin.token` set, everything but `/healthz` and `/readyz` needs
-//! `Authorization: Bearer <token>` (401 otherwise, compared in constant
-//! time). A browser cannot add that header when it opens a page, so the
+//! `Authorization: Bearer <token>` (the scheme name in any case; 401
+//! otherwise, compared in constant time; two or more `Authorization` fields
+//! are ambiguous, a 400). A browser cannot add that header when it opens a page, so the
 //! dashboard page alone (`GET /`) also takes the token as `?token=`; the
 //! page then keeps it in the tab's `sessionStorage`, removes it from the
 //! address bar, and sends it as a bearer header on every fetch. Without it,
@@ -90,11 +91,25 @@ pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
     match (method, path) {
         (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
         (&Method::GET, "/readyz") => readyz(gateway),
-        (&Method::GET, "/") if !authorized(&req, gateway, query.get("token")) => {
-            dashboard::login_page()
-        }
-        (&Method::GET, "/") => dashboard::page(),
-        _ if !authorized(&req, gateway, None) => unauthorized(),
+        (&Method::GET, "/") => match authorize(&req, gateway, query.get("token")) {
+            Auth::Granted => dashboard::page(),
+            Auth::Denied => dashboard::login_page(),
+            Auth::Ambiguous => ambiguous_authorization(),
+        },
+        _ => match authorize(&req, gateway, None) {
+            Auth::Granted => endpoint(req, admin, query).await,
+            Auth::Denied => unauthorized(),
+            Auth::Ambiguous => ambiguous_authorization(),
+        },
+    }
+}
+
+/// Answer a request to an endpoint that needs the token, once it was shown.
+async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Response<Body> {
+    let gateway = &admin.gateway;
+    let path = req.uri().path();
+    let method = req.method();
+    match (method, path) {
         (&Method::GET, "/api/stats") => dashboard::api_stats(admin, &query).await,
         (&Method::GET, "/config") => {
             let rt = gateway.shared.runtime.load();
@@ -395,22 +410,66 @@ fn percent_decode(text: &str) -> Option<String> {
         .map(std::borrow::Cow::into_owned)
 }
 
+/// What a request's credentials say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    /// It carries the token, or none is configured.
+    Granted,
+    /// No token, or not the right one: 401.
+    Denied,
+    /// Several `Authorization` fields: which one counts is anyone's guess
+    /// (a proxy in front may read another than the gateway), so 400.
+    Ambiguous,
+}
+
 /// Whether the request carries the admin token (or none is configured):
 /// as a bearer header, or as `query_token` where the caller allows one.
-fn authorized(req: &Request<Incoming>, gateway: &Gateway, query_token: Option<&str>) -> bool {
+fn authorize(req: &Request<Incoming>, gateway: &Gateway, query_token: Option<&str>) -> Auth {
     let rt = gateway.shared.runtime.load();
     let Some(token) = rt.config.admin.token.as_deref() else {
-        return true;
+        return Auth::Granted;
     };
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    match (presented, query_token) {
-        (Some(p), _) => bool::from(p.ct_eq(token.as_bytes())),
-        (None, Some(q)) => bool::from(q.as_bytes().ct_eq(token.as_bytes())),
-        (None, None) => false,
+    check_credentials(req.headers(), token.as_bytes(), query_token)
+}
+
+/// [`authorize`] on the request's `headers`, against `token`.
+fn check_credentials(headers: &http::HeaderMap, token: &[u8], query_token: Option<&str>) -> Auth {
+    let mut fields = headers.get_all(header::AUTHORIZATION).iter();
+    let field = fields.next();
+    if fields.next().is_some() {
+        return Auth::Ambiguous;
     }
+    let presented = match (field, query_token) {
+        (Some(field), _) => bearer_token(field.as_bytes()),
+        (None, Some(q)) => Some(q.as_bytes()),
+        (None, None) => None,
+    };
+    match presented {
+        Some(p) if bool::from(p.ct_eq(token)) => Auth::Granted,
+        _ => Auth::Denied,
+    }
+}
+
+/// The credentials of a `Bearer` authorization (RFC 9110 §11.4, RFC 6750
+/// §2.1): the scheme name in any case, one or more spaces, the token.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    const SCHEME: &[u8] = b"bearer";
+    let (scheme, rest) = value.split_at_checked(SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(SCHEME) || rest.first() != Some(&b' ') {
+        return None;
+    }
+    Some(rest.trim_ascii_start())
+}
+
+/// 400: two or more `Authorization` fields.
+fn ambiguous_authorization() -> Response<Body> {
+    json(
+        StatusCode::BAD_REQUEST,
+        serde_json::json!({
+            "error": "bad_request",
+            "message": "several Authorization fields: send exactly one",
+        }),
+    )
 }
 
 /// 401, saying which scheme is wanted.
@@ -478,7 +537,45 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
-    use super::Query;
+    use super::{bearer_token, check_credentials, Auth, Query};
+    use http::{header::AUTHORIZATION, HeaderMap, HeaderValue};
+
+    #[test]
+    fn bearer_scheme_in_any_case() {
+        for ok in ["Bearer t", "bearer t", "BEARER t", "bEaReR   t"] {
+            assert_eq!(bearer_token(ok.as_bytes()), Some(&b"t"[..]), "{ok:?}");
+        }
+        for bad in ["Bearert", "Bearer", "Basic t", "Bearer\tt", "Bear t", ""] {
+            assert_eq!(bearer_token(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn one_authorization_field_decides() {
+        let with = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(AUTHORIZATION, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let token = b"s3cret";
+        let check = |values: &[&'static str], query| check_credentials(&with(values), token, query);
+        assert_eq!(check(&["bearer s3cret"], None), Auth::Granted);
+        assert_eq!(check(&["Bearer s3cre"], None), Auth::Denied);
+        assert_eq!(check(&[], None), Auth::Denied);
+        assert_eq!(check(&[], Some("s3cret")), Auth::Granted);
+        // A header, when there is one, decides over the query.
+        assert_eq!(check(&["Bearer x"], Some("s3cret")), Auth::Denied);
+        for two in [
+            ["Bearer s3cret", "Bearer s3cret"],
+            ["Bearer s3cret", "Bearer x"],
+            ["Bearer x", "Bearer s3cret"],
+        ] {
+            assert_eq!(check(&two, None), Auth::Ambiguous, "{two:?}");
+            assert_eq!(check(&two, Some("s3cret")), Auth::Ambiguous, "{two:?}");
+        }
+    }
 
     #[test]
     fn query_strings() {

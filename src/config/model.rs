@@ -70,6 +70,11 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Keep-alive idle time of a connection (`timeouts.idle`).
     pub idle_timeout: Duration,
+    /// Longest wait for the next bytes of a request body
+    /// (`timeouts.body_read`).
+    pub body_read_timeout: Duration,
+    /// Longest a response write may make no progress (`timeouts.send`).
+    pub send_timeout: Duration,
     /// Largest accepted request head, in bytes (larger: 431).
     pub max_header_bytes: usize,
     /// Largest accepted request body, in bytes (larger: 413); `None`: no cap.
@@ -78,6 +83,24 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long in-flight requests may finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// What `%2F` and `%5C` in a request path do (`escaped_slashes`).
+    pub escaped_slashes: EscapedSlashes,
+}
+
+/// `server.escaped_slashes` (SPEC §3): what an encoded slash or backslash
+/// (`%2F`, `%5C`, either case) in a request path does. See
+/// [`crate::route::normalise`] for the rules of each mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EscapedSlashes {
+    /// Answered 400 (the default).
+    #[default]
+    Reject,
+    /// Read as `/` before the path is normalised, so routes, limits and the
+    /// upstream see the path a lax upstream would.
+    Decode,
+    /// Kept encoded, as data inside a segment.
+    Keep,
 }
 
 /// `server.tls:`.

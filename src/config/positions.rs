@@ -59,12 +59,6 @@ impl Positions {
         }
     }
 
-    /// The position of the key that introduces `path` (where a block is
-    /// named, rather than its first field), else as [`Positions::lookup`].
-    pub(crate) fn lookup_key(&self, path: &str) -> Option<Pos> {
-        self.keys.get(path).copied().or_else(|| self.lookup(path))
-    }
-
     /// The path of the scalar at or just before `pos` on the same line.
     pub(crate) fn path_at(&self, pos: Pos) -> Option<&str> {
         self.scalars

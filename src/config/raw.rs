@@ -11,7 +11,8 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::model::{
-    Balance, ClientMatch, Clock, HeaderStyle, KeySource, Mode, OnError, OnMissingKey,
+    Balance, ClientMatch, Clock, EscapedSlashes, HeaderStyle, KeySource, Mode, OnError,
+    OnMissingKey,
 };
 use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
 
@@ -67,15 +68,6 @@ pub(crate) struct RawServerTls {
 pub(crate) struct RawCertificate {
     pub cert: PathBuf,
     pub key: PathBuf,
-}
-
-/// `server.escaped_slashes`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EscapedSlashes {
-    Reject,
-    Decode,
-    Keep,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -89,13 +89,10 @@ fn without_block(text: &str, line: usize) -> String {
 }
 
 /// The fields of the SPEC's example that are refused, in file order, with
-/// how their message starts: ones this build does not implement ("not
-/// supported yet"), and the example's Sentinel and TLS fields, which its
-/// `backend: memory` has no use for (refused, never accepted and ignored).
-const NOT_IN_THIS_BUILD: [(&str, &str); 5] = [
-    ("server.timeouts.body_read", "not supported yet: "),
-    ("server.timeouts.send", "not supported yet: "),
-    ("server.escaped_slashes", "not supported yet: "),
+/// how their message starts: the example's Sentinel and TLS fields, which
+/// its `backend: memory` has no use for (refused, never accepted and
+/// ignored).
+const NOT_IN_THIS_BUILD: [(&str, &str); 2] = [
     (
         "store.master_name",
         "`master_name` is for redis_sentinel, not memory",
@@ -150,6 +147,7 @@ fn spec_example_parses_but_for_what_this_build_lacks() {
     assert_eq!(c.server.max_body_bytes, None);
     assert_eq!(c.server.max_connections, 10_000);
     assert_eq!(c.server.shutdown_grace, secs(30));
+    assert_eq!(c.server.escaped_slashes, EscapedSlashes::Reject);
 
     assert_eq!(
         c.admin.listen,
@@ -314,8 +312,8 @@ fn spec_example_parses_but_for_what_this_build_lacks() {
 fn spec_example_loads_from_its_file() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config/spec_example.yaml");
-    let e = load(&path).expect_err("body_read is not in this build");
-    assert_eq!(e.field, "server.timeouts.body_read");
+    let e = load(&path).expect_err("the example has fields this build refuses");
+    assert_eq!(e.field, NOT_IN_THIS_BUILD[0].0);
     assert_eq!(e.file, path.display().to_string());
     let dir = std::env::temp_dir().join(format!("tollgate-spec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -498,6 +496,34 @@ store:
 }
 
 #[test]
+fn clock_local_with_a_shared_store_warns() {
+    for backend in [
+        "backend: redis, url: \"redis://127.0.0.1:6379\"",
+        "backend: redis_sentinel, urls: [\"redis://127.0.0.1:26379\"], master_name: m",
+        "backend: redis_cluster, urls: [\"redis://127.0.0.1:7000\"]",
+    ] {
+        let text = |clock: &str| {
+            format!("store: {{ {backend}{clock} }}\nroutes: [{{ name: r, respond: {{}} }}]\n")
+        };
+        let local = ok(&text(", clock: local"));
+        let name = backend.split([' ', ',']).nth(1).unwrap();
+        assert_eq!(
+            local.warnings,
+            [format!("store.clock: local with backend: {name}: each instance decides with its own clock, so instances with skewed clocks can over-admit without bound on fixed_window, sliding_window and sliding_log at window boundaries; keep clock: store unless the clocks are synchronised")],
+            "{backend}"
+        );
+        assert!(ok(&text("")).warnings.is_empty(), "{backend}");
+        assert!(ok(&text(", clock: store")).warnings.is_empty(), "{backend}");
+    }
+    // One instance's memory store: its own clock is the only one.
+    assert!(
+        ok("store: { clock: local }\nroutes: [{ name: r, respond: {} }]\n")
+            .warnings
+            .is_empty()
+    );
+}
+
+#[test]
 fn on_error_local_with_memory_warns_only_when_written() {
     let written = ok("store: { on_error: local }\nroutes: [{ name: r, respond: {} }]\n");
     assert_eq!(written.warnings.len(), 1);
@@ -570,6 +596,50 @@ fn listener_rules() {
     );
     // Port 0 (tests) never collides.
     ok("server: { listen: [\"127.0.0.1:0\"] }\nadmin: { listen: \"127.0.0.1:0\" }\n");
+}
+
+#[test]
+fn escaped_slashes_modes() {
+    let mode = |yaml: &str| ok(yaml).config.server.escaped_slashes;
+    assert_eq!(mode("server: {}\n"), EscapedSlashes::Reject, "the default");
+    for (text, want) in [
+        ("reject", EscapedSlashes::Reject),
+        ("decode", EscapedSlashes::Decode),
+        ("keep", EscapedSlashes::Keep),
+    ] {
+        assert_eq!(mode(&format!("server:\n  escaped_slashes: {text}\n")), want);
+    }
+    let e = err_at(
+        "server:\n  ipv6_prefix: 64\n  escaped_slashes: Decode\n",
+        "server.escaped_slashes",
+        3,
+    );
+    assert!(
+        e.message.contains("`reject`, `decode`, `keep`"),
+        "the message names the choices: {e}"
+    );
+    // A route path with an escaped slash can only match with `keep`.
+    let route = "  - { name: f, match: { path: /files/a%2fb }, upstream: users }\n";
+    for mode in [
+        "",
+        "server: { escaped_slashes: reject }\n",
+        "server: { escaped_slashes: decode }\n",
+    ] {
+        let e = err_at(
+            &format!("{mode}{BASE}{route}"),
+            "routes[0].match.path",
+            if mode.is_empty() { 9 } else { 10 },
+        );
+        assert!(e.message.contains("escaped slash"), "{e}");
+    }
+    ok(&format!(
+        "server: {{ escaped_slashes: keep }}\n{BASE}{route}"
+    ));
+    err_at(
+        &format!("{BASE}  - {{ name: e, match: {{ exact: /a%5Cb }}, respond: {{}} }}\n"),
+        "routes[0].match.exact",
+        9,
+    );
 }
 
 // ----- limits: naming, keys, windows, lockouts -----

@@ -197,27 +197,6 @@ impl Ctx<'_> {
             ));
         }
         let timeouts = raw.timeouts.unwrap_or_default();
-        if timeouts.body_read.is_some() {
-            return Err(self.unsupported(
-                "server.timeouts.body_read",
-                "this build bounds a request body only by the upstream's timeout",
-            ));
-        }
-        if timeouts.send.is_some() {
-            return Err(self.unsupported(
-                "server.timeouts.send",
-                "this build bounds a response only by `timeouts.idle`",
-            ));
-        }
-        if matches!(
-            raw.escaped_slashes,
-            Some(EscapedSlashes::Reject | EscapedSlashes::Decode)
-        ) {
-            return Err(self.unsupported(
-                "server.escaped_slashes",
-                "this build keeps %2F and %5C encoded in paths (`keep`), the only mode it has",
-            ));
-        }
         let limit_response = match raw.limit_response {
             Some(r) => {
                 self.limit_response("server.limit_response", r, &LimitResponse::default())?
@@ -232,6 +211,16 @@ impl Ctx<'_> {
         let idle_timeout = self.positive(
             "server.timeouts.idle",
             timeouts.idle.map(|d| d.0),
+            60 * SECOND,
+        )?;
+        let body_read_timeout = self.positive(
+            "server.timeouts.body_read",
+            timeouts.body_read.map(|d| d.0),
+            30 * SECOND,
+        )?;
+        let send_timeout = self.positive(
+            "server.timeouts.send",
+            timeouts.send.map(|d| d.0),
             60 * SECOND,
         )?;
         let max_header = raw.max_header_bytes.map_or(16 * 1024, |s| s.0);
@@ -255,10 +244,13 @@ impl Ctx<'_> {
             ipv6_prefix,
             header_read_timeout,
             idle_timeout,
+            body_read_timeout,
+            send_timeout,
             max_header_bytes,
             max_body_bytes,
             max_connections,
             shutdown_grace: raw.shutdown_grace.map_or(30 * SECOND, |d| d.0),
+            escaped_slashes: raw.escaped_slashes.unwrap_or_default(),
         })
     }
 
@@ -410,6 +402,13 @@ impl Ctx<'_> {
                 "store.on_error: local has no effect with backend: memory (the memory store does not fail)"
                     .to_owned(),
             );
+        }
+        // Shared state decided by each instance's own clock: windows start
+        // and end when each instance thinks they do (README "Stores").
+        if raw.clock == Some(Clock::Local) && backend_kind != RawBackend::Memory {
+            self.warnings.push(format!(
+                "store.clock: local with backend: {name}: each instance decides with its own clock, so instances with skewed clocks can over-admit without bound on fixed_window, sliding_window and sliding_log at window boundaries; keep clock: store unless the clocks are synchronised"
+            ));
         }
         Ok(StoreConfig {
             backend,
@@ -587,19 +586,6 @@ impl Ctx<'_> {
             server_name: raw.server_name.filter(|s| !s.trim().is_empty()),
             client_cert,
         })
-    }
-
-    /// An error for a field this build does not implement: refused, never
-    /// accepted and ignored.
-    fn unsupported(&self, field: &str, what: &str) -> ConfigError {
-        let pos = self.positions.lookup_key(field);
-        ConfigError {
-            file: self.file.to_owned(),
-            line: pos.map(|p| p.0),
-            column: pos.map(|p| p.1),
-            field: field.to_owned(),
-            message: format!("not supported yet: {what}"),
-        }
     }
 
     /// A `limit_response` at `path`; what it leaves out comes from `base`
@@ -1128,6 +1114,7 @@ impl Ctx<'_> {
             let matcher = route.matcher.unwrap_or_default();
             let (hosts, path_match, methods, headers) =
                 self.route_match(&format!("{path}.match"), matcher)?;
+            self.escaped_slash_route(&format!("{path}.match"), &path_match, server)?;
 
             let action = match (route.upstream, route.respond) {
                 (Some(upstream), None) => {
@@ -1237,6 +1224,28 @@ impl Ctx<'_> {
             });
         }
         Ok(routes)
+    }
+
+    /// A `path` or `exact` holding `%2F` or `%5C` can only match with
+    /// `escaped_slashes: keep`: `reject` answers such a request 400 and
+    /// `decode` reads the escape as `/`.
+    fn escaped_slash_route(&self, path: &str, m: &PathMatch, server: &ServerConfig) -> Result<()> {
+        let (field, value) = match m {
+            PathMatch::Prefix(p) => ("path", p),
+            PathMatch::Exact(p) => ("exact", p),
+            PathMatch::Any | PathMatch::Regex(_) => return Ok(()),
+        };
+        let upper = value.to_ascii_uppercase();
+        let mode = match server.escaped_slashes {
+            EscapedSlashes::Keep => return Ok(()),
+            _ if !upper.contains("%2F") && !upper.contains("%5C") => return Ok(()),
+            EscapedSlashes::Reject => "reject",
+            EscapedSlashes::Decode => "decode",
+        };
+        Err(self.err(
+            &format!("{path}.{field}"),
+            format!("\"{value}\" holds an escaped slash, so it could never match with `server.escaped_slashes: {mode}` (only `keep` keeps %2F and %5C in paths)"),
+        ))
     }
 
     #[allow(clippy::type_complexity)]

@@ -15,6 +15,7 @@ use crate::limit::deny_cache::DenyCache;
 use crate::limit::key::RequestView;
 use crate::limit::plan::{plan, verdict, Plan, Verdict};
 use crate::limit::policy::Policy;
+use crate::limit::release::{Pending, Releases};
 use crate::limit::store::memory::MemoryStore;
 use crate::limit::store::redis::{RedisStore, StoreError};
 use crate::limit::{AlgoParams, Check, Micros, Outcome, Status, StoreKey};
@@ -22,6 +23,10 @@ use crate::metrics::Metrics;
 
 /// How many (limit, client) rejections the deny cache remembers at most.
 const DENY_CACHE_CAPACITY: usize = 100_000;
+
+/// How many failed concurrency releases wait for a retry at most
+/// ([`Releases`]; 32 bytes each).
+const RELEASE_RETRY_CAPACITY: usize = 100_000;
 
 /// One limit's figures for the rate-limit headers.
 #[derive(Debug, Clone)]
@@ -132,6 +137,8 @@ pub struct Limiter {
     backend: Backend,
     /// The memory backend, or `on_error: local`'s fallback.
     local: Arc<MemoryStore>,
+    /// On Redis: concurrency releases, retried when they fail.
+    releases: Option<Arc<Releases<RedisStore>>>,
     deny: DenyCache<Cached>,
     /// Who the keys this instance locked out are, so `GET /lockouts` can
     /// name them (store keys are hashes).
@@ -153,32 +160,44 @@ pub struct Leases {
     limiter: Arc<Limiter>,
     checks: Vec<Check>,
     local: bool,
+    /// When they were taken (the decision's `now`): each ends by itself
+    /// its `lease` later.
+    taken: Micros,
 }
 
 impl Drop for Leases {
     fn drop(&mut self) {
-        let now = self.limiter.clock.now();
         let checks = std::mem::take(&mut self.checks);
-        match (&self.limiter.backend, self.local) {
-            (Backend::Redis(redis), false) => {
-                let redis = redis.clone();
-                if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    handle.spawn(async move {
-                        for c in &checks {
-                            if let Err(error) = redis.release(&c.key, c.lease, now).await {
-                                // The lease expires by itself after `lease`.
-                                tracing::debug!(%error, "concurrency release failed");
-                            }
-                        }
-                    });
-                }
+        match (&self.limiter.releases, self.local) {
+            // Off this task, and retried while the store cannot answer
+            // (SPEC §6: a Redis stall never keeps slots taken).
+            (Some(releases), false) => {
+                let pending = checks
+                    .iter()
+                    .map(|c| Pending {
+                        key: c.key,
+                        lease: c.lease,
+                        until: self.taken.saturating_add(lease_of(&c.params)),
+                    })
+                    .collect();
+                releases.release(pending);
             }
             _ => {
+                let now = self.limiter.clock.now();
                 for c in &checks {
                     self.limiter.local.release(c, now);
                 }
             }
         }
+    }
+}
+
+/// How long a `concurrency` check's lease lives (0 for another algorithm,
+/// which holds none).
+fn lease_of(params: &AlgoParams) -> Micros {
+    match params {
+        AlgoParams::Concurrency(p) => p.lease(),
+        _ => 0,
     }
 }
 
@@ -216,11 +235,20 @@ impl Limiter {
         // The memory store outlives a change of the rest of `store:` (a new
         // timeout must not wipe every counter).
         let local = previous.map_or_else(|| Arc::new(MemoryStore::new()), |p| p.local.clone());
+        let releases = match &backend {
+            Backend::Redis(redis) => Some(Arc::new(Releases::new(
+                redis.clone(),
+                clock.clone(),
+                RELEASE_RETRY_CAPACITY,
+            ))),
+            Backend::Memory => None,
+        };
         let limiter = Arc::new(Limiter {
             config: config.clone(),
             clock,
             backend,
             local,
+            releases,
             deny: DenyCache::new(DENY_CACHE_CAPACITY),
             labels: std::sync::Mutex::new(HashMap::new()),
         });
@@ -416,6 +444,7 @@ impl Limiter {
                     limiter: self.clone(),
                     checks: lease_checks,
                     local,
+                    taken: now,
                 });
                 Decision::Allow {
                     delay,

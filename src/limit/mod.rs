@@ -9,6 +9,7 @@
 //! - [`policy`]: a limit compiled from its config (namespace, overrides).
 //! - [`store`]: the memory and Redis stores.
 //! - [`deny_cache`]: the local cache of clients known to be rejected.
+//! - [`release`]: concurrency releases, retried while the store cannot answer.
 //! - [`engine`]: the limiter the pipeline calls: keys, deny cache, store,
 //!   `on_error`.
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` / `X-RateLimit-*` and the
@@ -25,6 +26,7 @@ pub mod headers;
 pub mod key;
 pub mod plan;
 pub mod policy;
+pub mod release;
 pub mod store;
 
 pub use crate::algorithm::{AlgoParams, AlgoState, LockParams, LockState, Micros};

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue, COOKIE, TRAILER};
 
-use crate::identity::canonical_ip;
+use crate::identity::{canonical_ip, xff_elements};
 
 /// `X-Forwarded-For`.
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -145,13 +145,15 @@ pub struct Forwarded<'a> {
 /// Set X-Forwarded-For / -Proto / -Host and X-Request-Id on a request going
 /// upstream.
 ///
-/// Untrusted peer: drop every incoming X-Forwarded-*, Forwarded and
-/// X-Real-IP, then X-Forwarded-For = peer, X-Forwarded-Proto = proto,
-/// X-Forwarded-Host = the client's Host (if any).
+/// Untrusted peer: drop every incoming identity header
+/// ([`is_identity_header`]: X-Forwarded-*, Forwarded, X-Real-IP, their
+/// underscore spellings, the vendor client-address headers), then
+/// X-Forwarded-For = peer, X-Forwarded-Proto = proto, X-Forwarded-Host =
+/// the client's Host (if any).
 ///
-/// Trusted peer: X-Forwarded-For = incoming chain (all lines joined with
-/// ", ") + ", " + peer; keep an incoming X-Forwarded-Proto / -Host if
-/// present, else set them; keep Forwarded / X-Real-IP.
+/// Trusted peer: X-Forwarded-For = incoming chain (all lines, empty list
+/// elements left out, joined with ", ") + ", " + peer; keep an incoming
+/// X-Forwarded-Proto / -Host if present, else set them; keep the others.
 ///
 /// X-Request-Id is always set to `request_id` (the caller decided whether to
 /// keep the incoming one).
@@ -178,13 +180,14 @@ pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarded<'_>) {
     headers.insert(X_REQUEST_ID, f.request_id.clone());
 }
 
-/// The incoming X-Forwarded-For chain with `peer` appended.
+/// The incoming X-Forwarded-For chain with `peer` appended: its elements
+/// as [`xff_elements`] reads them (the client address is read from the same
+/// ones), so `1.2.3.4, ` or `a,,b` never become empty members.
 fn append_to_chain(headers: &HeaderMap, peer: IpAddr) -> HeaderValue {
     let mut chain: Vec<u8> = Vec::new();
     for line in headers.get_all(&X_FORWARDED_FOR) {
-        let line = line.as_bytes().trim_ascii();
-        if !line.is_empty() {
-            chain.extend_from_slice(line);
+        for element in xff_elements(line.as_bytes()) {
+            chain.extend_from_slice(element);
             chain.extend_from_slice(b", ");
         }
     }
@@ -197,31 +200,69 @@ fn append_to_chain(headers: &HeaderMap, peer: IpAddr) -> HeaderValue {
     HeaderValue::from_bytes(&chain).unwrap_or_else(|_| ip_value(peer))
 }
 
-/// Remove every `X-Forwarded-*`, `Forwarded` and `X-Real-IP`.
+/// Remove every identity header ([`is_identity_header`]).
 fn drop_forwarding_headers(headers: &mut HeaderMap) {
-    let forwarding = |k: &HeaderName| {
-        let k = k.as_str();
-        k == "forwarded" || k == "x-real-ip" || k.starts_with("x-forwarded-")
-    };
-    // Most requests carry none: one pass over the names settles it.
-    if !headers.keys().any(forwarding) {
+    // Most requests carry none: one pass over the names settles it, without
+    // allocating.
+    if !headers.keys().any(is_identity_header) {
         return;
     }
-    headers.remove(header::FORWARDED);
-    headers.remove(&X_REAL_IP);
-    headers.remove(&X_FORWARDED_FOR);
-    headers.remove(&X_FORWARDED_PROTO);
-    headers.remove(&X_FORWARDED_HOST);
-    // Any other X-Forwarded-* (Port, Prefix, Server, Ssl, ...): rare, so only
-    // they pay for collecting names.
-    let others: Vec<HeaderName> = headers
+    // Rare: only such requests pay for collecting the names.
+    let found: Vec<HeaderName> = headers
         .keys()
-        .filter(|k| k.as_str().starts_with("x-forwarded-"))
+        .filter(|k| is_identity_header(k))
         .cloned()
         .collect();
-    for name in others {
+    for name in found {
         headers.remove(name);
     }
+}
+
+/// Headers that say who the client is, other than `X-Forwarded-*` (SPEC
+/// §4): the ones the gateway manages and the vendor client-address ones
+/// (what a CDN or load balancer in front would set, and an application
+/// behind might believe).
+const IDENTITY_HEADERS: [&[u8]; 12] = [
+    b"forwarded",
+    b"x-real-ip",
+    b"x-request-id",
+    b"true-client-ip",
+    b"cf-connecting-ip",
+    b"x-client-ip",
+    b"x-cluster-client-ip",
+    b"fastly-client-ip",
+    b"x-originating-ip",
+    b"client-ip",
+    b"x-forwarded",
+    b"forwarded-for",
+];
+
+/// Whether a header from an untrusted peer is dropped (SPEC §4): any
+/// `X-Forwarded-*`, or one of [`IDENTITY_HEADERS`], also when spelt with
+/// `_` for `-` (`X_Forwarded_For`, `X-Real_IP`): servers such as NGINX and
+/// CGI/WSGI gateways make both spellings the same variable. `X-Request-Id`
+/// itself is replaced rather than dropped; its underscore spellings go.
+///
+/// Called for every header of every request from an untrusted peer: a
+/// first-byte test turns away most names, then byte comparisons on the
+/// (always lowercase) name, never an allocation.
+pub fn is_identity_header(name: &HeaderName) -> bool {
+    let name = name.as_str().as_bytes();
+    if !matches!(name.first(), Some(b'x' | b'f' | b't' | b'c')) {
+        return false;
+    }
+    const PREFIX: &[u8] = b"x-forwarded-";
+    (name.len() > PREFIX.len() && dashed_eq(&name[..PREFIX.len()], PREFIX))
+        || IDENTITY_HEADERS.iter().any(|h| dashed_eq(name, h))
+}
+
+/// `name == canonical` with `_` in `name` read as `-`.
+fn dashed_eq(name: &[u8], canonical: &[u8]) -> bool {
+    name.len() == canonical.len()
+        && name
+            .iter()
+            .zip(canonical)
+            .all(|(&n, &c)| n == c || (n == b'_' && c == b'-'))
 }
 
 fn insert_proto(headers: &mut HeaderMap, proto: &str) {
@@ -624,6 +665,110 @@ mod tests {
         assert_eq!(all(&h, "forwarded"), ["for=198.51.100.7"]);
         assert_eq!(all(&h, "x-real-ip"), ["198.51.100.7"]);
         assert_eq!(all(&h, "x-request-id"), ["kept-id"]);
+    }
+
+    /// Every spelling SPEC §4 has an untrusted peer's request lose.
+    const SPOOFS: [&str; 19] = [
+        "X_Forwarded_For",
+        "x-forwarded_for",
+        "X_FORWARDED_PROTO",
+        "x_forwarded_host",
+        "X_Forwarded_Port",
+        "X-Real_IP",
+        "x_real_ip",
+        "X_Request_Id",
+        "True-Client-IP",
+        "true_client_ip",
+        "CF-Connecting-IP",
+        "cf_connecting_ip",
+        "X-Client-IP",
+        "X-Cluster-Client-IP",
+        "Fastly-Client-IP",
+        "X-Originating-IP",
+        "Client-IP",
+        "X-Forwarded",
+        "Forwarded-For",
+    ];
+
+    #[test]
+    fn untrusted_peer_underscore_and_vendor_identity_headers_are_dropped() {
+        let mut h = hm(&[("accept", "*/*"), ("x-forwarded-for", "6.6.6.6")]);
+        for name in SPOOFS {
+            h.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("6.6.6.6"),
+            );
+        }
+        // Near misses stay.
+        for kept in [
+            "x-forwarded",
+            "x_forwardedfor",
+            "client-ipv6",
+            "x-client",
+            "forwarded-by",
+            "true-client",
+            "x-request-ids",
+            "cf-ray",
+            "x-real-ip2",
+        ] {
+            let name = HeaderName::from_bytes(kept.as_bytes()).unwrap();
+            assert_eq!(is_identity_header(&name), kept == "x-forwarded", "{kept}");
+        }
+        h.append("cf-ray", HeaderValue::from_static("1"));
+        h.append("x_custom_header", HeaderValue::from_static("1"));
+        let id = HeaderValue::from_static("gen-1");
+        set_forwarded(&mut h, &fwd("203.0.113.9", false, None, &id));
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(
+            left,
+            [
+                "accept",
+                "cf-ray",
+                "x-forwarded-for",
+                "x-forwarded-proto",
+                "x-request-id",
+                "x_custom_header"
+            ]
+        );
+        assert_eq!(all(&h, "x-forwarded-for"), ["203.0.113.9"]);
+        assert_eq!(all(&h, "x-request-id"), ["gen-1"]);
+    }
+
+    #[test]
+    fn trusted_peer_keeps_vendor_and_underscore_headers() {
+        let mut h = HeaderMap::new();
+        for name in SPOOFS {
+            h.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("198.51.100.7"),
+            );
+        }
+        let id = HeaderValue::from_static("gen-1");
+        set_forwarded(&mut h, &fwd("10.0.0.2", true, None, &id));
+        for name in SPOOFS {
+            assert_eq!(all(&h, name), ["198.51.100.7"], "{name}");
+        }
+    }
+
+    #[test]
+    fn trusted_peer_chain_has_no_empty_members() {
+        for (lines, want) in [
+            (&["1.2.3.4, "][..], "1.2.3.4, 10.0.0.2"),
+            (&["1.2.3.4,"], "1.2.3.4, 10.0.0.2"),
+            (&["a,,b"], "a, b, 10.0.0.2"),
+            (&[", 1.2.3.4 ,\t, 5.6.7.8,,"], "1.2.3.4, 5.6.7.8, 10.0.0.2"),
+            (&[",", " , ", "9.9.9.9"], "9.9.9.9, 10.0.0.2"),
+            (&[",,"], "10.0.0.2"),
+        ] {
+            let mut h = HeaderMap::new();
+            for line in lines {
+                h.append(X_FORWARDED_FOR, HeaderValue::from_str(line).unwrap());
+            }
+            let id = HeaderValue::from_static("gen-1");
+            set_forwarded(&mut h, &fwd("10.0.0.2", true, None, &id));
+            assert_eq!(all(&h, "x-forwarded-for"), [want], "{lines:?}");
+        }
     }
 
     #[test]

@@ -158,6 +158,7 @@ pub async fn forward(
                         })
                     }
                     Some(ClientFault::TooLarge) => return Err(GatewayError::BodyTooLarge),
+                    Some(ClientFault::TimedOut) => return Err(GatewayError::BodyTimeout),
                     None => {}
                 }
                 pool.record(target, false);

@@ -1,13 +1,17 @@
 //! Serving one connection: HTTP/1.1 or HTTP/2 (h2c with prior knowledge,
 //! or h2 chosen by ALPN over TLS) through hyper-util's auto builder, plus a
-//! watchdog for what hyper does not time: a connection that sends nothing
-//! (or not a whole head) within `header_read` of opening, a later head not
-//! complete within `header_read` of its first byte (the framing watcher,
-//! [`super::sniff`], says when one began), and a keep-alive connection idle
-//! for `idle`. hyper's own head timer is off: it starts when a response
-//! ends, so it would also close keep-alive connections idle for
-//! `header_read`, and it arms a timer for every request. A TLS connection's
-//! handshake must finish within `header_read` too.
+//! watchdog for what hyper does not time: a head not complete within
+//! `header_read` of its first byte (the framing watcher, [`super::sniff`],
+//! says when one began), a connection with no request in progress for
+//! `idle` (from its start, or from its last response's end), and writes
+//! that make no progress for `send` (the framing watcher notes a stuck
+//! write). hyper's own head timer is off: it starts when a response ends,
+//! so it would also close keep-alive connections idle for `header_read`,
+//! and it arms a timer for every request. A TLS connection's handshake must
+//! finish within `header_read`. An HTTP/2 stream that waits for window past
+//! `send` is hyper's to reset (the pipeline asks for it on each response,
+//! see `vendor/README.md`), and a stalled request body is the body reader's
+//! (`body::ClientBody`).
 //!
 //! The watchdog's timer and the shutdown signals are polled only when one
 //! of them fired ([`Gate`]), not on each of the connection's wake-ups,
@@ -108,13 +112,27 @@ async fn serve_io<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (header_read, idle, max_header_bytes) = {
+    let (timeouts, max_header_bytes, max_chunk) = {
         let rt = shared.runtime.load();
         let s = &rt.config.server;
-        (s.header_read_timeout, s.idle_timeout, s.max_header_bytes)
+        let timeouts = Timeouts {
+            header_read: s.header_read_timeout,
+            idle: s.idle_timeout,
+            send: s.send_timeout,
+        };
+        (
+            timeouts,
+            s.max_header_bytes,
+            s.max_body_bytes.unwrap_or(u64::MAX),
+        )
     };
     let info = Arc::new(ConnInfo::new(peer, proto, closing));
-    let io = SniffIo::new(io, max_header_bytes.max(MIN_BUF), info.framing.clone());
+    let io = SniffIo::new(
+        io,
+        max_header_bytes.max(MIN_BUF),
+        max_chunk,
+        info.framing.clone(),
+    );
 
     let svc = {
         let info = info.clone();
@@ -145,8 +163,8 @@ async fn serve_io<IO>(
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
         tokio::pin!(conn);
         let gate = Gate::new();
-        info.framing.wake_on_head(gate.waker.clone());
-        let watchdog = Watchdog::new(&info, header_read, idle, shutdown);
+        info.framing.wake_on_change(gate.waker.clone());
+        let watchdog = Watchdog::new(&info, timeouts, shutdown);
         tokio::pin!(watchdog);
         loop {
             tokio::select! {
@@ -187,8 +205,7 @@ pin_project_lite::pin_project! {
     struct Watchdog {
         info: Arc<ConnInfo>,
         start: Instant,
-        header_read: Duration,
-        idle: Duration,
+        timeouts: Timeouts,
         draining: bool,
         #[pin]
         alarm: Sleep,
@@ -200,20 +217,14 @@ pin_project_lite::pin_project! {
 }
 
 impl Watchdog {
-    fn new(
-        info: &Arc<ConnInfo>,
-        header_read: Duration,
-        idle: Duration,
-        shutdown: CancellationToken,
-    ) -> Watchdog {
+    fn new(info: &Arc<ConnInfo>, timeouts: Timeouts, shutdown: CancellationToken) -> Watchdog {
         let start = Instant::now();
         Watchdog {
             info: info.clone(),
             start,
-            header_read,
-            idle,
+            timeouts,
             draining: false,
-            alarm: tokio::time::sleep_until(start + header_read),
+            alarm: tokio::time::sleep_until(start + timeouts.idle),
             shutdown: shutdown.cancelled_owned(),
             closing: info.closing.clone().cancelled_owned(),
         }
@@ -237,11 +248,13 @@ impl Watchdog {
             last_end_ms,
             head_started_ms: this.info.framing.head_started(),
             blind: this.info.framing.blind(),
+            write_blocked_ms: this.info.framing.write_blocked(),
         };
         let now = Instant::now();
-        let next = match look.limit(*this.header_read, *this.idle) {
+        let t = *this.timeouts;
+        let next = match look.limit(t) {
             // Busy: the idle clock starts when the response ends.
-            None => now + (*this.idle).min(*this.header_read),
+            None => now + t.idle.min(t.header_read),
             Some((limit, why)) => {
                 let limit = *this.start + limit;
                 if now >= limit {
@@ -261,6 +274,14 @@ impl Watchdog {
     }
 }
 
+/// The connection timeouts the watchdog applies (`server.timeouts`).
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    header_read: Duration,
+    idle: Duration,
+    send: Duration,
+}
+
 /// What the watchdog knows of a connection when it looks; times in
 /// milliseconds since the connection started.
 #[derive(Debug, Clone, Copy)]
@@ -274,30 +295,47 @@ struct Look {
     head_started_ms: Option<u64>,
     /// The framing watcher stopped following heads.
     blind: bool,
+    /// Since when writes have not gone through, while they are stuck.
+    write_blocked_ms: Option<u64>,
 }
 
 impl Look {
     /// When the connection must be closed unless something happens first
-    /// (since its start), and why; `None` while a request is in flight.
-    fn limit(&self, header_read: Duration, idle: Duration) -> Option<(Duration, &'static str)> {
+    /// (since its start), and why; `None` while a request is in flight and
+    /// its writes go through.
+    ///
+    /// `header_read` runs from a head's first byte, `idle` while no request
+    /// is in progress (from the start, or from the last response's end),
+    /// `send` while a write makes no progress, whatever else is going on.
+    fn limit(&self, t: Timeouts) -> Option<(Duration, &'static str)> {
         const HEAD: &str = "no request head within header_read";
-        if self.requests == 0 {
-            return Some((header_read, HEAD));
-        }
+        let stuck = self.write_blocked_ms.map(|since| {
+            (
+                Duration::from_millis(since) + t.send,
+                "no write progress within send",
+            )
+        });
         if self.in_flight > 0 {
-            return None;
+            return stuck;
         }
         let last_end = Duration::from_millis(self.last_end_ms);
-        Some(match (self.head_started_ms, self.blind) {
+        let waiting = match (self.head_started_ms, self.blind) {
             // A head cannot be read before the response ahead of it ends.
             (Some(began), _) => (
-                Duration::from_millis(began).max(last_end) + header_read,
+                Duration::from_millis(began).max(last_end) + t.header_read,
                 HEAD,
             ),
             // Heads no longer followed: as hyper's own timer would, from
             // the end of the last response.
-            (None, true) => (last_end + idle.min(header_read), "idle or no request head"),
-            (None, false) => (last_end + idle, "idle timeout"),
+            (None, true) if self.requests > 0 => (
+                last_end + t.idle.min(t.header_read),
+                "idle or no request head",
+            ),
+            (None, _) => (last_end + t.idle, "idle timeout"),
+        };
+        Some(match stuck {
+            Some(stuck) if stuck.0 < waiting.0 => stuck,
+            _ => waiting,
         })
     }
 }
@@ -366,8 +404,11 @@ impl Gate {
 mod tests {
     use super::*;
 
-    const HR: Duration = Duration::from_secs(10);
-    const IDLE: Duration = Duration::from_secs(60);
+    const T: Timeouts = Timeouts {
+        header_read: Duration::from_secs(10),
+        idle: Duration::from_secs(60),
+        send: Duration::from_secs(20),
+    };
 
     fn look(requests: u64, in_flight: usize, last_end_ms: u64) -> Look {
         Look {
@@ -376,39 +417,68 @@ mod tests {
             last_end_ms,
             head_started_ms: None,
             blind: false,
+            write_blocked_ms: None,
         }
     }
 
-    fn secs(limit: Option<(Duration, &str)>) -> Option<u64> {
-        limit.map(|(d, _)| d.as_secs())
+    fn secs(look: Look) -> Option<u64> {
+        look.limit(T).map(|(d, _)| d.as_secs())
     }
 
     #[test]
     fn heads_are_timed_from_their_first_byte_and_idle_from_the_last_response() {
-        // Nothing yet: header_read from the start.
-        assert_eq!(secs(look(0, 0, 0).limit(HR, IDLE)), Some(10));
+        // Nothing yet, not a byte: idle from the start.
+        assert_eq!(secs(look(0, 0, 0)), Some(60));
+        // The first head began at 3 s: header_read from its first byte.
+        let first = Look {
+            head_started_ms: Some(3_000),
+            ..look(0, 0, 0)
+        };
+        assert_eq!(secs(first), Some(13));
         // Busy: nothing due.
-        assert_eq!(secs(look(1, 1, 0).limit(HR, IDLE)), None);
+        assert_eq!(secs(look(1, 1, 0)), None);
         // Idle after a response at 5 s: `idle` from then, not header_read.
-        assert_eq!(secs(look(1, 0, 5_000).limit(HR, IDLE)), Some(65));
+        assert_eq!(secs(look(1, 0, 5_000)), Some(65));
         // A head began at 30 s: header_read from its first byte.
         let partial = Look {
             head_started_ms: Some(30_000),
             ..look(1, 0, 5_000)
         };
-        assert_eq!(secs(partial.limit(HR, IDLE)), Some(40));
+        assert_eq!(secs(partial), Some(40));
         // One that began while a response was on its way: from that end.
         let early = Look {
             head_started_ms: Some(2_000),
             ..look(1, 0, 5_000)
         };
-        assert_eq!(secs(early.limit(HR, IDLE)), Some(15));
+        assert_eq!(secs(early), Some(15));
         // Heads no longer followed: the earlier of the two, from the end.
         let blind = Look {
             blind: true,
             ..look(1, 0, 5_000)
         };
-        assert_eq!(secs(blind.limit(HR, IDLE)), Some(15));
+        assert_eq!(secs(blind), Some(15));
+    }
+
+    #[test]
+    fn a_write_that_makes_no_progress_is_timed_by_send_whatever_else_goes_on() {
+        // In flight, its writes stuck since 7 s.
+        let stuck = Look {
+            write_blocked_ms: Some(7_000),
+            ..look(1, 1, 0)
+        };
+        assert_eq!(secs(stuck), Some(27));
+        // Idle (the last response handed over at 5 s) with a write stuck
+        // since 4 s: the earlier limit.
+        let idle = Look {
+            write_blocked_ms: Some(4_000),
+            ..look(1, 0, 5_000)
+        };
+        assert_eq!(secs(idle), Some(24));
+        let late = Look {
+            write_blocked_ms: Some(50_000),
+            ..look(1, 0, 5_000)
+        };
+        assert_eq!(secs(late), Some(65));
     }
 
     #[test]

@@ -14,9 +14,15 @@
 //! runs from a head's first byte: hyper's own head timer would also run
 //! while a keep-alive connection is idle.
 //!
+//! On the way out it notes when a write could not go through (the client
+//! stopped reading, or its TCP window is shut) and clears that on the next
+//! byte written, so the watchdog can close a connection whose writes make no
+//! progress for `timeouts.send` ([`Framing::write_blocked`]).
+//!
 //! It never changes a byte and never blocks: on anything it does not
-//! understand (HTTP/2, an upgrade, a malformed head that hyper will reject
-//! anyway) it stops watching.
+//! understand (an upgrade, a malformed head that hyper will reject anyway)
+//! it stops watching; on the HTTP/2 preface it stops without losing track,
+//! since HTTP/2 has no heads for it to time.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -32,8 +38,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// The most header fields a watched head may have (hyper's own limit is 100).
 const MAX_HEADERS: usize = 128;
 
-/// The longest chunk-size or trailer line followed before giving up.
+/// The longest chunk-size or trailer line followed before giving up (a
+/// chunk-size line that long is a bad chunk).
 const MAX_LINE: usize = 4096;
+
+/// The largest chunk size any request may announce: 2^63 (SPEC §4), past
+/// which sizes overflow the signed lengths some upstreams parse them into.
+pub const MAX_CHUNK: u64 = 1 << 63;
 
 /// What the sniffer tells the pipeline (the 1-based number of the first
 /// request head with both Content-Length and Transfer-Encoding) and the
@@ -42,16 +53,23 @@ const MAX_LINE: usize = 4096;
 pub struct Framing {
     /// The first ambiguous head's number, 0 if none.
     first_ambiguous: AtomicU64,
+    /// The number of the first request whose body had a bad chunk-size line
+    /// (a size past the cap, or a line past [`MAX_LINE`]), 0 if none.
+    first_bad_chunk: AtomicU64,
     /// While a head has partly arrived: when its first byte came, in
     /// milliseconds since `started`, plus one; 0 otherwise.
     head_started: AtomicU64,
     /// The watcher stopped following an HTTP/1 connection after its first
     /// head: it can no longer say when heads start.
     blind: AtomicBool,
+    /// While a write is stuck: when it first could not go through, in
+    /// milliseconds since `started`, plus one; 0 otherwise.
+    write_blocked: AtomicU64,
     /// When the connection was accepted.
     started: Instant,
-    /// Woken when a head starts to arrive (the watchdog's).
-    on_head: OnceLock<Waker>,
+    /// Woken when a head starts to arrive or a write gets stuck (the
+    /// watchdog's).
+    on_change: OnceLock<Waker>,
 }
 
 impl Framing {
@@ -59,16 +77,27 @@ impl Framing {
     pub fn new(started: Instant) -> Framing {
         Framing {
             first_ambiguous: AtomicU64::new(0),
+            first_bad_chunk: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
             blind: AtomicBool::new(false),
+            write_blocked: AtomicU64::new(0),
             started,
-            on_head: OnceLock::new(),
+            on_change: OnceLock::new(),
         }
     }
 
     /// Whether request number `n` (1-based, in arrival order) had both fields.
     pub fn ambiguous(&self, n: u64) -> bool {
         n != 0 && self.first_ambiguous.load(Ordering::Relaxed) == n
+    }
+
+    /// Whether request number `n`'s chunked body announced a chunk larger
+    /// than the connection's cap (`max_body_bytes`, at most [`MAX_CHUNK`]),
+    /// or a chunk-size line too long to follow. Set as the bytes arrive,
+    /// before hyper decodes them, so a body reader that asks after each
+    /// frame never passes on a byte of such a chunk.
+    pub fn bad_chunk(&self, n: u64) -> bool {
+        n != 0 && self.first_bad_chunk.load(Ordering::Relaxed) == n
     }
 
     /// When the head being received began (milliseconds since the
@@ -83,9 +112,33 @@ impl Framing {
         self.blind.load(Ordering::Relaxed)
     }
 
-    /// Wake `waker` whenever a head starts to arrive.
-    pub fn wake_on_head(&self, waker: Waker) {
-        let _ = self.on_head.set(waker);
+    /// Since when (milliseconds since the connection started) writes have
+    /// not gone through, while they are stuck.
+    pub fn write_blocked(&self) -> Option<u64> {
+        self.write_blocked.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Wake `waker` whenever a head starts to arrive or a write gets stuck.
+    pub fn wake_on_change(&self, waker: Waker) {
+        let _ = self.on_change.set(waker);
+    }
+
+    fn wake(&self) {
+        if let Some(waker) = self.on_change.get() {
+            waker.wake_by_ref();
+        }
+    }
+
+    /// A write could not go through (or some did, after `Pending`s).
+    fn wrote(&self, progress: bool) {
+        let blocked = self.write_blocked.load(Ordering::Relaxed) != 0;
+        if progress && blocked {
+            self.write_blocked.store(0, Ordering::Relaxed);
+        } else if !progress && !blocked {
+            let ms = self.started.elapsed().as_millis() as u64;
+            self.write_blocked.store(ms + 1, Ordering::Relaxed);
+            self.wake();
+        }
     }
 
     /// A head has begun to arrive and is not complete.
@@ -95,9 +148,7 @@ impl Framing {
         }
         let ms = self.started.elapsed().as_millis() as u64;
         self.head_started.store(ms + 1, Ordering::Relaxed);
-        if let Some(waker) = self.on_head.get() {
-            waker.wake_by_ref();
-        }
+        self.wake();
     }
 
     /// The head being received is complete (or no longer followed).
@@ -105,6 +156,12 @@ impl Framing {
         if self.head_started.load(Ordering::Relaxed) != 0 {
             self.head_started.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+impl crate::body::ChunkWatch for Framing {
+    fn bad_chunk(&self, n: u64) -> bool {
+        Framing::bad_chunk(self, n)
     }
 }
 
@@ -135,20 +192,23 @@ pin_project! {
         line: Vec<u8>,
         heads: u64,
         max_head: usize,
+        max_chunk: u64,
         framing: Arc<Framing>,
     }
 }
 
 impl<T> SniffIo<T> {
     /// Watch `inner`; heads longer than `max_head` end the watch (hyper
-    /// answers those 431 itself).
-    pub fn new(inner: T, max_head: usize, framing: Arc<Framing>) -> Self {
+    /// answers those 431 itself); a chunk larger than `max_chunk` (capped
+    /// at [`MAX_CHUNK`]) is a bad chunk.
+    pub fn new(inner: T, max_head: usize, max_chunk: u64, framing: Arc<Framing>) -> Self {
         SniffIo {
             inner,
             state: State::Head,
             line: Vec::new(),
             heads: 0,
             max_head,
+            max_chunk: max_chunk.min(MAX_CHUNK),
             framing,
         }
     }
@@ -160,6 +220,7 @@ struct Machine<'a> {
     line: &'a mut Vec<u8>,
     heads: &'a mut u64,
     max_head: usize,
+    max_chunk: u64,
     framing: &'a Framing,
 }
 
@@ -254,6 +315,11 @@ impl Machine<'_> {
 
     /// Count a parsed head and say what comes after it.
     fn classify(&mut self, request: &httparse::Request<'_, '_>) -> State {
+        if *self.heads == 0 && request.method == Some("PRI") && request.path == Some("*") {
+            // The HTTP/2 preface (h2c with prior knowledge): no HTTP/1
+            // heads follow, and HTTP/2 is timed by its streams.
+            return State::Done;
+        }
         *self.heads += 1;
         let (mut length, mut chunked, mut has_cl, mut has_te, mut upgrade) =
             (None, false, false, false, request.method == Some("CONNECT"));
@@ -307,11 +373,19 @@ impl Machine<'_> {
         let Some(nl) = bytes.iter().position(|b| *b == b'\n') else {
             self.line.extend_from_slice(bytes);
             if self.line.len() > MAX_LINE {
+                if matches!(self.state, State::ChunkSize) {
+                    self.bad_chunk();
+                }
                 self.stop();
             }
             return &[];
         };
         self.line.extend_from_slice(&bytes[..nl]);
+        if self.line.len() > MAX_LINE && matches!(self.state, State::ChunkSize) {
+            self.bad_chunk();
+            self.stop();
+            return &[];
+        }
         let line = self.line.strip_suffix(b"\r").unwrap_or(self.line);
         let next = match *self.state {
             State::ChunkSize => {
@@ -321,6 +395,10 @@ impl Machine<'_> {
                     .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
                 {
                     Some(0) => State::Trailers,
+                    Some(n) if n > self.max_chunk => {
+                        self.bad_chunk();
+                        State::Done
+                    }
                     Some(n) => State::ChunkData(n),
                     None => State::Done,
                 }
@@ -333,6 +411,16 @@ impl Machine<'_> {
         self.line.clear();
         *self.state = next;
         &bytes[nl + 1..]
+    }
+
+    /// The body of the last head has a bad chunk: say so, once.
+    fn bad_chunk(&mut self) {
+        let _ = self.framing.first_bad_chunk.compare_exchange(
+            0,
+            *self.heads,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     fn stop(&mut self) {
@@ -364,6 +452,7 @@ impl<T: AsyncRead> AsyncRead for SniffIo<T> {
                 line: this.line,
                 heads: this.heads,
                 max_head: *this.max_head,
+                max_chunk: *this.max_chunk,
                 framing: this.framing,
             };
             machine.feed(&buf.filled()[before..]);
@@ -378,11 +467,17 @@ impl<T: AsyncWrite> AsyncWrite for SniffIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.project().inner.poll_write(cx, buf)
+        let this = self.project();
+        let polled = this.inner.poll_write(cx, buf);
+        this.framing.wrote(polled.is_ready());
+        polled
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().inner.poll_flush(cx)
+        let this = self.project();
+        let polled = this.inner.poll_flush(cx);
+        this.framing.wrote(polled.is_ready());
+        polled
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -394,7 +489,10 @@ impl<T: AsyncWrite> AsyncWrite for SniffIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.project().inner.poll_write_vectored(cx, bufs)
+        let this = self.project();
+        let polled = this.inner.poll_write_vectored(cx, bufs);
+        this.framing.wrote(polled.is_ready());
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -406,8 +504,9 @@ impl<T: AsyncWrite> AsyncWrite for SniffIo<T> {
 mod tests {
     use super::*;
 
-    /// Feed `stream` in pieces of `step` bytes; the first ambiguous head's number.
-    fn run(stream: &[u8], step: usize) -> u64 {
+    /// Feed `stream` in pieces of `step` bytes, chunks capped at
+    /// `max_chunk`; what the watcher saw.
+    fn watch(stream: &[u8], step: usize, max_chunk: u64) -> Framing {
         let framing = Framing::new(Instant::now());
         let (mut state, mut line, mut heads) = (State::Head, Vec::new(), 0);
         let mut m = Machine {
@@ -415,12 +514,55 @@ mod tests {
             line: &mut line,
             heads: &mut heads,
             max_head: 16384,
+            max_chunk,
             framing: &framing,
         };
         for piece in stream.chunks(step) {
             m.feed(piece);
         }
-        framing.first_ambiguous.load(Ordering::Relaxed)
+        framing
+    }
+
+    /// Feed `stream` in pieces of `step` bytes; the first ambiguous head's number.
+    fn run(stream: &[u8], step: usize) -> u64 {
+        watch(stream, step, MAX_CHUNK)
+            .first_ambiguous
+            .load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn chunks_past_the_cap_or_2_pow_63_and_overlong_size_lines_are_bad() {
+        let second = |size: &str| {
+            format!(
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nabc"
+            )
+        };
+        let bad = |stream: &str, cap: u64| {
+            [1, 5, stream.len()].map(|step| {
+                watch(stream.as_bytes(), step, cap)
+                    .first_bad_chunk
+                    .load(Ordering::Relaxed)
+            })
+        };
+        assert_eq!(bad(&second("ffffffffffffffff"), MAX_CHUNK), [2; 3]);
+        assert_eq!(bad(&second("8000000000000001"), MAX_CHUNK), [2; 3]);
+        assert_eq!(bad(&second("8000000000000000;x=1"), MAX_CHUNK), [0; 3]);
+        assert_eq!(bad(&second("401"), 1024), [2; 3]);
+        assert_eq!(bad(&second("400"), 1024), [0; 3]);
+        let long = format!("3;{}", "x".repeat(MAX_LINE + 1));
+        assert_eq!(bad(&second(&long), MAX_CHUNK), [2; 3]);
+    }
+
+    #[test]
+    fn the_http2_preface_is_no_head() {
+        let framing = watch(
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04",
+            7,
+            MAX_CHUNK,
+        );
+        assert!(!framing.blind(), "HTTP/2 keeps its idle timeout");
+        assert_eq!(framing.head_started(), None);
     }
 
     #[test]

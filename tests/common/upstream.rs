@@ -89,6 +89,8 @@ impl Recorded {
 #[derive(Default)]
 struct State {
     connections: AtomicUsize,
+    /// Connections open right now.
+    open: AtomicUsize,
     /// Notified to drop every open connection.
     kick: tokio::sync::Notify,
     requests: AtomicUsize,
@@ -131,6 +133,8 @@ impl Echo {
                 // Reap finished connections so the set does not grow forever.
                 while conns.try_join_next().is_some() {}
                 st.connections.fetch_add(1, Ordering::SeqCst);
+                st.open.fetch_add(1, Ordering::SeqCst);
+                let open = Open(st.clone());
                 let kick = st.clone();
                 let st = st.clone();
                 let name = name_owned.clone();
@@ -145,6 +149,7 @@ impl Echo {
                         _ = serve => {}
                         _ = kicked => {}
                     }
+                    drop(open);
                 });
             }
         });
@@ -172,6 +177,12 @@ impl Echo {
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
         self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// TCP connections open right now (a response cut short by the gateway
+    /// closes its HTTP/1.1 connection).
+    pub fn open(&self) -> usize {
+        self.state.open.load(Ordering::SeqCst)
     }
 
     /// Drops every open connection abruptly (no `Connection: close`, no
@@ -264,6 +275,14 @@ fn pairs(h: &HeaderMap) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// One open connection, counted down when its task ends.
+struct Open(Arc<State>);
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct InFlight(Arc<State>);

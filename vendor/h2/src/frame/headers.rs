@@ -100,6 +100,12 @@ struct HeaderBlock {
     /// Pseudo headers, these are broken out as they must be sent as part of the
     /// headers frame.
     pseudo: Pseudo,
+
+    /// tollgate patch (vendor/README.md): a field seen so far makes the
+    /// message malformed. Kept across CONTINUATION frames, so the block is
+    /// decoded whole (the HPACK state is the connection's) before the stream
+    /// is reset.
+    is_malformed: bool,
 }
 
 #[derive(Debug)]
@@ -126,6 +132,7 @@ impl Headers {
                 fields,
                 is_over_size: false,
                 pseudo,
+                is_malformed: false,
             },
             flags: HeadersFlag::default(),
         }
@@ -143,6 +150,7 @@ impl Headers {
                 fields,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
+                is_malformed: false,
             },
             flags,
         }
@@ -164,7 +172,8 @@ impl Headers {
         // Read the padding length
         if flags.is_padded() {
             if src.is_empty() {
-                return Err(Error::MalformedMessage);
+                // tollgate patch: too small for its fields, RFC 9113 §4.2.
+                return Err(Error::InvalidPayloadLength);
             }
             pad = src[0] as usize;
 
@@ -175,7 +184,8 @@ impl Headers {
         // Read the stream dependency
         let stream_dep = if flags.is_priority() {
             if src.len() < 5 {
-                return Err(Error::MalformedMessage);
+                // tollgate patch: too small for its fields, RFC 9113 §4.2.
+                return Err(Error::InvalidPayloadLength);
             }
             let stream_dep = StreamDependency::load(&src[..5])?;
 
@@ -208,6 +218,7 @@ impl Headers {
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
+                is_malformed: false,
             },
             flags,
         };
@@ -368,6 +379,7 @@ impl PushPromise {
                 fields,
                 is_over_size: false,
                 pseudo,
+                is_malformed: false,
             },
             promised_id,
             stream_id,
@@ -459,6 +471,7 @@ impl PushPromise {
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
+                is_malformed: false,
             },
             promised_id,
             stream_id: head.stream_id(),
@@ -866,7 +879,6 @@ impl HeaderBlock {
         decoder: &mut hpack::Decoder,
     ) -> Result<(), Error> {
         let mut reg = !self.fields.is_empty();
-        let mut malformed = false;
         let mut header_list_way_too_large = false;
         let mut headers_size = self.calculate_header_list_size();
         let max_header_list_abuse_size =
@@ -892,10 +904,10 @@ impl HeaderBlock {
             ($field:ident, $val:expr) => {{
                 if reg {
                     tracing::trace!("load_hpack; header malformed -- pseudo not at head of block");
-                    malformed = true;
+                    self.is_malformed = true;
                 } else if self.pseudo.$field.is_some() {
                     tracing::trace!("load_hpack; header malformed -- repeated pseudo");
-                    malformed = true;
+                    self.is_malformed = true;
                 } else {
                     let __val = $val;
                     headers_size +=
@@ -931,13 +943,16 @@ impl HeaderBlock {
                         || name == "proxy-connection"
                     {
                         tracing::trace!("load_hpack; connection level header");
-                        malformed = true;
+                        self.is_malformed = true;
                     } else if name == header::TE && value != "trailers" {
                         tracing::trace!(
                             "load_hpack; TE header not set to trailers; val={:?}",
                             value
                         );
-                        malformed = true;
+                        self.is_malformed = true;
+                    } else if has_outer_whitespace(value.as_bytes()) {
+                        tracing::trace!("load_hpack; field value with outer whitespace");
+                        self.is_malformed = true;
                     } else {
                         reg = true;
 
@@ -968,6 +983,14 @@ impl HeaderBlock {
             ControlFlow::Continue(())
         });
 
+        // tollgate patch: a field HTTP/2 does not allow (an uppercase name,
+        // an unknown pseudo-header, a NUL, CR or LF in a value, ...) makes
+        // the message malformed (RFC 9113 §8.2.1, §8.3).
+        if decoder.take_invalid_field() {
+            tracing::trace!("load_hpack; field HTTP/2 does not allow");
+            self.is_malformed = true;
+        }
+
         match res {
             Ok(()) => {}
             Err(e) => {
@@ -981,7 +1004,7 @@ impl HeaderBlock {
             return Err(Error::HeaderListWayTooLarge);
         }
 
-        if malformed {
+        if self.is_malformed {
             tracing::trace!("malformed message");
             return Err(Error::MalformedMessage);
         }
@@ -1033,6 +1056,14 @@ fn calculate_headermap_size(map: &HeaderMap) -> usize {
     map.iter()
         .map(|(name, value)| decoded_header_size(name.as_str().len(), value.len()))
         .sum::<usize>()
+}
+
+/// tollgate patch (vendor/README.md): RFC 9113 §8.2.1, "a field value MUST
+/// NOT start or end with an ASCII whitespace character (ASCII SP or HTAB,
+/// 0x20 or 0x09)".
+fn has_outer_whitespace(value: &[u8]) -> bool {
+    let space = |b: Option<&u8>| matches!(b, Some(b' ' | b'\t'));
+    space(value.first()) || space(value.last())
 }
 
 fn decoded_header_size(name: usize, value: usize) -> usize {

@@ -21,7 +21,8 @@ pub fn strip_padding(payload: &mut Bytes) -> Result<u8, Error> {
     if payload_len == 0 {
         // If this is the case, the frame is invalid as no padding length can be
         // extracted, even though the frame should be padded.
-        return Err(Error::TooMuchPadding);
+        // tollgate patch: too small for its fields, RFC 9113 §4.2.
+        return Err(Error::InvalidPayloadLength);
     }
 
     let pad_len = payload[0] as usize;

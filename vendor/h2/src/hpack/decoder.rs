@@ -20,6 +20,10 @@ pub struct Decoder {
     last_max_update: usize,
     table: Table,
     buffer: BytesMut,
+    // tollgate patch (vendor/README.md): set when `decode` met a field that
+    // HPACK decoded but HTTP/2 does not allow (see `Entry::Invalid`); the
+    // frame layer reads it with `take_invalid_field`.
+    invalid_field: bool,
 }
 
 /// Represents all errors that can be encountered while performing the decoding
@@ -138,9 +142,53 @@ enum Representation {
 
 #[derive(Debug)]
 struct Table {
-    entries: VecDeque<Header>,
+    entries: VecDeque<Entry>,
     size: usize,
     max_size: usize,
+}
+
+/// A decoded field, as the table holds it (tollgate patch, vendor/README.md).
+///
+/// A field whose name or value HTTP/2 does not allow (an uppercase or empty
+/// name, an unknown pseudo-header, a value with NUL, CR or LF, ...) makes the
+/// message malformed, a stream error (RFC 9113 §8.1.1, §8.2.1, §8.3), not a
+/// decoding error: it keeps its place and size in the dynamic table so the
+/// rest of the block, and the blocks after it, decode as the encoder meant.
+#[derive(Debug, Clone)]
+enum Entry {
+    Field(Header),
+    Invalid { name: Bytes, value: Bytes },
+}
+
+impl Entry {
+    fn new(name: Bytes, value: Bytes) -> Entry {
+        match Header::new(name.clone(), value.clone()) {
+            Ok(header) => Entry::Field(header),
+            Err(_) => Entry::Invalid { name, value },
+        }
+    }
+
+    /// This entry's name with another value (a literal with an indexed name).
+    fn with_value(self, value: Bytes) -> Entry {
+        match self {
+            Entry::Field(header) => match header.name().into_entry(value.clone()) {
+                Ok(header) => Entry::Field(header),
+                Err(_) => Entry::Invalid {
+                    name: Bytes::copy_from_slice(header.name().as_slice()),
+                    value,
+                },
+            },
+            Entry::Invalid { name, .. } => Entry::Invalid { name, value },
+        }
+    }
+
+    /// The size RFC 7541 §4.1 gives the entry.
+    fn len(&self) -> usize {
+        match self {
+            Entry::Field(header) => header.len(),
+            Entry::Invalid { name, value } => 32 + name.len() + value.len(),
+        }
+    }
 }
 
 struct StringMarker {
@@ -159,7 +207,15 @@ impl Decoder {
             last_max_update: size,
             table: Table::new(size),
             buffer: BytesMut::with_capacity(4096),
+            invalid_field: false,
         }
+    }
+
+    /// Whether the fields decoded since the last call included one HTTP/2
+    /// does not allow, which `decode` did not hand to its callback
+    /// (tollgate patch, see `Entry`).
+    pub fn take_invalid_field(&mut self) -> bool {
+        std::mem::take(&mut self.invalid_field)
     }
 
     /// Queues a potential size update
@@ -185,6 +241,7 @@ impl Decoder {
         use self::Representation::*;
 
         let mut can_resize = true;
+        self.invalid_field = false;
 
         if let Some(size) = self.max_size_update.take() {
             self.last_max_update = size;
@@ -205,7 +262,7 @@ impl Decoder {
                     can_resize = false;
                     let entry = self.decode_indexed(src)?;
                     consume(src);
-                    if f(entry).is_break() {
+                    if self.emit(entry, &mut f).is_break() {
                         break;
                     }
                 }
@@ -218,7 +275,7 @@ impl Decoder {
                     self.table.insert(entry.clone());
                     consume(src);
 
-                    if f(entry).is_break() {
+                    if self.emit(entry, &mut f).is_break() {
                         break;
                     }
                 }
@@ -227,7 +284,7 @@ impl Decoder {
                     can_resize = false;
                     let entry = self.decode_literal(src, false)?;
                     consume(src);
-                    if f(entry).is_break() {
+                    if self.emit(entry, &mut f).is_break() {
                         break;
                     }
                 }
@@ -239,7 +296,7 @@ impl Decoder {
 
                     // TODO: Track that this should never be indexed
 
-                    if f(entry).is_break() {
+                    if self.emit(entry, &mut f).is_break() {
                         break;
                     }
                 }
@@ -257,6 +314,20 @@ impl Decoder {
         }
 
         Ok(())
+    }
+
+    /// Hands a valid field to `f`; notes an invalid one (tollgate patch).
+    fn emit<F>(&mut self, entry: Entry, f: &mut F) -> ControlFlow<()>
+    where
+        F: FnMut(Header) -> ControlFlow<()>,
+    {
+        match entry {
+            Entry::Field(header) => f(header),
+            Entry::Invalid { .. } => {
+                self.invalid_field = true;
+                ControlFlow::Continue(())
+            }
+        }
     }
 
     fn process_size_update(&mut self, buf: &mut Cursor<&mut BytesMut>) -> Result<(), DecoderError> {
@@ -277,7 +348,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn decode_indexed(&self, buf: &mut Cursor<&mut BytesMut>) -> Result<Header, DecoderError> {
+    fn decode_indexed(&self, buf: &mut Cursor<&mut BytesMut>) -> Result<Entry, DecoderError> {
         let index = decode_int(buf, 7)?;
         self.table.get(index)
     }
@@ -286,7 +357,7 @@ impl Decoder {
         &mut self,
         buf: &mut Cursor<&mut BytesMut>,
         index: bool,
-    ) -> Result<Header, DecoderError> {
+    ) -> Result<Entry, DecoderError> {
         let prefix = if index { 6 } else { 4 };
 
         // Extract the table index for the name, or 0 if not indexed
@@ -301,12 +372,12 @@ impl Decoder {
             // Read the name as a literal
             let name = name_marker.consume(buf);
             let value = value_marker.consume(buf);
-            Header::new(name, value)
+            Ok(Entry::new(name, value))
         } else {
             let e = self.table.get(table_idx)?;
             let value = self.decode_string(buf)?;
 
-            e.name().into_entry(value)
+            Ok(e.with_value(value))
         }
     }
 
@@ -515,13 +586,13 @@ impl Table {
     ///
     /// This is according to the [HPACK spec, section 2.3.3.]
     /// (http://http2.github.io/http2-spec/compression.html#index.address.space)
-    pub fn get(&self, index: usize) -> Result<Header, DecoderError> {
+    pub fn get(&self, index: usize) -> Result<Entry, DecoderError> {
         if index == 0 {
             return Err(DecoderError::InvalidTableIndex);
         }
 
         if index <= 61 {
-            return Ok(get_static(index));
+            return Ok(Entry::Field(get_static(index)));
         }
 
         // Convert the index for lookup in the entries structure.
@@ -531,7 +602,7 @@ impl Table {
         }
     }
 
-    fn insert(&mut self, entry: Header) {
+    fn insert(&mut self, entry: Entry) {
         let len = entry.len();
 
         self.reserve(len);

@@ -54,6 +54,14 @@ mod h1_reason_phrase;
 #[cfg(any(feature = "http1", feature = "ffi"))]
 pub use h1_reason_phrase::ReasonPhrase;
 
+/// tollgate patch: on an HTTP/2 server response, the longest its body may
+/// wait for send capacity (the client's flow-control window, or the
+/// connection's send buffer) before the stream is reset with `CANCEL` and
+/// the body dropped. Needs the connection's timer; ignored without one.
+#[cfg(all(feature = "http2", feature = "server"))]
+#[derive(Clone, Copy, Debug)]
+pub struct SendStallTimeout(pub std::time::Duration);
+
 #[cfg(all(feature = "http1", feature = "client"))]
 mod informational;
 #[cfg(all(feature = "http1", feature = "client"))]

@@ -103,8 +103,43 @@ pin_project! {
         // it survives across `Poll::Pending` returns from `poll_capacity`; if
         // we left the chunk in a local, it would be dropped on every repoll.
         buffered_data: Option<Peeked<S::Data>>,
+        // tollgate patch: how long the body may wait for send capacity.
+        stall: Option<Stall>,
         #[pin]
         stream: S,
+    }
+}
+
+/// tollgate patch: a bound on how long a response body may wait for send
+/// capacity (the peer's flow-control window, or h2's send buffer while the
+/// connection cannot write), armed while it waits, disarmed on progress.
+pub(crate) struct Stall {
+    timer: crate::common::time::Time,
+    limit: std::time::Duration,
+    sleep: Option<Pin<Box<dyn crate::rt::Sleep>>>,
+}
+
+impl Stall {
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn new(timer: crate::common::time::Time, limit: std::time::Duration) -> Stall {
+        Stall {
+            timer,
+            limit,
+            sleep: None,
+        }
+    }
+
+    /// Whether the wait that is going on has lasted `limit` (arming the
+    /// timer, registered with `cx`, on the first call of a wait).
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let (timer, limit) = (&self.timer, self.limit);
+        let sleep = self.sleep.get_or_insert_with(|| timer.sleep(limit));
+        sleep.as_mut().poll(cx).is_ready()
+    }
+
+    /// The wait is over: capacity came.
+    fn disarm(&mut self) {
+        self.sleep = None;
     }
 }
 
@@ -122,8 +157,17 @@ where
             body_tx: tx,
             data_done: false,
             buffered_data: None,
+            stall: None,
             stream,
         }
+    }
+
+    /// tollgate patch: reset the stream (CANCEL) and fail once the body has
+    /// waited for send capacity for `stall`'s limit.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn with_stall(mut self, stall: Option<Stall>) -> PipeToSendStream<S> {
+        self.stall = stall;
+        self
     }
 
     #[cfg(feature = "client")]
@@ -159,7 +203,20 @@ where
             // body again.
             if me.buffered_data.is_some() {
                 while me.body_tx.capacity() == 0 {
-                    match ready!(me.body_tx.poll_capacity(cx)) {
+                    let Poll::Ready(capacity) = me.body_tx.poll_capacity(cx) else {
+                        // tollgate patch: a bounded wait.
+                        if let Some(stall) = me.stall.as_mut() {
+                            if stall.poll_expired(cx) {
+                                debug!("no send capacity within the stall limit: resetting");
+                                me.body_tx.send_reset(h2::Reason::CANCEL);
+                                return Poll::Ready(Err(crate::Error::new_body_write(
+                                    "no send progress within the stall limit",
+                                )));
+                            }
+                        }
+                        return Poll::Pending;
+                    };
+                    match capacity {
                         Some(Ok(0)) => {}
                         Some(Ok(_)) => break,
                         Some(Err(e)) => return Poll::Ready(Err(crate::Error::new_body_write(e))),
@@ -174,6 +231,9 @@ where
                     }
                 }
 
+                if let Some(stall) = me.stall.as_mut() {
+                    stall.disarm();
+                }
                 let peeked = me.buffered_data.take().expect("checked is_some above");
                 let buf = SendBuf::Buf(peeked.data);
                 me.body_tx

@@ -115,6 +115,8 @@ where
     conn: Connection<Compat<T>, SendBuf<B::Data>>,
     closing: Option<crate::Error>,
     date_header: bool,
+    // tollgate patch: for a response's `ext::SendStallTimeout`.
+    timer: Time,
 }
 
 impl<T, S, B, E> Server<T, S, B, E>
@@ -224,6 +226,7 @@ where
                         conn,
                         closing: None,
                         date_header: me.date_header,
+                        timer: me.timer.clone(),
                     })
                 }
                 State::Serving(srv) => {
@@ -311,6 +314,7 @@ where
                             respond,
                             self.date_header,
                             exec.clone(),
+                            self.timer.clone(),
                         );
 
                         exec.execute_h2stream(fut);
@@ -369,6 +373,8 @@ pin_project! {
         state: H2StreamState<F, B>,
         date_header: bool,
         exec: E,
+        // tollgate patch: for a response's `ext::SendStallTimeout`.
+        timer: Time,
     }
 }
 
@@ -406,12 +412,14 @@ where
         respond: SendResponse<SendBuf<B::Data>>,
         date_header: bool,
         exec: E,
+        timer: Time,
     ) -> H2Stream<F, B, E> {
         H2Stream {
             reply: respond,
             state: H2StreamState::Service { fut, connect_parts },
             date_header,
             exec,
+            timer,
         }
     }
 }
@@ -469,6 +477,13 @@ where
 
                     let (head, body) = res.into_parts();
                     let mut res = ::http::Response::from_parts(head, ());
+                    // tollgate patch: a response may bound how long its body
+                    // waits for flow-control capacity.
+                    let stall = res
+                        .extensions_mut()
+                        .remove::<crate::ext::SendStallTimeout>()
+                        .filter(|_| !matches!(me.timer, Time::Empty))
+                        .map(|limit| super::Stall::new(me.timer.clone(), limit.0));
                     super::strip_connection_headers(
                         res.headers_mut(),
                         super::MessageKind::Response,
@@ -519,7 +534,7 @@ where
 
                         let body_tx = reply!(me, res, false);
                         H2StreamState::Body {
-                            pipe: PipeToSendStream::new(body, body_tx),
+                            pipe: PipeToSendStream::new(body, body_tx).with_stall(stall),
                         }
                     } else {
                         reply!(me, res, true);
