@@ -456,6 +456,8 @@ struct Ctx {
     admin_client: HttpClient,
     stats: Stats,
     stop: AtomicBool,
+    /// Notified when `stop` is set.
+    stopped: tokio::sync::Notify,
     reloads: AtomicU64,
     reload_failures: AtomicU64,
     redis_restarts: AtomicU64,
@@ -642,9 +644,10 @@ async fn download(ctx: &Ctx, key: &str, len: u64, seed: u64, abort: bool) {
     match got {
         Ok(true) => ctx.stats.record(class, "aborted", None, None),
         Ok(false) => ctx.stats.record(class, "200", Some(lat), None),
-        Err(e) => ctx
-            .stats
-            .record(class, kind(&e), None, Some((kind(&e), e.clone()))),
+        Err(e) => {
+            let d = format!("{e} (x-client {key})");
+            ctx.stats.record(class, kind(&e), None, Some((kind(&e), d)))
+        }
     }
 }
 
@@ -1423,6 +1426,7 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
             redis_down: Mutex::new((None, None)),
         },
         stop: AtomicBool::new(false),
+        stopped: tokio::sync::Notify::new(),
         reloads: AtomicU64::new(0),
         reload_failures: AtomicU64::new(0),
         redis_restarts: AtomicU64::new(0),
@@ -1501,9 +1505,17 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
             let mut next = Instant::now() + o.redis_restart_every;
             // No restart at (or after) the end: the traffic is stopping.
             while next + o.redis_down < end {
-                tokio::time::sleep_until(next.into()).await;
+                // Woken early by a stop (an interrupted run); a restart
+                // under way is finished first, so Redis is up at the end.
+                let stopped = ctx.stopped.notified();
+                tokio::pin!(stopped);
+                stopped.as_mut().enable();
                 if ctx.stop.load(Ordering::Relaxed) {
                     break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                    _ = stopped => break,
                 }
                 restart_redis(&ctx, &o, redis_port, &redis).await;
                 next += o.redis_restart_every;
@@ -1554,6 +1566,7 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
 
     // Stop the traffic; let what is in flight finish.
     ctx.stop.store(true, Ordering::Relaxed);
+    ctx.stopped.notify_waiters();
     reload_task.abort();
     let _ = redis_task.await;
     let drained = timeout(LONG + Duration::from_secs(5), async {
