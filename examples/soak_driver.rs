@@ -59,7 +59,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -162,50 +162,29 @@ fn parse_opts() -> Opts {
 
 // ------------------------------------------------------------------ the pattern
 
-/// Bodies are a 64 KiB block of pseudo-random bytes, read from an offset
-/// (the request's seed), wrapping around: byte `p` of a body is
-/// `block()[(seed + p) % LEN]`, so both ends check every byte cheaply.
-const LEN: usize = 64 * 1024;
+// The tests' pattern (tests/common/pattern.rs): a 64 KiB block of
+// pseudo-random bytes. A body with seed `s` is the pattern read from offset
+// `s`: byte `p` is `pattern_block()[(s + p) % PATTERN_LEN]`, so both ends
+// check every byte cheaply.
+#[path = "../tests/common/pattern.rs"]
+#[allow(dead_code)]
+mod pattern;
+use pattern::{matches_pattern, pattern_block, PATTERN_LEN as LEN};
+
 /// The size of the chunks bodies are sent in.
 const CHUNK: usize = 16 * 1024;
-
-fn block() -> &'static Bytes {
-    static BLOCK: OnceLock<Bytes> = OnceLock::new();
-    BLOCK.get_or_init(|| {
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut v = Vec::with_capacity(LEN);
-        while v.len() < LEN {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            v.extend_from_slice(&x.to_le_bytes());
-        }
-        v.truncate(LEN);
-        Bytes::from(v)
-    })
-}
 
 /// The next chunk of a body with `seed` at stream offset `pos`, at most
 /// `left` bytes (never crossing the block's end: no copy).
 fn pattern_chunk(seed: u64, pos: u64, left: u64) -> Bytes {
     let start = ((seed + pos) % LEN as u64) as usize;
     let take = (LEN - start).min(CHUNK).min(left as usize);
-    block().slice(start..start + take)
+    pattern_block().slice(start..start + take)
 }
 
 /// Whether `data` is the body with `seed` at stream offset `pos`.
-fn matches(seed: u64, pos: u64, mut data: &[u8]) -> bool {
-    let b = block();
-    let mut at = ((seed + pos) % LEN as u64) as usize;
-    while !data.is_empty() {
-        let take = (LEN - at).min(data.len());
-        if data[..take] != b[at..at + take] {
-            return false;
-        }
-        data = &data[take..];
-        at = 0;
-    }
-    true
+fn matches(seed: u64, pos: u64, data: &[u8]) -> bool {
+    matches_pattern(seed + pos, data)
 }
 
 /// A streamed body of `len` pattern bytes from `seed`; with `pause`, a
@@ -477,6 +456,8 @@ struct Ctx {
     admin_client: HttpClient,
     stats: Stats,
     stop: AtomicBool,
+    /// Notified when `stop` is set.
+    stopped: tokio::sync::Notify,
     reloads: AtomicU64,
     reload_failures: AtomicU64,
     redis_restarts: AtomicU64,
@@ -663,9 +644,10 @@ async fn download(ctx: &Ctx, key: &str, len: u64, seed: u64, abort: bool) {
     match got {
         Ok(true) => ctx.stats.record(class, "aborted", None, None),
         Ok(false) => ctx.stats.record(class, "200", Some(lat), None),
-        Err(e) => ctx
-            .stats
-            .record(class, kind(&e), None, Some((kind(&e), e.clone()))),
+        Err(e) => {
+            let d = format!("{e} (x-client {key})");
+            ctx.stats.record(class, kind(&e), None, Some((kind(&e), d)))
+        }
     }
 }
 
@@ -1444,6 +1426,7 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
             redis_down: Mutex::new((None, None)),
         },
         stop: AtomicBool::new(false),
+        stopped: tokio::sync::Notify::new(),
         reloads: AtomicU64::new(0),
         reload_failures: AtomicU64::new(0),
         redis_restarts: AtomicU64::new(0),
@@ -1522,9 +1505,17 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
             let mut next = Instant::now() + o.redis_restart_every;
             // No restart at (or after) the end: the traffic is stopping.
             while next + o.redis_down < end {
-                tokio::time::sleep_until(next.into()).await;
+                // Woken early by a stop (an interrupted run); a restart
+                // under way is finished first, so Redis is up at the end.
+                let stopped = ctx.stopped.notified();
+                tokio::pin!(stopped);
+                stopped.as_mut().enable();
                 if ctx.stop.load(Ordering::Relaxed) {
                     break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                    _ = stopped => break,
                 }
                 restart_redis(&ctx, &o, redis_port, &redis).await;
                 next += o.redis_restart_every;
@@ -1575,6 +1566,7 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
 
     // Stop the traffic; let what is in flight finish.
     ctx.stop.store(true, Ordering::Relaxed);
+    ctx.stopped.notify_waiters();
     reload_task.abort();
     let _ = redis_task.await;
     let drained = timeout(LONG + Duration::from_secs(5), async {
