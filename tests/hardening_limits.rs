@@ -93,6 +93,56 @@ async fn a_redis_stall_at_release_time_does_not_keep_the_slot_taken() {
     assert_ok(&held.await.expect("the second held request"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_taken_by_a_call_that_timed_out_is_given_back() {
+    let redis = RedisServer::start();
+    let store = format!(
+        "{{ backend: redis, url: \"{}\", timeout: 200ms, on_error: local }}",
+        redis.url()
+    );
+    let body = r#"
+        limits:
+          conc: { algorithm: concurrency, limit: 1, key: route }
+        routes:
+          - { name: c, match: { path: /c }, respond: { status: 200, body: ok }, limits: [conc] }
+    "#;
+    let gw = Gateway::start(&common::config_with_store(&store, None, body)).await;
+    let c = Caller::new(gw.addr());
+    assert_ok(&c.get("/c").await);
+    assert_eq!(limit_state(&gw, "conc", "c").await["remaining"], 1);
+
+    // Redis stalls: the request is decided locally after the timeout
+    // (on_error: local) and ends, but its call waits in Redis's socket and
+    // takes the slot when Redis resumes, with no response left to free it.
+    redis.stop();
+    assert_ok(&c.get("/c").await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.cont();
+
+    // The slot is given back within seconds, not when its lease (5 minutes)
+    // ends.
+    let resumed = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let r = admin(&gw, http::Method::GET, "/limits/conc/c").await;
+        let left = (r.status == 200)
+            .then(|| r.json()["remaining"].as_u64())
+            .flatten();
+        seen.push(left);
+        if left == Some(1) {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(8),
+            "the slot is still taken {:?} after Redis came back: {seen:?}",
+            resumed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("free again {:?} after Redis came back", resumed.elapsed());
+    assert_ok(&c.get("/c").await);
+}
+
 // ---------------------------------------------------------------------------
 // Deny-cache rejections carry the deciding figures (SPEC §5.4)
 // ---------------------------------------------------------------------------

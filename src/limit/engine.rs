@@ -368,6 +368,7 @@ impl Limiter {
                 Err(error) => {
                     metrics.store_call("redis", false, started.elapsed());
                     tracing::warn!(%error, policy = ?self.config.on_error, "limit store unavailable");
+                    self.release_unanswered(&plan.checks, now, &error);
                     match self.config.on_error {
                         OnError::Local => (self.local.decide(&plan.checks, now), true),
                         OnError::Allow => {
@@ -384,6 +385,43 @@ impl Limiter {
             },
         };
         self.conclude(plan, view, outcomes, now, local)
+    }
+
+    /// A decision call that failed once it may have been sent (it timed
+    /// out, or its connection broke) may still be applied when Redis
+    /// catches up, taking its `concurrency` leases with no response left to
+    /// end them (SPEC §6: a stall must not keep slots taken). So those
+    /// leases are given back through the release queue, which retries until
+    /// a release goes through or the lease ends; a release of a lease that
+    /// was never taken changes nothing. It is sent after the store's
+    /// `timeout`, behind the call it undoes (a connection that was not
+    /// replaced keeps the order; one that was let its last commands in
+    /// first).
+    fn release_unanswered(&self, checks: &[Check], now: Micros, error: &StoreError) {
+        let Some(releases) = &self.releases else {
+            return;
+        };
+        if matches!(error, StoreError::BreakerOpen) {
+            // Never sent.
+            return;
+        }
+        let pending: Vec<Pending> = checks
+            .iter()
+            .filter(|c| matches!(c.params, AlgoParams::Concurrency(_)))
+            .map(|c| Pending {
+                key: c.key,
+                lease: c.lease,
+                until: now.saturating_add(lease_of(&c.params)),
+            })
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        let (releases, wait) = (releases.clone(), self.config.timeout);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            releases.release(pending);
+        });
     }
 
     /// Turn the store's outcomes into a decision, and feed the deny cache.
