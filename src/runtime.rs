@@ -24,6 +24,7 @@ use crate::limit::store::redis::StoreError;
 use crate::metrics::RouteMetrics;
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};
+use crate::route::normalise::normalise_path;
 use crate::route::Router;
 use crate::tls::{self, TlsError};
 
@@ -112,6 +113,42 @@ pub enum BuildError {
     /// A certificate, key or CA could not be loaded.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// A route's `path` or `exact` is not a path a request normalises to,
+    /// so the route could never match (SPEC §3).
+    #[error("route {route:?}: {path:?} is not a normalised path ({why}), so the route could never match")]
+    RoutePath {
+        /// The route's name.
+        route: String,
+        /// Its `path` or `exact`.
+        path: String,
+        /// What a request would have to spell instead, or why none can.
+        why: String,
+    },
+}
+
+/// Every route's `path` and `exact` must be a normalised path under the
+/// config's `escaped_slashes`: the form request paths are matched in.
+/// Validation catches the common mistakes with the field's line; this is
+/// the complete check (lowercase or needless escapes, a raw `\`, non-ASCII,
+/// encoded controls...), here because `config` cannot call the normaliser
+/// (`route` depends on `config`). Found by fuzz/ (target config).
+pub fn check_route_paths(config: &Config) -> Result<(), BuildError> {
+    for route in &config.routes {
+        let (PathMatch::Prefix(path) | PathMatch::Exact(path)) = &route.path else {
+            continue;
+        };
+        let why = match normalise_path(path, config.server.escaped_slashes) {
+            Ok(n) if n == path.as_str() => continue,
+            Ok(n) => format!("requests spell it {n:?}"),
+            Err(e) => format!("no request path can be it: {e}"),
+        };
+        return Err(BuildError::RoutePath {
+            route: route.name.clone(),
+            path: path.clone(),
+            why,
+        });
+    }
+    Ok(())
 }
 
 impl Runtime {
@@ -123,6 +160,7 @@ impl Runtime {
         generation: u64,
         previous: Option<&Runtime>,
     ) -> Result<Runtime, BuildError> {
+        check_route_paths(&config)?;
         let mut upstreams = HashMap::with_capacity(config.upstreams.len());
         for up in &config.upstreams {
             let before = previous.and_then(|p| p.upstreams.get(&up.name));
@@ -234,5 +272,44 @@ impl Runtime {
         for pool in self.upstreams.values() {
             pool.start();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(server: &str, path: &str) -> Result<(), BuildError> {
+        let yaml = format!(
+            "server:\n{server}\nroutes:\n  - name: r\n    match: {{ path: '{path}' }}\n    respond: {{ status: 204 }}\n"
+        );
+        let loaded = crate::config::parse(&yaml, "t.yaml").expect("valid config");
+        check_route_paths(&loaded.config)
+    }
+
+    #[test]
+    fn a_route_path_no_request_can_spell_is_refused() {
+        for ok in ["/", "/users", "/users/", "/caf%C3%A9", "/a;b=c/~x"] {
+            assert!(paths("", ok).is_ok(), "{ok}");
+        }
+        // Lowercase or needless escapes, characters the normaliser escapes
+        // or refuses: requests never spell these, so the route never matched.
+        for never in [
+            "/\\",
+            "/caf%c3%a9",
+            "/%7Euser",
+            "/a\"b",
+            "/caf\u{e9}",
+            "/a%00",
+        ] {
+            let err = paths("", never).expect_err(never).to_string();
+            assert!(err.contains("could never match"), "{never}: {err}");
+        }
+        assert!(paths("  escaped_slashes: keep", "/a%2Fb").is_ok());
+        let err = paths("  escaped_slashes: keep", "/a%2fb").expect_err("lowercase");
+        assert!(
+            err.to_string().contains("requests spell it \"/a%2Fb\""),
+            "{err}"
+        );
     }
 }
