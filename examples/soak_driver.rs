@@ -1022,8 +1022,22 @@ async fn redis_ready(port: u16, limit: Duration) -> bool {
     false
 }
 
-/// VmRSS (KiB), threads, open fds and CPU ticks of `pid`.
-fn proc_sample(pid: u32) -> Option<(u64, u64, u64, u64)> {
+/// One look at the gateway process in /proc.
+struct ProcSample {
+    /// VmRSS, KiB: what the pass condition judges.
+    rss_kb: u64,
+    /// RssAnon, KiB: the heap, stacks and other private memory.
+    anon_kb: u64,
+    /// RssFile, KiB: the binary's and libraries' pages read in so far.
+    file_kb: u64,
+    threads: u64,
+    fds: u64,
+    /// CPU time, user + system, in clock ticks.
+    ticks: u64,
+}
+
+/// The memory, threads, open fds and CPU ticks of `pid`.
+fn proc_sample(pid: u32) -> Option<ProcSample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
         status
@@ -1037,7 +1051,14 @@ fn proc_sample(pid: u32) -> Option<(u64, u64, u64, u64)> {
     let after = stat.rsplit_once(") ")?.1;
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some((field("VmRSS:")?, field("Threads:")?, fds, ticks))
+    Some(ProcSample {
+        rss_kb: field("VmRSS:")?,
+        anon_kb: field("RssAnon:")?,
+        file_kb: field("RssFile:")?,
+        threads: field("Threads:")?,
+        fds,
+        ticks,
+    })
 }
 
 fn ticks_per_sec() -> f64 {
@@ -1209,6 +1230,9 @@ async fn restart_redis(ctx: &Ctx, o: &Opts, port: u16, redis: &Mutex<Option<Chil
 struct Row {
     elapsed: f64,
     rss_kb: u64,
+    /// RssAnon and RssFile (KiB): reported beside RSS, not judged.
+    anon_kb: u64,
+    file_kb: u64,
     fds: u64,
     threads: u64,
     cpu_pct: f64,
@@ -1216,7 +1240,7 @@ struct Row {
     csv: String,
 }
 
-const CSV_HEAD: &str = "elapsed_s,rss_kb,fds,threads,cpu_pct,requests,allowed,tight,tight_429,login,login_locked_out,stream,stream_aborted,upload,ws,ws_conc,ws_conc_429,unexpected,p99_short_ms,p99_stream_ms,p99_ws_ms,generation,reloads,reload_failures,redis_restarts,store_errors";
+const CSV_HEAD: &str = "elapsed_s,rss_kb,rss_anon_kb,rss_file_kb,fds,threads,cpu_pct,requests,allowed,tight,tight_429,login,login_locked_out,stream,stream_aborted,upload,ws,ws_conc,ws_conc_429,unexpected,p99_short_ms,p99_stream_ms,p99_ws_ms,generation,reloads,reload_failures,redis_restarts,store_errors";
 
 fn fmt_opt(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2}")).unwrap_or_default()
@@ -1226,7 +1250,14 @@ fn fmt_opt(v: Option<f64>) -> String {
 async fn take_row(ctx: &Ctx, pid: u32, last_ticks: &mut (u64, Instant), hz: f64) -> Option<Row> {
     let mut w = ctx.stats.take_window();
     let elapsed = ctx.stats.secs();
-    let (rss_kb, threads, fds, ticks) = proc_sample(pid)?;
+    let ProcSample {
+        rss_kb,
+        anon_kb,
+        file_kb,
+        threads,
+        fds,
+        ticks,
+    } = proc_sample(pid)?;
     let now = Instant::now();
     let cpu_pct =
         (ticks - last_ticks.0) as f64 / hz / (now - last_ticks.1).as_secs_f64().max(1e-3) * 100.0;
@@ -1269,7 +1300,7 @@ async fn take_row(ctx: &Ctx, pid: u32, last_ticks: &mut (u64, Instant), hz: f64)
     let reload_failures = ctx.reload_failures.load(Ordering::Relaxed);
     let restarts = ctx.redis_restarts.load(Ordering::Relaxed);
     let csv = format!(
-        "{:.1},{rss_kb},{fds},{threads},{cpu_pct:.1},{requests},{},{},{},{},{},{},{},{},{},{},{},{unexpected},{},{},{},{},{reloads},{reload_failures},{restarts},{}",
+        "{:.1},{rss_kb},{anon_kb},{file_kb},{fds},{threads},{cpu_pct:.1},{requests},{},{},{},{},{},{},{},{},{},{},{},{unexpected},{},{},{},{},{reloads},{reload_failures},{restarts},{}",
         elapsed,
         n("allowed"),
         n("tight"),
@@ -1303,7 +1334,8 @@ async fn take_row(ctx: &Ctx, pid: u32, last_ticks: &mut (u64, Instant), hz: f64)
         })
         .collect();
     let json = serde_json::json!({
-        "elapsed_s": (elapsed * 10.0).round() / 10.0, "rss_kb": rss_kb, "fds": fds, "threads": threads,
+        "elapsed_s": (elapsed * 10.0).round() / 10.0, "rss_kb": rss_kb,
+        "rss_anon_kb": anon_kb, "rss_file_kb": file_kb, "fds": fds, "threads": threads,
         "cpu_pct": (cpu_pct * 10.0).round() / 10.0, "requests": requests, "unexpected": unexpected,
         "errors": w.errors, "classes": classes,
         "p99_ms": {"short": p99[0], "stream": p99[1], "ws": p99[2]},
@@ -1311,8 +1343,8 @@ async fn take_row(ctx: &Ctx, pid: u32, last_ticks: &mut (u64, Instant), hz: f64)
         "redis_restarts": restarts, "store_errors": store_errors,
     });
     println!(
-        "[{:>7.1}s] rss {:>6} KiB  fds {:>3}  thr {:>2}  cpu {:>5.1}%  req {:>6}  unexpected {:>3}  p99 short/stream/ws {}/{}/{} ms  gen {}  reloads {}  redis restarts {}  store errors {}",
-        elapsed, rss_kb, fds, threads, cpu_pct, requests, unexpected,
+        "[{:>7.1}s] rss {:>6} KiB (anon {:>6})  fds {:>3}  thr {:>2}  cpu {:>5.1}%  req {:>6}  unexpected {:>3}  p99 short/stream/ws {}/{}/{} ms  gen {}  reloads {}  redis restarts {}  store errors {}",
+        elapsed, rss_kb, anon_kb, fds, threads, cpu_pct, requests, unexpected,
         fmt_opt(p99[0]), fmt_opt(p99[1]), fmt_opt(p99[2]),
         generation.map(|g| g.to_string()).unwrap_or("?".into()), reloads, restarts,
         store_errors.map(|g| g.to_string()).unwrap_or("?".into()),
@@ -1323,6 +1355,8 @@ async fn take_row(ctx: &Ctx, pid: u32, last_ticks: &mut (u64, Instant), hz: f64)
     Some(Row {
         elapsed,
         rss_kb,
+        anon_kb,
+        file_kb,
         fds,
         threads,
         cpu_pct,
@@ -1524,7 +1558,7 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
     };
 
     let hz = ticks_per_sec();
-    let mut last_ticks = (idle_start.map_or(0, |s| s.3), Instant::now());
+    let mut last_ticks = (idle_start.as_ref().map_or(0, |s| s.ticks), Instant::now());
     let mut rows: Vec<Row> = Vec::new();
     let mut next_row = Instant::now() + o.interval;
     let mut interrupted = false;
@@ -1628,11 +1662,11 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
     let mut idle_end = None;
     let mut idle_wait = 0;
     if gateway_died.is_none() {
-        let want = idle_start.map_or(0, |s| s.2);
+        let want = idle_start.as_ref().map_or(0, |s| s.fds);
         for waited in 0..=IDLE_WAIT_S {
             idle_end = proc_sample(pid);
             idle_wait = waited;
-            if idle_end.is_some_and(|s| s.2 <= want) {
+            if idle_end.as_ref().is_some_and(|s| s.fds <= want) {
                 break;
             }
             sleep(Duration::from_secs(1)).await;
@@ -1692,8 +1726,8 @@ const IDLE_WAIT_S: u64 = 120;
 
 /// The gateway's (RSS, threads, fds, ticks) before the traffic and after it.
 struct Idle {
-    start: Option<(u64, u64, u64, u64)>,
-    end: Option<(u64, u64, u64, u64)>,
+    start: Option<ProcSample>,
+    end: Option<ProcSample>,
     /// Seconds waited after the traffic for the fds to go back.
     waited_s: u64,
 }
@@ -1723,7 +1757,7 @@ fn slope(pts: &[(f64, f64)]) -> Option<f64> {
 
 /// The driver's own CPU time (this process: load, checks and the upstream), in seconds.
 fn own_cpu_s() -> f64 {
-    proc_sample(std::process::id()).map_or(0.0, |s| s.3 as f64 / ticks_per_sec())
+    proc_sample(std::process::id()).map_or(0.0, |s| s.ticks as f64 / ticks_per_sec())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1750,10 +1784,14 @@ fn summarise(
     // (at least 3) against the last tenth; the single samples and the
     // slope are reported too.
     let k = (warm.len() / 10).max(3).min(warm.len());
-    let rss_mean = |rows: &[&Row]| {
-        (!rows.is_empty()).then(|| mean(&rows.iter().map(|r| r.rss_kb as f64).collect::<Vec<_>>()))
+    let mean_of = |rows: &[&Row], f: fn(&Row) -> u64| {
+        (!rows.is_empty()).then(|| mean(&rows.iter().map(|r| f(r) as f64).collect::<Vec<_>>()))
     };
-    let (rss_base_mean, rss_end_mean) = (rss_mean(&warm[..k]), rss_mean(&warm[warm.len() - k..]));
+    let first_last =
+        |f: fn(&Row) -> u64| (mean_of(&warm[..k], f), mean_of(&warm[warm.len() - k..], f));
+    let (rss_base_mean, rss_end_mean) = first_last(|r| r.rss_kb);
+    let (anon_base_mean, anon_end_mean) = first_last(|r| r.anon_kb);
+    let (file_base_mean, file_end_mean) = first_last(|r| r.file_kb);
     let growth = match (rss_base_mean, rss_end_mean) {
         (Some(a), Some(b)) if a > 0.0 && warm.len() >= 2 * k => Some((b - a) / a * 100.0),
         _ => None,
@@ -1772,8 +1810,8 @@ fn summarise(
             .map(|r| (r.elapsed / 3600.0, r.rss_kb as f64))
             .collect::<Vec<_>>(),
     );
-    let fd_back = match (idle_start, idle_end) {
-        (Some(a), Some(b)) => b.2 <= a.2,
+    let fd_back = match (&idle_start, &idle_end) {
+        (Some(a), Some(b)) => b.fds <= a.fds,
         _ => false,
     };
     let driver_cpu = own_cpu_s();
@@ -1808,13 +1846,15 @@ fn summarise(
         "interval_s": o.interval.as_secs_f64(), "reload_every_s": o.reload_every.as_secs_f64(),
         "redis_restart_every_s": o.redis_restart_every.as_secs_f64(), "redis_down_s": o.redis_down.as_secs_f64(),
         "redis": redis_version, "workers": nworkers,
-        "rss_kb": {"idle_start": idle_start.map(|s| s.0), "first_row": rows.first().map(|r| r.rss_kb),
+        "rss_anon_kb": {"first_tenth_mean": anon_base_mean, "last_tenth_mean": anon_end_mean},
+        "rss_file_kb": {"first_tenth_mean": file_base_mean, "last_tenth_mean": file_end_mean},
+        "rss_kb": {"idle_start": idle_start.as_ref().map(|s| s.rss_kb), "first_row": rows.first().map(|r| r.rss_kb),
                    "after_warmup": rss_base, "end": rss_end, "max_after_warmup": rss_max,
                    "mean_rows": k, "after_warmup_mean": rss_base_mean, "end_mean": rss_end_mean,
                    "growth_pct": growth, "point_growth_pct": point_growth, "slope_kb_per_hour": rss_slope,
-                   "idle_end": idle_end.map(|s| s.0)},
-        "fds": {"idle_start": idle_start.map(|s| s.2), "min_after_warmup": fd_min, "max_after_warmup": fd_max,
-                "allowance": fd_allowance, "idle_end": idle_end.map(|s| s.2), "idle_end_after_s": idle.waited_s},
+                   "idle_end": idle_end.as_ref().map(|s| s.rss_kb)},
+        "fds": {"idle_start": idle_start.as_ref().map(|s| s.fds), "min_after_warmup": fd_min, "max_after_warmup": fd_max,
+                "allowance": fd_allowance, "idle_end": idle_end.as_ref().map(|s| s.fds), "idle_end_after_s": idle.waited_s},
         "driver_cpu_s": driver_cpu,
         "threads_max": rows.iter().map(|r| r.threads).max(),
         "cpu_pct_mean": if rows.is_empty() { 0.0 } else { rows.iter().map(|r| r.cpu_pct).sum::<f64>() / rows.len() as f64 },
@@ -1843,14 +1883,17 @@ fn summarise(
         o.warmup
     );
     let _ = writeln!(md, "| RSS idle before traffic / first row / after warm-up / end / max after warm-up | {} / {} / {} / {} / {} |",
-        kib(idle_start.map(|s| s.0)), kib(rows.first().map(|r| r.rss_kb)), kib(rss_base), kib(rss_end), kib(rss_max));
+        kib(idle_start.as_ref().map(|s| s.rss_kb)), kib(rows.first().map(|r| r.rss_kb)), kib(rss_base), kib(rss_end), kib(rss_max));
     let _ = writeln!(md, "| RSS growth after warm-up (mean of the first {k} rows after it vs the last {k}) | {} -> {}: {} (limit < 5 %) |",
         kib(rss_base_mean.map(|x| x as u64)), kib(rss_end_mean.map(|x| x as u64)), growth.map(|g| format!("{g:+.2} %")).unwrap_or("?".into()));
+    let _ = writeln!(md, "| of which RssAnon (heap, stacks) / RssFile (binary pages read in), same means | {} -> {} / {} -> {} |",
+        kib(anon_base_mean.map(|x| x as u64)), kib(anon_end_mean.map(|x| x as u64)),
+        kib(file_base_mean.map(|x| x as u64)), kib(file_end_mean.map(|x| x as u64)));
     let _ = writeln!(md, "| RSS growth, single samples (first row after warm-up vs last row); least-squares slope | {}; {} |",
         point_growth.map(|g| format!("{g:+.2} %")).unwrap_or("?".into()), rss_slope.map(|x| format!("{:+.0} KiB/h", x)).unwrap_or("?".into()));
     let _ = writeln!(md, "| open fds after warm-up (min-max) | {}-{} (allowance {fd_allowance}: 2 per traffic worker + 4) |", fd_min.unwrap_or(0), fd_max.unwrap_or(0));
     let _ = writeln!(md, "| open fds idle, before the traffic / after it | {} / {} ({} s after the traffic stopped; must not exceed the first) |",
-        idle_start.map_or("?".into(), |s| s.2.to_string()), idle_end.map_or("?".into(), |s| s.2.to_string()), idle.waited_s);
+        idle_start.as_ref().map_or("?".into(), |s| s.fds.to_string()), idle_end.as_ref().map_or("?".into(), |s| s.fds.to_string()), idle.waited_s);
     let _ = writeln!(
         md,
         "| requests | {requests} ({:.0}/s) |",

@@ -6,6 +6,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The allocator: jemalloc. Its size classes keep a long-running gateway's
+/// heap from fragmenting, and it returns freed pages to the kernel after a
+/// few seconds, so RSS follows the memory in use rather than the peak of
+/// every burst (glibc's malloc kept up to 15 % more after an hour's soak;
+/// benches/RESULTS.md, "Issue 14: soak").
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// A reverse proxy and API gateway that protects HTTP backends with throttling.
 #[derive(Parser)]
 #[command(name = "tollgate", version, about)]
