@@ -109,7 +109,15 @@ async fn a_slot_taken_by_a_call_that_timed_out_is_given_back() {
     let gw = Gateway::start(&common::config_with_store(&store, None, body)).await;
     let c = Caller::new(gw.addr());
     assert_ok(&c.get("/c").await);
-    assert_eq!(limit_state(&gw, "conc", "c").await["remaining"], 1);
+    // The slot is released when the response has been written, which can
+    // be just after the client has read it: allow the release its round
+    // trip to Redis.
+    common::eventually(
+        Duration::from_secs(2),
+        "the first slot's release",
+        || async { (limit_state(&gw, "conc", "c").await["remaining"] == 1).then_some(()) },
+    )
+    .await;
 
     // Redis stalls: the request is decided locally after the timeout
     // (on_error: local) and ends, but its call waits in Redis's socket and
