@@ -7,13 +7,29 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// The allocator: jemalloc. Its size classes keep a long-running gateway's
-/// heap from fragmenting, and it returns freed pages to the kernel after a
-/// few seconds, so RSS follows the memory in use rather than the peak of
-/// every burst (glibc's malloc kept up to 15 % more after an hour's soak;
-/// benches/RESULTS.md, "Issue 14: soak").
+/// heap from fragmenting, and it returns freed pages to the kernel about a
+/// second after they are freed ([`JEMALLOC_CONF`]), so RSS follows the
+/// memory in use rather than the peak of every burst (glibc's malloc kept
+/// up to 15 % more after an hour's soak; benches/RESULTS.md, "Issue 14:
+/// soak").
 #[cfg(all(unix, not(target_env = "musl")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read once at its start (its `malloc_conf` global,
+/// named with the `_rjem_` prefix tikv-jemalloc-sys gives its symbols).
+/// `background_thread`: a jemalloc thread purges freed pages, so they go
+/// back to the kernel even while the gateway is idle (without it, purging
+/// runs only inside allocation calls, and a million expired entries freed by
+/// the sweeper stayed resident). `dirty_decay_ms: 1000`: freed pages are
+/// returned after about a second instead of ten, so the tables a growing
+/// map leaves behind do not add to the peak (a million clients: 159 MiB
+/// instead of 190-200 MiB, `tests/memory_bound.rs`). The environment
+/// variable `_RJEM_MALLOC_CONF` still overrides both (README, "Operations:
+/// memory").
+#[cfg(all(unix, not(target_env = "musl")))]
+#[export_name = "_rjem_malloc_conf"]
+static JEMALLOC_CONF: &[u8; 43] = b"background_thread:true,dirty_decay_ms:1000\0";
 
 /// A reverse proxy and API gateway that protects HTTP backends with throttling.
 #[derive(Parser)]

@@ -9,7 +9,8 @@
 //! and are gone soon after; the test therefore lasts about 2.5 times the
 //! fill. Measured on the 2-core machine: 30,000-70,000 req/s in release
 //! (depending on what else runs; the fill takes 15-35 s, the test 45-105 s,
-//! peak RSS ~140 MiB, ~42 MiB once the entries expired), ~5,000 req/s in a
+//! peak RSS ~150-160 MiB, ~52 MiB once the entries expired, with the
+//! allocator options of `src/main.rs`), ~5,000 req/s in a
 //! debug build (~8 min), so the test runs in release builds and is ignored
 //! in debug ones.
 
