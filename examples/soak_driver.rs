@@ -1724,7 +1724,7 @@ async fn run(o: Opts, (up_http, up_ws): (u16, u16)) -> i32 {
 /// its reaper's tick (a tenth of it), with a margin.
 const IDLE_WAIT_S: u64 = 120;
 
-/// The gateway's (RSS, threads, fds, ticks) before the traffic and after it.
+/// The gateway's /proc samples before the traffic and after it.
 struct Idle {
     start: Option<ProcSample>,
     end: Option<ProcSample>,

@@ -23,8 +23,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// runs only inside allocation calls, and a million expired entries freed by
 /// the sweeper stayed resident). `dirty_decay_ms: 1000`: freed pages are
 /// returned after about a second instead of ten, so the tables a growing
-/// map leaves behind do not add to the peak (a million clients: 159 MiB
-/// instead of 190-200 MiB, `tests/memory_bound.rs`). The environment
+/// map leaves behind do not add to the peak (a million clients: 151-162
+/// MiB instead of 190-200 MiB, `tests/memory_bound.rs`). The environment
 /// variable `_RJEM_MALLOC_CONF` still overrides both (README, "Operations:
 /// memory").
 #[cfg(all(unix, not(target_env = "musl")))]

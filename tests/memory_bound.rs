@@ -10,9 +10,9 @@
 //! fill. Measured on the 2-core machine: 30,000-70,000 req/s in release
 //! (depending on what else runs; the fill takes 15-35 s, the test 45-105 s,
 //! peak RSS ~150-160 MiB, ~52 MiB once the entries expired, with the
-//! allocator options of `src/main.rs`), ~5,000 req/s in a
-//! debug build (~8 min), so the test runs in release builds and is ignored
-//! in debug ones.
+//! allocator options of `src/main.rs`), ~5,000 req/s in a debug build
+//! (~8 min), so the test runs in release builds and is ignored in debug
+//! ones.
 
 #[allow(unused_imports)]
 mod common;
