@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use tollgate::algorithm::SECOND;
 use tollgate::config::{HeaderStyle, KeySource, OnMissingKey};
-use tollgate::limit::headers::{add_headers, LimitFigures};
-use tollgate::limit::key::{client_key, store_key, RequestView};
-use tollgate::limit::{Outcome, Status};
+use tollgate::limit::headers::add_headers;
+use tollgate::limit::key::{client_key, RequestView};
+use tollgate_limit::algorithm::SECOND;
+use tollgate_limit::key::store_key;
+use tollgate_limit::{Figure, Outcome, Status};
 
 fn keys(c: &mut Criterion) {
     let mut headers = HeaderMap::new();
@@ -71,7 +72,7 @@ fn keys(c: &mut Criterion) {
         b.iter(|| {
             store_key(
                 black_box(b"login/fixed_window"),
-                &[b"i\xcb\x00\x71\x07", b"halice"],
+                &[b"i\xcb\x00\x71\x07".as_slice(), b"halice"],
             )
         })
     });
@@ -90,36 +91,28 @@ fn outcome(limit: u64, remaining: u64, window_s: u64, reset_s: u64) -> Outcome {
     }
 }
 
+fn figure(name: &str, outcome: Outcome) -> Figure {
+    Figure {
+        name: name.into(),
+        outcome,
+        concurrency: false,
+    }
+}
+
 fn headers(c: &mut Criterion) {
     let outcomes = [
         outcome(20, 17, 2, 1),
         outcome(5, 4, 60, 42),
         outcome(1000, 999, 3600, 3599),
     ];
-    let one = [LimitFigures {
-        name: "per_client",
-        outcome: &outcomes[0],
-        concurrency: false,
-    }];
+    let one = [figure("per_client", outcomes[0])];
     let three = [
-        LimitFigures {
-            name: "per_client",
-            outcome: &outcomes[0],
-            concurrency: false,
-        },
-        LimitFigures {
-            name: "login",
-            outcome: &outcomes[1],
-            concurrency: false,
-        },
-        LimitFigures {
-            name: "hourly",
-            outcome: &outcomes[2],
-            concurrency: false,
-        },
+        figure("per_client", outcomes[0]),
+        figure("login", outcomes[1]),
+        figure("hourly", outcomes[2]),
     ];
     let mut group = c.benchmark_group("add_headers");
-    let cases: [(&str, HeaderStyle, &[LimitFigures<'_>]); 4] = [
+    let cases: [(&str, HeaderStyle, &[Figure]); 4] = [
         ("standard_1", HeaderStyle::Standard, &one),
         ("standard_3", HeaderStyle::Standard, &three),
         ("legacy_3", HeaderStyle::Legacy, &three),

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tollgate::limit::store::redis::lua;
+use tollgate_limit::store::redis::lua;
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| {

@@ -14,14 +14,14 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use http::header::{HeaderName, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use tollgate_limit::headers::secs_ceil;
+use tollgate_limit::{Figure, Micros};
 
 use crate::body::{self, Body};
 use crate::config::template::Values;
 use crate::config::LimitResponse;
-use crate::limit::engine::Figure;
-use crate::limit::headers::{self as limit_headers, secs_ceil, LimitFigures};
-use crate::limit::{Micros, Status};
+use crate::limit::headers::add_limit_headers;
 
 /// An error the gateway answers itself.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -276,27 +276,16 @@ impl Rejection {
     }
 }
 
-/// Add the rate-limit fields of `style` for `figures` to `response`.
-pub fn add_limit_headers<B>(
-    response: &mut Response<B>,
-    style: crate::config::HeaderStyle,
-    figures: &[Figure],
-) {
-    if figures.is_empty() {
-        return;
-    }
-    let limits: Vec<LimitFigures<'_>> = figures
-        .iter()
-        // A limit whose figures are unknown (its Redis Cluster slot could
-        // not answer) is left out rather than shown as q=0.
-        .filter(|f| f.outcome.status != Status::Undecided)
-        .map(|f| LimitFigures {
-            name: &f.name,
-            outcome: &f.outcome,
-            concurrency: f.concurrency,
-        })
-        .collect();
-    limit_headers::add_headers(response.headers_mut(), style, &limits);
+/// Whether the request is gRPC: `content-type: application/grpc`, or
+/// `application/grpc+proto`, `application/grpc-web...`, with parameters.
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    headers.get(CONTENT_TYPE).is_some_and(|ct| {
+        let ct = ct.as_bytes();
+        ct.len() >= GRPC.len()
+            && ct[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+            && matches!(ct.get(GRPC.len()), None | Some(b'+' | b'-' | b';' | b' '))
+    })
 }
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
@@ -379,8 +368,8 @@ pub fn json_error(status: StatusCode, code: &str, request_id: &HeaderValue) -> R
 mod tests {
     use super::*;
     use crate::config::{HeaderStyle, Template};
-    use crate::limit::{Outcome, Status};
     use http_body_util::BodyExt;
+    use tollgate_limit::{Outcome, Status};
 
     async fn body(response: Response<Body>) -> String {
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -653,5 +642,23 @@ mod tests {
             let legacy: u64 = h["x-ratelimit-reset"].to_str().unwrap().parse().unwrap();
             proptest::prop_assert_eq!(legacy, t);
         }
+    }
+
+    #[test]
+    fn grpc_requests_are_told_by_their_content_type() {
+        let mut req = HeaderMap::new();
+        for (ct, grpc) in [
+            ("application/grpc", true),
+            ("application/grpc+proto", true),
+            ("Application/GRPC; charset=x", true),
+            ("application/grpc-web+proto", true),
+            ("application/json", false),
+            ("application/grpcx", false),
+            ("application/grp", false),
+        ] {
+            req.insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(is_grpc(&req), grpc, "{ct}");
+        }
+        assert!(!is_grpc(&HeaderMap::new()));
     }
 }

@@ -18,17 +18,17 @@ use std::time::Instant;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
 use ipnet::IpNet;
 use tokio::io::{AsyncRead, ReadBuf};
+use tollgate_limit::store::redis;
+use tollgate_limit::{Figure, Outcome, Status};
 
 use crate::admission;
 use crate::config::{self, HeaderStyle, KeySource, OnMissingKey, PathMatch};
 use crate::identity::{self, canonical_ip, group_ipv6, is_trusted, Client};
 use crate::limit::headers::{
-    add_headers, LimitFigures, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    add_headers, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
 };
 use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
-use crate::limit::store::redis;
-use crate::limit::{Outcome, Status};
 use crate::route::normalise::{normalise_path, EscapedSlashes, NormaliseError};
 use crate::server::sniff::{Framing, SniffIo};
 
@@ -501,7 +501,7 @@ pub fn client_key(data: &[u8]) {
             );
             assert!(!k.display.chars().any(char::is_control), "{:?}", k.display);
             assert_eq!(k.display.matches('|').count(), sources.len() - 1);
-            let hex = key::hex(&k.store);
+            let hex = tollgate_limit::key::hex(&k.store);
             assert!(hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
             let (state, lock) = redis::keys(STORE_PREFIX, &k.store);
             assert_eq!(state, format!("{STORE_PREFIX}:{{{hex}}}:s"));
@@ -567,11 +567,11 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
         let concurrency = f.next().is_some_and(|c| !c.trim().is_empty());
         rows.push((name, outcome, concurrency));
     }
-    let limits: Vec<LimitFigures<'_>> = rows
+    let limits: Vec<Figure> = rows
         .iter()
-        .map(|(name, outcome, concurrency)| LimitFigures {
-            name,
-            outcome,
+        .map(|(name, outcome, concurrency)| Figure {
+            name: name.as_str().into(),
+            outcome: *outcome,
             concurrency: *concurrency,
         })
         .collect();
@@ -613,7 +613,7 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
         assert_eq!(policy_items.len(), limits.len());
         assert_eq!(state_items.len(), limits.len());
         for ((l, p), s) in limits.iter().zip(&policy_items).zip(&state_items) {
-            let o = l.outcome;
+            let o = &l.outcome;
             let name: String = l
                 .name
                 .chars()
@@ -642,9 +642,9 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
     if legacy {
         // The most restrictive: least remaining, then longest reset, then
         // the first.
-        let mut most = limits[0].outcome;
+        let mut most = &limits[0].outcome;
         for l in &limits[1..] {
-            let o = l.outcome;
+            let o = &l.outcome;
             if o.remaining < most.remaining
                 || (o.remaining == most.remaining && o.reset > most.reset)
             {

@@ -8,6 +8,10 @@
 //!   graceful shutdown.
 //! - [`route`]: the path normaliser and the route matchers.
 //! - [`identity`]: who the client is (trusted proxies, `X-Forwarded-For`).
+//! - [`limit`]: which of a route's limits apply to a request, under which
+//!   keys, and the rate-limit fields of the answer; the deciding is the
+//!   `tollgate_limit` crate's (`crates/limit`: algorithms, deny cache,
+//!   memory and Redis stores).
 //! - [`proxy`]: upstream pools, balancing, the pooled client, header hygiene.
 //! - [`pipeline`]: normalise -> match -> identify -> (limits) -> respond or
 //!   forward -> access log.
@@ -36,7 +40,6 @@
 
 pub mod admin;
 pub mod admission;
-pub mod algorithm;
 pub mod app;
 pub mod body;
 pub mod config;

@@ -26,16 +26,16 @@ use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
+use tollgate_limit::{Decision, Figure, Leases, Status};
 
 use crate::admission;
 use crate::body::{self, Body, ClientBody, ClientBodyError, ClientFault, Finish};
 use crate::config::PathMatch;
-use crate::error::{add_limit_headers, GatewayError, Rejection};
+use crate::error::{is_grpc, GatewayError, Rejection};
 use crate::identity::Client;
-use crate::limit::engine::{Decision, Figure, Leases};
-use crate::limit::headers as limit_headers;
+use crate::limit;
+use crate::limit::headers::add_limit_headers;
 use crate::limit::key::RequestView;
-use crate::limit::Status;
 use crate::log::{AccessRecord, LoggedPath, Tunnelled};
 use crate::metrics::Metrics;
 use crate::proxy::client::ResponseBody;
@@ -142,7 +142,7 @@ impl<'a> Ctx<'a> {
             conn,
             number,
             client,
-            grpc: limit_headers::is_grpc(req.headers()),
+            grpc: is_grpc(req.headers()),
             version: req.version(),
             route: None,
             host: None,
@@ -237,7 +237,7 @@ async fn decide_limits<B>(
         ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
     };
     let metrics = &ctx.shared.metrics;
-    let decision = ctx.rt.limiter.check(&route.limits, &view, metrics).await;
+    let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
     count_decisions(metrics, route, &decision);
     match decision {
         Decision::Allow {

@@ -16,11 +16,10 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
+use tollgate_limit::{Limiter, StoreError};
 
 use crate::config::{Config, LimitResponse, PathMatch, RouteAction};
-use crate::limit::engine::Limiter;
 use crate::limit::policy::Policy;
-use crate::limit::store::redis::StoreError;
 use crate::metrics::RouteMetrics;
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};

@@ -27,13 +27,11 @@ use std::time::{Duration, Instant, SystemTime};
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
+use tollgate_limit::headers::secs_ceil;
+use tollgate_limit::{Limiter, LockedClient, Micros, StoreError};
 
 use super::{Admin, Query};
 use crate::body::{self, Body};
-use crate::limit::engine::{Limiter, LockedClient};
-use crate::limit::headers::secs_ceil;
-use crate::limit::store::redis::StoreError;
-use crate::limit::{key, Micros};
 use crate::metrics::stats::{epoch_ms, History, Sample, DECISIONS, HISTORY_LEN};
 use crate::reload::Gateway;
 
@@ -145,7 +143,7 @@ impl Dashboard {
             }
             let (limit, key, known) = match &client.label {
                 Some((limit, display)) => (limit.as_ref(), display.clone(), true),
-                None => ("", key::hex(&client.key), false),
+                None => ("", tollgate_limit::key::hex(&client.key), false),
             };
             view.total += 1;
             *view.by_limit.entry(limit.to_owned()).or_default() += 1;

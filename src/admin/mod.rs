@@ -30,12 +30,13 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use subtle::ConstantTimeEq;
+use tollgate_limit::clock::now_micros;
+use tollgate_limit::headers::secs_ceil;
+use tollgate_limit::Check;
 
 use crate::body::{self, Body};
 use crate::config::units::format_duration;
-use crate::limit::clock::now_micros;
-use crate::limit::headers::secs_ceil;
-use crate::limit::{key, Check};
+use crate::limit::key;
 use crate::proxy::health;
 use crate::reload::Gateway;
 use crate::runtime::Runtime;
@@ -226,6 +227,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
         };
     }
     let check = Check {
+        name: policy.name.clone(),
         key: store_key,
         params: policy.params.clone(),
         cost: 1,
@@ -276,7 +278,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
 /// The cost of the admin API's read-only look at a limit: more than any
 /// capacity (`algorithm::MAX_COUNT`), so it is always rejected and stores
 /// nothing.
-const PEEK_COST: u64 = crate::algorithm::MAX_COUNT + 1;
+const PEEK_COST: u64 = tollgate_limit::algorithm::MAX_COUNT + 1;
 
 /// `GET /lockouts`: the clients locked out now, per limit, the longest
 /// remaining first. `?limit=NAME` keeps one limit's, `?max=N` the first N

@@ -19,7 +19,9 @@ use super::template::Template;
 use super::units::{deserialize_from_str, Cidr};
 pub use super::units::{Rate, Window};
 use super::{HeaderMatch, PathMatch};
-pub use crate::algorithm::{AlgoParams, LockParams};
+pub use tollgate_limit::headers::HeaderStyle;
+pub use tollgate_limit::store::{OnError, StoreBackend, StoreConfig, StoreTls, TimeSource};
+pub use tollgate_limit::{AlgoParams, LockParams};
 
 /// A whole, valid configuration.
 #[derive(Debug, Clone)]
@@ -129,103 +131,6 @@ pub struct AdminConfig {
     pub listen: Option<SocketAddr>,
     /// Bearer token required on the admin API; `None` when empty or absent.
     pub token: Option<String>,
-}
-
-/// `store:`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreConfig {
-    /// The backend.
-    pub backend: StoreBackend,
-    /// Every store key starts with `"<prefix>:"`; non-empty, no whitespace.
-    pub prefix: String,
-    /// Deadline of one store call (greater than zero).
-    pub timeout: Duration,
-    /// What a failed or late store call decides.
-    pub on_error: OnError,
-    /// Whose clock limits use.
-    pub clock: Clock,
-    /// `store.tls`: certificates for `rediss://` (`None`: the system's
-    /// roots, no client certificate).
-    pub tls: Option<StoreTls>,
-}
-
-/// `store.tls`: for `rediss://` URLs. The PEM files are read (and checked)
-/// when the config is validated, so a bad one is a config error naming the
-/// field and line.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct StoreTls {
-    /// `ca`: the CA certificates (PEM) trusted instead of the system's roots.
-    pub ca: Option<Vec<u8>>,
-    /// `cert` and `key`: a client certificate chain and its key (PEM), for
-    /// servers that require one (`tls-auth-clients yes`).
-    pub client: Option<(Vec<u8>, Vec<u8>)>,
-    /// `server_name`: the name the server's certificate is verified against
-    /// (and sent as SNI) instead of the URL's host. `redis` and
-    /// `redis_sentinel` only.
-    pub server_name: Option<String>,
-}
-
-/// Where limit state lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreBackend {
-    /// In-process, per instance.
-    Memory,
-    /// One Redis server.
-    Redis {
-        /// `redis://` or `rediss://` URL, credentials allowed.
-        url: String,
-    },
-    /// A Redis master found (and followed through failovers) by Sentinel.
-    Sentinel {
-        /// The sentinels' URLs (`redis://` or `rediss://`; credentials, if
-        /// any, are the sentinels' own).
-        sentinels: Vec<String>,
-        /// The monitored service (`master_name`).
-        master_name: String,
-        /// `url`: how to reach the master once found: scheme, credentials
-        /// and database (its host is `master_name`). `None`: the first
-        /// sentinel URL's scheme, no credentials, database 0.
-        master: Option<String>,
-    },
-    /// Redis Cluster (or Valkey cluster).
-    Cluster {
-        /// Seed nodes (`urls`): any reachable one gives the topology.
-        seeds: Vec<String>,
-    },
-}
-
-impl StoreBackend {
-    /// The backend's name in the config (`store.backend`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            StoreBackend::Memory => "memory",
-            StoreBackend::Redis { .. } => "redis",
-            StoreBackend::Sentinel { .. } => "redis_sentinel",
-            StoreBackend::Cluster { .. } => "redis_cluster",
-        }
-    }
-}
-
-/// `store.on_error`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnError {
-    /// Decide with the per-instance memory store.
-    Local,
-    /// Let the request pass.
-    Allow,
-    /// Answer 503 `limiter_unavailable`.
-    Deny,
-}
-
-/// `store.clock`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Clock {
-    /// Redis `TIME`, inside the scripts.
-    Store,
-    /// The gateway's own clock.
-    Local,
 }
 
 /// One entry of `upstreams:`.
@@ -582,20 +487,6 @@ impl Default for LimitResponse {
             content_type: None,
         }
     }
-}
-
-/// `limit_response.headers`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HeaderStyle {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
-    Standard,
-    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
-    Legacy,
-    /// Both sets.
-    Both,
-    /// No rate-limit headers.
-    None,
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::model::{
-    Balance, ClientMatch, Clock, EscapedSlashes, HeaderStyle, KeySource, Mode, OnError,
-    OnMissingKey,
+    Balance, ClientMatch, EscapedSlashes, HeaderStyle, KeySource, Mode, OnError, OnMissingKey,
+    TimeSource,
 };
 use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
 
@@ -139,7 +139,7 @@ pub(crate) struct RawStore {
     pub prefix: Option<String>,
     pub timeout: Option<Dur>,
     pub on_error: Option<OnError>,
-    pub clock: Option<Clock>,
+    pub clock: Option<TimeSource>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use http::uri::PathAndQuery;
 use http::{HeaderName, Method, StatusCode};
-
-use super::*;
-use crate::algorithm::{
+use tollgate_limit::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, token_bucket, Micros,
 };
+
+use super::*;
 
 /// A duration in microseconds, as the validated parameters hold them.
 fn us(d: Duration) -> Micros {
@@ -18,8 +18,8 @@ fn us(d: Duration) -> Micros {
 }
 
 /// A validated rate.
-fn rate(count: u64, period: Duration) -> crate::algorithm::Rate {
-    crate::algorithm::Rate::new(count, us(period)).unwrap()
+fn rate(count: u64, period: Duration) -> tollgate_limit::algorithm::Rate {
+    tollgate_limit::algorithm::Rate::new(count, us(period)).unwrap()
 }
 
 const SPEC_EXAMPLE: &str = include_str!("../../tests/fixtures/config/spec_example.yaml");
@@ -159,7 +159,7 @@ fn spec_example_parses_but_for_what_this_build_lacks() {
     assert_eq!(c.store.prefix, "tollgate");
     assert_eq!(c.store.timeout, Duration::from_millis(50));
     assert_eq!(c.store.on_error, OnError::Local);
-    assert_eq!(c.store.clock, Clock::Store);
+    assert_eq!(c.store.clock, TimeSource::Store);
 
     assert_eq!(c.upstreams.len(), 1);
     let users = &c.upstreams[0];
@@ -440,7 +440,7 @@ store:
         }
     );
     assert_eq!(c.store.on_error, OnError::Deny);
-    assert_eq!(c.store.clock, Clock::Local);
+    assert_eq!(c.store.clock, TimeSource::Local);
     assert_eq!(c.store.prefix, "tg");
     assert_eq!(c.store.timeout, Duration::from_millis(250));
 

@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
+use tollgate_limit::algorithm::{
+    self as algo, concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window,
+    token_bucket, ParamError,
+};
 
 use super::error::ConfigError;
 use super::model::*;
@@ -16,10 +20,6 @@ use super::raw::*;
 use super::template::Template;
 use super::units::{format_duration, Rate, Window};
 use super::{HeaderMatch, PathMatch};
-use crate::algorithm::{
-    self as algo, concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window,
-    token_bucket, ParamError,
-};
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -405,7 +405,7 @@ impl Ctx<'_> {
         }
         // Shared state decided by each instance's own clock: windows start
         // and end when each instance thinks they do (README "Stores").
-        if raw.clock == Some(Clock::Local) && backend_kind != RawBackend::Memory {
+        if raw.clock == Some(TimeSource::Local) && backend_kind != RawBackend::Memory {
             self.warnings.push(format!(
                 "store.clock: local with backend: {name}: each instance decides with its own clock, so instances with skewed clocks can over-admit without bound on fixed_window, sliding_window and sliding_log at window boundaries; keep clock: store unless the clocks are synchronised"
             ));
@@ -415,7 +415,7 @@ impl Ctx<'_> {
             prefix,
             timeout,
             on_error: raw.on_error.unwrap_or(OnError::Local),
-            clock: raw.clock.unwrap_or(Clock::Store),
+            clock: raw.clock.unwrap_or(TimeSource::Store),
             tls,
         })
     }

@@ -53,9 +53,10 @@ use std::net::IpAddr;
 
 use http::header::{HeaderMap, HeaderName, COOKIE};
 use percent_encoding::percent_decode;
-use sha2::{Digest, Sha256};
 
-use super::StoreKey;
+use tollgate_limit::key::KeyHasher;
+use tollgate_limit::StoreKey;
+
 use crate::config::{ClientMatch, KeySource, OnMissingKey};
 use crate::identity::{canonical_ip, group_ipv6, in_any};
 
@@ -121,46 +122,19 @@ const GLOBAL_DISPLAY: &str = "global";
 /// Marks a client address standing in for a missing component.
 const SUBSTITUTE: char = '@';
 
-/// Incremental form of [`store_key`], so a value made of several pieces
-/// (header lines) is hashed without being joined first.
-#[derive(Clone)]
-struct KeyHasher(Sha256);
-
-impl KeyHasher {
-    fn new(namespace: &[u8]) -> Self {
-        let mut h = KeyHasher(Sha256::new());
-        h.component(&[namespace]);
-        h
-    }
-
-    /// One length-prefixed component made of `parts`.
-    fn component(&mut self, parts: &[&[u8]]) {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        self.0.update((len as u64).to_be_bytes());
-        for p in parts {
-            self.0.update(p);
-        }
-    }
-
-    fn ip(&mut self, ip: IpAddr) {
-        match ip {
-            IpAddr::V4(v4) => self.component(&[&[TAG_IP], &v4.octets()]),
-            IpAddr::V6(v6) => self.component(&[&[TAG_IP], &v6.octets()]),
-        }
-    }
-
-    fn finish(self) -> StoreKey {
-        let digest = self.0.finalize();
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&digest[..16]);
-        key
+/// The client address as a key component: its kind byte, then its 4 or 16
+/// octets.
+fn hash_ip(h: &mut KeyHasher, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => h.component(&[&[TAG_IP], &v4.octets()]),
+        IpAddr::V6(v6) => h.component(&[&[TAG_IP], &v6.octets()]),
     }
 }
 
 /// A limit's namespace, hashed once: a SHA-256 state already fed with the
 /// namespace component, cloned for each request, so a request's key costs
-/// only its own components. Gives the same store keys as [`client_key`] and
-/// [`store_key`] with that namespace.
+/// only its own components. Gives the same store keys as [`client_key`]
+/// with that namespace.
 #[derive(Clone)]
 pub struct KeyPrefix(KeyHasher);
 
@@ -201,23 +175,6 @@ impl KeyPrefix {
             display: sink.1,
         })
     }
-}
-
-/// The store key of `components` under `namespace`: the first 16 bytes of
-/// SHA-256 over the namespace and each component, every one prefixed by its
-/// length as a big-endian `u64`. [`client_key`] passes each component as its
-/// kind byte followed by its value.
-pub fn store_key(namespace: &[u8], components: &[&[u8]]) -> StoreKey {
-    let mut h = KeyHasher::new(namespace);
-    for c in components {
-        h.component(&[c]);
-    }
-    h.finish()
-}
-
-/// The store key as 32 lowercase hex digits (the Redis hash tag).
-pub fn hex(key: &StoreKey) -> String {
-    hex::encode(key)
 }
 
 /// The key of one limit for this request. `namespace` identifies the limit's
@@ -267,7 +224,7 @@ impl KeySink for KeyHasher {
     fn separator(&mut self) {}
 
     fn ip(&mut self, ip: IpAddr, _ipv6_prefix: u8, _substitute: bool) {
-        KeyHasher::ip(self, ip);
+        hash_ip(self, ip);
     }
 
     fn value(&mut self, tag: u8, value: &[u8]) {
@@ -383,7 +340,7 @@ pub fn store_key_of_display(
         let part = parts.next()?;
         let tag = match source {
             KeySource::ClientIp => {
-                hasher.ip(parse_ip(part)?);
+                hash_ip(&mut hasher, parse_ip(part)?);
                 continue;
             }
             KeySource::Global => {
@@ -402,7 +359,7 @@ pub fn store_key_of_display(
             if tag == TAG_ROUTE {
                 return None;
             }
-            hasher.ip(parse_ip(addr)?);
+            hash_ip(&mut hasher, parse_ip(addr)?);
             continue;
         }
         let value = unescape(part)?;
@@ -582,6 +539,7 @@ fn unescape(part: &str) -> Option<Cow<'_, [u8]>> {
 mod tests {
     use super::*;
     use http::HeaderValue;
+    use tollgate_limit::key::{hex, store_key};
 
     const NS: &[u8] = b"per_client/token_bucket/k";
 
@@ -1068,14 +1026,6 @@ mod tests {
         let mut tagged = b"h".to_vec();
         tagged.extend_from_slice(&big);
         assert_eq!(k.store, store_key(NS, &[&tagged]));
-    }
-
-    #[test]
-    fn hex_is_lowercase() {
-        let mut k = [0u8; 16];
-        k[0] = 0xAB;
-        k[15] = 0x01;
-        assert_eq!(hex(&k), "ab000000000000000000000000000001");
     }
 
     #[test]

@@ -1,95 +1,197 @@
-//! Throttling (SPEC §5): algorithms, keys, lockouts, stores, headers.
+//! The gateway's side of throttling: which of a route's limits apply to an
+//! HTTP request and under which keys, and the rate-limit fields of the
+//! answer. The deciding itself (algorithms, deny cache, stores, `on_error`)
+//! is the `tollgate_limit` crate's [`Limiter`].
 //!
-//! The maths (each algorithm, lockout penalties, [`AlgoParams`] /
-//! [`AlgoState`]) is in [`crate::algorithm`], below both this module and the
-//! config, which builds validated parameters with it.
+//! - [`policy`]: a limit compiled from its config (namespace, key prefix,
+//!   exemptions, overrides).
+//! - [`key`]: client keys from a request (address, headers, query,
+//!   cookies), hashed into store keys; exempt/override matching.
+//! - [`plan`]: the checks a request makes, one per limit that applies.
+//! - [`headers`]: `RateLimit-Policy` / `RateLimit` / `X-RateLimit-*` on a
+//!   response.
 //!
-//! - [`decide`]: the all-or-nothing decision over a request's limits.
-//! - [`key`]: client keys (sources, composites, hashing), exempt/override matching.
-//! - [`policy`]: a limit compiled from its config (namespace, overrides).
-//! - [`store`]: the memory and Redis stores.
-//! - [`deny_cache`]: the local cache of clients known to be rejected.
-//! - [`release`]: concurrency releases, retried while the store cannot answer.
-//! - [`engine`]: the limiter the pipeline calls: keys, deny cache, store,
-//!   `on_error`.
-//! - [`headers`]: `RateLimit-Policy` / `RateLimit` / `X-RateLimit-*` and the
-//!   rejection response.
-//!
-//! A store receives a request's [`Check`]s (one per limit of its route) and
-//! answers one [`Outcome`] per check, in one atomic step.
+//! [`decide`] is the stage the pipeline calls: plan, then ask the limiter.
 
-pub mod clock;
-pub mod decide;
-pub mod deny_cache;
-pub mod engine;
+use std::sync::Arc;
+
+use tollgate_limit::{Decision, Limiter, Observer, Request};
+
 pub mod headers;
 pub mod key;
 pub mod plan;
 pub mod policy;
-pub mod release;
-pub mod store;
 
-pub use crate::algorithm::{AlgoParams, AlgoState, LockParams, LockState, Micros};
+use key::RequestView;
+use policy::Policy;
 
-/// A store key: 128 bits of a SHA-256 over the limit's identity and the
-/// client's key components, never the raw values (SPEC §5.2).
-pub type StoreKey = [u8; 16];
-
-/// One limit's part of a request, as a store receives it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    /// The (limit, client) key.
-    pub key: StoreKey,
-    /// The limit's parameters for this client (after overrides).
-    pub params: AlgoParams,
-    /// Units this request takes.
-    pub cost: u64,
-    /// The lockout policy, if the limit has one.
-    pub lockout: Option<LockParams>,
-    /// `mode: shadow`: decide and count, never reject.
-    pub shadow: bool,
-    /// The request's lease id, for `concurrency`.
-    pub lease: u64,
+/// Decide a request against its route's `limits`: a limit whose key is
+/// missing with `on_missing_key: deny` rejects it outright; otherwise the
+/// limiter decides the checks that apply ([`Decision::NotApplied`] when
+/// none does: every limit exempt or skipped). `observer` hears of the store
+/// call.
+pub async fn decide(
+    limiter: &Arc<Limiter>,
+    limits: &[Arc<Policy>],
+    view: &RequestView<'_>,
+    observer: &dyn Observer,
+) -> Decision {
+    let plan = match plan::plan(limits, view, || fastrand::u64(1..)) {
+        Ok(plan) => plan,
+        Err(denied) => {
+            return Decision::Reject {
+                locked_out: false,
+                limit: denied.policy.name.clone(),
+                retry_after: 0,
+                figures: Vec::new(),
+            }
+        }
+    };
+    let plan::Plan {
+        checks, applied, ..
+    } = plan;
+    // The same walk that gave each key, so a key always has a display form.
+    let describe = |i: usize| limits[applied[i]].display_key(view);
+    let request = Request {
+        checks,
+        observer,
+        describe: &describe,
+    };
+    limiter.decide(request).await
 }
 
-/// What a limit said of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Allowed, and its units were taken.
-    Allowed,
-    /// Rejected by this limit.
-    Rejected,
-    /// The client is locked out of this limit (or this rejection locked it).
-    LockedOut,
-    /// A shadow limit that would have rejected.
-    ShadowRejected,
-    /// This limit allowed the request but another rejected it, so nothing
-    /// was taken.
-    NotConsumed,
-    /// Redis Cluster: this limit's slot could not answer while another
-    /// slot rejected the request. Nothing was taken and its figures are
-    /// unknown, so it is left out of the rate-limit fields.
-    Undecided,
-}
+#[cfg(test)]
+mod tests {
+    //! The stage on the memory store: keys from requests, exemptions,
+    //! `on_missing_key`, overrides, and who a lockout is named after.
 
-/// One limit's answer, with the figures for headers (SPEC §5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
-    /// The decision.
-    pub status: Status,
-    /// This rejection started a lockout.
-    pub lock_started: bool,
-    /// Hold the request this long before forwarding it.
-    pub delay: Micros,
-    /// The quota `q`.
-    pub limit: u64,
-    /// The window `w`.
-    pub window: Micros,
-    /// `r`: units left.
-    pub remaining: u64,
-    /// `t`: until the quota is back (`<= window`).
-    pub reset: Micros,
-    /// For a rejection or lockout: the wait to advertise in `Retry-After`
-    /// (never less than `reset`).
-    pub retry_after: Micros,
+    use tollgate_limit::algorithm::SECOND;
+    use tollgate_limit::{ManualClock, StoreConfig};
+
+    use super::*;
+
+    struct Fixture {
+        limiter: Arc<Limiter>,
+        limits: Vec<Arc<Policy>>,
+    }
+
+    fn fixture(limits_yaml: &str) -> Fixture {
+        let loaded = crate::config::parse(limits_yaml, "t.yaml").expect("config");
+        let clock = Arc::new(ManualClock::new(1_700_000_000 * SECOND));
+        let limiter = Limiter::with_clock(&StoreConfig::memory(), None, clock).unwrap();
+        let limits = loaded
+            .config
+            .limits
+            .iter()
+            .map(|l| Arc::new(Policy::compile(l)))
+            .collect();
+        Fixture { limiter, limits }
+    }
+
+    impl Fixture {
+        async fn decide(&self, client: &str, headers: &http::HeaderMap) -> Decision {
+            let view = RequestView {
+                client: client.parse().unwrap(),
+                headers,
+                query: None,
+                route: "r",
+                ipv6_prefix: 64,
+            };
+            decide(&self.limiter, &self.limits, &view, &()).await
+        }
+    }
+
+    /// `allowed`, `not_applied`, or the rejecting limit's name.
+    fn kind(decision: &Decision) -> String {
+        match decision {
+            Decision::Allow { .. } => "allowed".into(),
+            Decision::NotApplied => "not_applied".into(),
+            Decision::Reject { limit, .. } => format!("rejected by {limit}"),
+            Decision::Unavailable => "unavailable".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn exempt_skipped_and_denied_keys() {
+        let f = fixture(
+            "limits:\n  k: { algorithm: gcra, rate: 1/s, key: \"header:x-user\", on_missing_key: deny, exempt: [\"10.9.0.0/16\"] }\n",
+        );
+        let none = http::HeaderMap::new();
+        assert_eq!(kind(&f.decide("10.9.1.1", &none).await), "not_applied");
+        let denied = f.decide("10.0.0.1", &none).await;
+        assert_eq!(
+            kind(&denied),
+            "rejected by k",
+            "no x-user with on_missing_key: deny"
+        );
+        assert!(matches!(
+            denied,
+            Decision::Reject {
+                retry_after: 0,
+                locked_out: false,
+                ..
+            }
+        ));
+        let mut h = http::HeaderMap::new();
+        h.insert("x-user", http::HeaderValue::from_static("ann"));
+        assert_eq!(kind(&f.decide("10.0.0.1", &h).await), "allowed");
+        assert_eq!(kind(&f.decide("10.0.0.1", &h).await), "rejected by k");
+        h.insert("x-user", http::HeaderValue::from_static("bob"));
+        assert_eq!(
+            kind(&f.decide("10.0.0.1", &h).await),
+            "allowed",
+            "another key"
+        );
+
+        let f = fixture(
+            "limits:\n  s: { algorithm: gcra, rate: 1/s, key: \"header:x-user\", on_missing_key: skip }\n",
+        );
+        assert_eq!(kind(&f.decide("10.0.0.1", &none).await), "not_applied");
+    }
+
+    #[tokio::test]
+    async fn an_override_gives_its_parameters() {
+        let f = fixture(
+            "limits:
+  p:
+    algorithm: token_bucket
+    rate: 1/500d
+    burst: 1
+    overrides: [{ match: \"header:x-tier=gold\", burst: 3 }]
+",
+        );
+        let plain = http::HeaderMap::new();
+        let mut gold = http::HeaderMap::new();
+        gold.insert("x-tier", http::HeaderValue::from_static("gold"));
+        assert_eq!(kind(&f.decide("10.0.0.1", &plain).await), "allowed");
+        assert_eq!(kind(&f.decide("10.0.0.1", &plain).await), "rejected by p");
+        // The same client and key, under the override's burst of 3: one
+        // token taken, two left.
+        assert_eq!(kind(&f.decide("10.0.0.1", &gold).await), "allowed");
+        assert_eq!(kind(&f.decide("10.0.0.1", &gold).await), "allowed");
+        assert_eq!(kind(&f.decide("10.0.0.1", &gold).await), "rejected by p");
+    }
+
+    #[tokio::test]
+    async fn a_lockout_is_named_by_the_requests_display_key() {
+        let f = fixture(
+            "limits:\n  l: { algorithm: fixed_window, limit: 1, window: 1m, key: [client_ip, \"header:x-user\"], lockout: { duration: 30s } }\n",
+        );
+        let mut h = http::HeaderMap::new();
+        h.insert("x-user", http::HeaderValue::from_static("ann|1"));
+        assert_eq!(kind(&f.decide("10.0.0.1", &h).await), "allowed");
+        assert!(matches!(
+            f.decide("10.0.0.1", &h).await,
+            Decision::Reject {
+                locked_out: true,
+                ..
+            }
+        ));
+        let locked = f.limiter.lockouts().await.unwrap();
+        assert_eq!(locked.len(), 1);
+        assert_eq!(
+            locked[0].label,
+            Some((Arc::from("l"), "10.0.0.1|ann%7C1".to_owned()))
+        );
+    }
 }

@@ -1,17 +1,17 @@
-//! A request's limits, planned and read back (SPEC §5.1, §5.2): which of its
-//! route's limits apply to this client, under which key and parameters
-//! ([`plan`]), and what the store's answers mean for the request
-//! ([`verdict`]).
+//! A request's limits, planned (SPEC §5.1, §5.2): which of its route's
+//! limits apply to this client, under which key and parameters ([`plan`]).
 //!
-//! Both are plain functions of the request and the limits, with no I/O: the
-//! gateway's limiter ([`super::engine`]) and `tollgate simulate` call the
-//! same ones, so a simulation applies exactly the gateway's rules.
+//! A plain function of the request and the limits, with no I/O: the
+//! pipeline ([`super::decide`]) and `tollgate simulate` call the same one,
+//! so a simulation applies exactly the gateway's rules; both read the
+//! store's answers with `tollgate_limit::verdict`.
 
 use std::sync::Arc;
 
+use tollgate_limit::Check;
+
 use super::key::{client_matches, KeyOutcome, RequestView};
 use super::policy::Policy;
-use super::{Check, Micros, Outcome, Status};
 
 /// Why one of a route's limits does not apply to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +91,7 @@ pub fn plan<'p>(
             .map_or(&policy.params, |(_, p)| p)
             .clone();
         plan.checks.push(Check {
+            name: policy.name.clone(),
             key,
             params,
             cost: policy.cost,
@@ -101,61 +102,6 @@ pub fn plan<'p>(
         plan.applied.push(index);
     }
     Ok(plan)
-}
-
-/// What a request's outcomes mean for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Forward it after `delay`.
-    Allow {
-        /// The longest hold any limit asked for (`max_delay`, shaping).
-        delay: Micros,
-        /// A limit in shadow mode would have rejected it.
-        shadow_rejected: bool,
-    },
-    /// Reject it, in the name of check `index`: of the limits that
-    /// rejected, the one with the longest wait (so its `Retry-After` holds
-    /// for every other).
-    Reject {
-        /// The rejecting check.
-        index: usize,
-        /// `locked_out` rather than `rate_limited`.
-        locked_out: bool,
-        /// The wait to advertise.
-        retry_after: Micros,
-    },
-}
-
-/// Read a request's outcomes (one per check, in order) into its verdict.
-pub fn verdict<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Verdict {
-    let mut worst: Option<(usize, Micros, bool)> = None;
-    let mut delay = 0;
-    let mut shadow_rejected = false;
-    for (i, outcome) in outcomes.into_iter().enumerate() {
-        match outcome.status {
-            Status::Rejected | Status::LockedOut => {
-                if worst.is_none_or(|(_, r, _)| outcome.retry_after > r) {
-                    let locked_out = outcome.status == Status::LockedOut;
-                    worst = Some((i, outcome.retry_after, locked_out));
-                }
-            }
-            Status::ShadowRejected => shadow_rejected = true,
-            Status::Allowed | Status::NotConsumed | Status::Undecided => {
-                delay = delay.max(outcome.delay)
-            }
-        }
-    }
-    match worst {
-        Some((index, retry_after, locked_out)) => Verdict::Reject {
-            index,
-            locked_out,
-            retry_after,
-        },
-        None => Verdict::Allow {
-            delay,
-            shadow_rejected,
-        },
-    }
 }
 
 #[cfg(test)]
@@ -246,54 +192,5 @@ mod tests {
         assert_eq!(p.not_applied, [(1, NotApplied::Skipped)]);
         assert_eq!(p.applied, [0, 2, 3]);
         assert_eq!(p.checks[1].params.capacity(), Some(10), "no override");
-    }
-
-    fn outcome(status: Status, retry_after: Micros, delay: Micros) -> Outcome {
-        Outcome {
-            status,
-            lock_started: false,
-            delay,
-            limit: 1,
-            window: 1,
-            remaining: 0,
-            reset: 0,
-            retry_after,
-        }
-    }
-
-    #[test]
-    fn the_longest_wait_names_the_rejection() {
-        use Status::*;
-        assert_eq!(
-            verdict(&[
-                outcome(NotConsumed, 0, 0),
-                outcome(Rejected, 5, 0),
-                outcome(LockedOut, 9, 0),
-                outcome(Rejected, 9, 0),
-            ]),
-            Verdict::Reject {
-                index: 2,
-                locked_out: true,
-                retry_after: 9
-            }
-        );
-        assert_eq!(
-            verdict(&[
-                outcome(Allowed, 0, 3),
-                outcome(ShadowRejected, 7, 0),
-                outcome(Allowed, 0, 8),
-            ]),
-            Verdict::Allow {
-                delay: 8,
-                shadow_rejected: true
-            }
-        );
-        assert_eq!(
-            verdict(&[]),
-            Verdict::Allow {
-                delay: 0,
-                shadow_rejected: false
-            }
-        );
     }
 }

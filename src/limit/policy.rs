@@ -10,9 +10,10 @@
 
 use std::sync::Arc;
 
+use tollgate_limit::{AlgoParams, LockParams, StoreKey};
+
 use crate::config::{ClientMatch, KeySource, LimitConfig, Mode, OnMissingKey};
 use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
-use crate::limit::{AlgoParams, LockParams, StoreKey};
 
 /// One compiled limit.
 #[derive(Debug)]

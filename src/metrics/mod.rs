@@ -448,19 +448,6 @@ impl Metrics {
         self.stats.decision(limit, decision);
     }
 
-    /// Count one store call of `backend` that took `took`.
-    pub fn store_call(&self, backend: &'static str, ok: bool, took: Duration) {
-        let outcome = if ok { "ok" } else { "error" };
-        self.store_duration
-            .get_or_create(&StoreLabels { backend, outcome })
-            .observe(took.as_secs_f64());
-        if !ok {
-            self.store_errors
-                .get_or_create(&BackendLabels { backend })
-                .inc();
-        }
-    }
-
     /// Count one attempt sent upstream.
     pub fn upstream(
         &self,
@@ -558,6 +545,23 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The limiter's store calls reach the store metrics
+/// (`tollgate_store_duration_seconds`, `tollgate_store_errors_total`).
+impl tollgate_limit::Observer for Metrics {
+    /// Count one store call of `backend` that took `took`.
+    fn store_call(&self, backend: &'static str, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.store_duration
+            .get_or_create(&StoreLabels { backend, outcome })
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.store_errors
+                .get_or_create(&BackendLabels { backend })
+                .inc();
+        }
     }
 }
 

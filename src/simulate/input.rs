@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use crate::limit::Micros;
+use tollgate_limit::Micros;
 
 /// One line, as it was parsed: a request, or something else.
 #[derive(Debug)]

@@ -67,15 +67,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use http::{header, HeaderName, HeaderValue, Method, Uri, Version};
+use tollgate_limit::store::memory::MemoryStore;
+use tollgate_limit::verdict::{verdict, Verdict};
+use tollgate_limit::{Micros, Status, StoreKey};
 
 use crate::admission;
 use crate::config::{Config, StoreBackend};
 use crate::error::GatewayError;
 use crate::identity::Client;
 use crate::limit::key::RequestView;
-use crate::limit::plan::{self, NotApplied, Verdict};
-use crate::limit::store::memory::MemoryStore;
-use crate::limit::{Micros, Status, StoreKey};
+use crate::limit::plan::{self, NotApplied};
 use crate::runtime::{Action, Runtime};
 
 pub use input::{parse_line, parse_rfc3339, Line, LineError, Request};
@@ -527,7 +528,7 @@ impl Simulator {
         } else {
             self.store.decide(&plan.checks, now)
         };
-        let verdict = plan::verdict(&outcomes);
+        let verdict = verdict(&outcomes);
         if let Verdict::Allow { .. } = verdict {
             // Leases are held for zero time (see the module doc).
             for check in plan.checks.iter().filter(|c| c.lease != 0) {

@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::limit::Micros;
+use tollgate_limit::Micros;
 
 /// Everything a replay found.
 #[derive(Debug, Clone, Serialize)]

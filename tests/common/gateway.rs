@@ -56,21 +56,7 @@ pub enum Launch {
     Cwd,
 }
 
-/// A unique fresh directory under the system temp dir.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
-        "tollgate-test-{tag}-{}-{}-{nanos}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
-}
+pub use tollgate_testkit::temp_dir;
 
 /// A running (or exited) gateway process.
 pub struct Gateway {

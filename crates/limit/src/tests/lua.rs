@@ -23,24 +23,20 @@
 //! freezes time within a script, so the PTTL read there is exactly the one
 //! set): real time never expires what the driven clock still needs.
 
-// The shared fixtures re-export what other suites use.
-#[allow(unused_imports)]
-mod common;
-
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use redis::{ToRedisArgs, Value};
-use tollgate::algorithm::fixed_window::{days_from_civil, Window};
-use tollgate::algorithm::{
+use crate::algorithm::fixed_window::{days_from_civil, Window};
+use crate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
     Micros, Rate, DAY, SECOND,
 };
-use tollgate::limit::decide::{decide, Loaded};
+use crate::decide::{decide, Loaded};
+use ::redis::{ToRedisArgs, Value};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use tollgate_testkit::RedisServer;
 
 /// What the reference model keeps per key (the owned form of `Loaded`).
 #[derive(Debug, Clone, Default)]
@@ -48,8 +44,8 @@ struct Model {
     algo: Option<AlgoState>,
     lock: LockState,
 }
-use tollgate::limit::store::redis::{self as store, lua, wire, RedisStore, StoreError};
-use tollgate::limit::{AlgoParams, AlgoState, Check, LockParams, LockState, Status, StoreKey};
+use crate::store::redis::{self as store, lua, wire, RedisStore, StoreError};
+use crate::{AlgoParams, AlgoState, Check, LockParams, LockState, Status, StoreKey};
 
 /// 2023-11-14T00:00:00Z.
 const T0: Micros = 1_699_920_000 * SECOND;
@@ -665,7 +661,7 @@ fn lockout_matches_rust() {
                         .invoke::<Value>(conn)
                         .unwrap(),
                 );
-                let (next, started) = tollgate::algorithm::lockout::strike(&p, &model, now);
+                let (next, started) = crate::algorithm::lockout::strike(&p, &model, now);
                 let ttl = next.ttl(&p, now);
                 prop_assert_eq!(
                     (u64::try_from(r[0]).ok(), r[1]),
@@ -851,6 +847,7 @@ fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
     key[0] = limit;
     key[1] = client;
     Check {
+        name: "t".into(),
         key,
         params,
         cost,
@@ -1201,7 +1198,7 @@ fn dispatch_call(
     requests: &[Vec<Check>],
     now: Micros,
     ttls: &mut BTreeMap<String, i64>,
-) -> (Vec<tollgate::limit::Outcome>, Micros) {
+) -> (Vec<crate::Outcome>, Micros) {
     let keys = store::DispatchKeys {
         prefix,
         requests,
@@ -1495,7 +1492,7 @@ fn take(
     prefix: &str,
     c: &Check,
     now: Micros,
-) -> (tollgate::limit::Outcome, Micros) {
+) -> (crate::Outcome, Micros) {
     let (o, at) = dispatch_call(conn, prefix, &[vec![c.clone()]], now, &mut BTreeMap::new());
     (o[0], at)
 }
@@ -2043,7 +2040,7 @@ fn timed_store(server: &RedisServer) -> RedisStore {
 }
 
 /// Decides one check.
-async fn one(store: &RedisStore, c: &Check, now: Micros) -> tollgate::limit::Outcome {
+async fn one(store: &RedisStore, c: &Check, now: Micros) -> crate::Outcome {
     store
         .decide(std::slice::from_ref(c), now)
         .await

@@ -26,7 +26,7 @@ use redis::{RedisWrite, ToRedisArgs, Value};
 use crate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
 };
-use crate::limit::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Status, StoreKey};
+use crate::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Status, StoreKey};
 
 /// A reply the store cannot read (a script and the gateway out of step, or
 /// a key holding something else): what was wrong with it.
@@ -52,7 +52,7 @@ impl From<String> for ReplyError {
 ///
 /// In that order, without an allocation (it runs for every check of every
 /// request).
-pub fn algo_params(p: &AlgoParams) -> impl Iterator<Item = u64> {
+pub(crate) fn algo_params(p: &AlgoParams) -> impl Iterator<Item = u64> {
     let (values, n) = match p {
         AlgoParams::FixedWindow(p) => {
             let window = match p.window() {
@@ -108,9 +108,10 @@ fn write_spec(c: &Check, w: &mut impl std::io::Write) -> std::io::Result<()> {
     Ok(())
 }
 
+#[cfg(test)]
 /// Appends one check's part of `dispatch.lua`'s `ARGV` to `args`: its
 /// spec, then the lease id for `concurrency`.
-pub fn push_check(args: &mut Vec<String>, c: &Check) {
+pub(crate) fn push_check(args: &mut Vec<String>, c: &Check) {
     let mut spec = Vec::new();
     write_spec(c, &mut spec).expect("a Vec takes every write");
     args.push(String::from_utf8(spec).expect("names and digits"));
@@ -123,7 +124,7 @@ pub fn push_check(args: &mut Vec<String>, c: &Check) {
 /// written straight into the command (no string per argument: this runs
 /// for every request).
 #[derive(Debug, Clone, Copy)]
-pub struct DispatchArgs<'a, R> {
+pub(crate) struct DispatchArgs<'a, R> {
     /// The gateway's clock, or `None` for Redis `TIME` (an empty `now`).
     pub now: Option<Micros>,
     /// Each request's checks, in the order they are to be decided.
@@ -163,7 +164,7 @@ const OUTCOME_WIDTH: usize = 8;
 /// [`Outcome`] per check, `checks` in all (every request's, in order), and
 /// that `now` (when the allowed checks' units were taken; a Redis Cluster
 /// refund names it).
-pub fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Micros), ReplyError> {
+pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Micros), ReplyError> {
     let Value::BulkString(bytes) = reply else {
         return Err(ReplyError(format!(
             "dispatch: expected a string, got {reply:?}"
@@ -218,7 +219,7 @@ fn figure(b: &[u8]) -> Result<u64, ReplyError> {
 /// `refund.lua`'s `ARGV`: `at` (the dispatch call's `now`), the clock,
 /// then each check's spec (and lease), as dispatch sends them.
 #[derive(Debug, Clone, Copy)]
-pub struct RefundArgs<'a> {
+pub(crate) struct RefundArgs<'a> {
     /// When the units were taken (the dispatch call's reported `now`).
     pub at: Micros,
     /// The gateway's clock, or `None` for Redis `TIME`.
@@ -253,7 +254,7 @@ const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
 
 /// `inspect.lua`'s reply: the stored state (`None`: a fresh key) and the
 /// lockout state.
-pub fn inspected(
+pub(crate) fn inspected(
     reply: &Value,
     params: &AlgoParams,
 ) -> Result<(Option<AlgoState>, LockState), ReplyError> {
@@ -369,7 +370,7 @@ fn algo_state(params: &AlgoParams, f: &[Value]) -> Result<AlgoState, ReplyError>
 }
 
 /// `lockouts.lua`'s reply: `(key, remaining)` pairs.
-pub fn lockouts(reply: &Value) -> Result<Vec<(StoreKey, Micros)>, ReplyError> {
+pub(crate) fn lockouts(reply: &Value) -> Result<Vec<(StoreKey, Micros)>, ReplyError> {
     let items = array(reply)?;
     if items.len() % 2 != 0 {
         return Err(ReplyError("lockouts: odd reply".to_owned()));
@@ -378,17 +379,11 @@ pub fn lockouts(reply: &Value) -> Result<Vec<(StoreKey, Micros)>, ReplyError> {
         .chunks(2)
         .map(|e| {
             let hex = text(&e[0])?;
-            let key = parse_key(&hex).ok_or_else(|| format!("lockouts: bad key {hex:?}"))?;
+            let key =
+                crate::key::parse_hex(&hex).ok_or_else(|| format!("lockouts: bad key {hex:?}"))?;
             Ok((key, int(&e[1])?))
         })
         .collect()
-}
-
-/// A store key from its 32 hex digits.
-pub fn parse_key(hex: &str) -> Option<StoreKey> {
-    let mut key = [0u8; 16];
-    hex::decode_to_slice(hex, &mut key).ok()?;
-    Some(key)
 }
 
 fn array(v: &Value) -> Result<&[Value], ReplyError> {
@@ -423,11 +418,12 @@ fn text(v: &Value) -> Result<String, ReplyError> {
 mod tests {
     use super::*;
     use crate::algorithm::{Rate, SECOND};
-    use crate::limit::LockParams;
+    use crate::LockParams;
 
     #[test]
     fn a_check_is_encoded_in_the_documented_order() {
         let c = Check {
+            name: "t".into(),
             key: [0; 16],
             params: AlgoParams::TokenBucket(
                 token_bucket::Params::new(Rate::new(10, SECOND).unwrap(), 20, 0).unwrap(),
@@ -552,7 +548,7 @@ mod tests {
         }
         assert!(outcomes(&short, 1).is_err(), "a byte short");
         assert!(lockouts(&Value::Array(vec![Value::Int(1)])).is_err());
-        assert_eq!(parse_key("zz"), None);
-        assert_eq!(parse_key(&"ab".repeat(16)), Some([0xab; 16]));
+        assert_eq!(crate::key::parse_hex("zz"), None);
+        assert_eq!(crate::key::parse_hex(&"ab".repeat(16)), Some([0xab; 16]));
     }
 }

@@ -1,25 +1,66 @@
-//! The limiter: what the pipeline calls between "match route" and
-//! "forward". It plans a route's limits for this client ([`plan`]: keys,
-//! exemptions, overrides), answers from the local deny cache when it can,
-//! otherwise makes the one store call, applies `on_error` when the store
-//! cannot answer, reads the outcomes ([`verdict`]) and remembers rejections
-//! in the deny cache. Time comes from an injected [`Clock`].
+//! The [`Limiter`]: what a caller asks about a request, once it has
+//! worked out which limits apply and under which keys (one [`Check`] per
+//! limit). It answers from the local deny cache when it can, otherwise
+//! makes the one store call, applies `on_error` when the store cannot
+//! answer, reads the outcomes into a [`Decision`] and remembers rejections
+//! in the deny cache. Time comes from an injected [`Clock`]; metrics leave
+//! through an [`Observer`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::config::{OnError, StoreBackend, StoreConfig};
-use crate::limit::clock::{Clock, SystemClock};
-use crate::limit::deny_cache::DenyCache;
-use crate::limit::key::RequestView;
-use crate::limit::plan::{plan, verdict, Plan, Verdict};
-use crate::limit::policy::Policy;
-use crate::limit::release::{Pending, Releases};
-use crate::limit::store::memory::MemoryStore;
-use crate::limit::store::redis::{RedisStore, StoreError};
-use crate::limit::{AlgoParams, Check, Micros, Outcome, Status, StoreKey};
-use crate::metrics::Metrics;
+use crate::clock::{Clock, SystemClock};
+use crate::deny_cache::DenyCache;
+use crate::release::{Pending, Releases};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::{RedisStore, StoreError};
+use crate::store::{OnError, StoreBackend, StoreConfig, TimeSource};
+use crate::verdict::{verdict, Verdict};
+use crate::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Status, StoreKey};
+
+/// What the limiter tells its caller about its work, for metrics. Every
+/// method does nothing unless implemented; `()` observes nothing.
+pub trait Observer: Sync {
+    /// One store call ended: `store` is `"memory"` or `"redis"`, `ok`
+    /// whether it answered, `elapsed` how long it took.
+    fn store_call(&self, store: &'static str, ok: bool, elapsed: Duration) {
+        let _ = (store, ok, elapsed);
+    }
+}
+
+impl Observer for () {}
+
+/// A request's checks as the limiter decides them: one per limit that
+/// applies, in the caller's order (the [`Decision`]'s figures follow it).
+pub struct Request<'a> {
+    /// The checks.
+    pub checks: Vec<Check>,
+    /// Told of the store call.
+    pub observer: &'a dyn Observer,
+    /// The readable form of check `i`'s client key (say `10.0.0.1` or
+    /// `user-42`), asked only when a rejection starts a lockout, so that
+    /// [`Limiter::lockouts`] can name who is locked out (store keys are
+    /// hashes). `None`: unnamed.
+    pub describe: &'a (dyn Fn(usize) -> Option<String> + Sync),
+}
+
+impl<'a> Request<'a> {
+    /// `checks`, observed by no one, clients unnamed.
+    pub fn new(checks: Vec<Check>) -> Request<'a> {
+        Request {
+            checks,
+            observer: &(),
+            describe: &|_| None,
+        }
+    }
+}
+
+impl From<Vec<Check>> for Request<'_> {
+    fn from(checks: Vec<Check>) -> Self {
+        Request::new(checks)
+    }
+}
 
 /// How many (limit, client) rejections the deny cache remembers at most.
 const DENY_CACHE_CAPACITY: usize = 100_000;
@@ -40,6 +81,7 @@ pub struct Figure {
 }
 
 /// What the limiter says of a request.
+#[derive(Debug)]
 pub enum Decision {
     /// Forward it, after `delay`. `figures` feed the rate-limit headers
     /// (empty when no limit applied or the store could not decide);
@@ -65,10 +107,9 @@ pub enum Decision {
         /// Header figures.
         figures: Vec<Figure>,
     },
-    /// The store could not decide and `on_error: deny` says 503.
+    /// The store could not decide and `on_error: deny` refuses the request.
     Unavailable,
-    /// No limit applied to this client (exempt, or its key was missing
-    /// with `on_missing_key: skip`).
+    /// No limit applied (the request had no checks).
     NotApplied,
 }
 
@@ -86,9 +127,9 @@ pub struct Cached {
 /// The rejection the deny cache gives when every check of `plan` is cached
 /// (`hits`, in check order: until, locked out, what was kept): each limit's
 /// figures as the deciding call reported them (its `r` included), their
-/// waits moved on to `now`, `t` the time until the request could pass
-/// (SPEC §5.4); named, as the store's verdict would, by the longest wait.
-fn cached_rejection(plan: &Plan<'_>, hits: &[(Micros, bool, Cached)], now: Micros) -> Decision {
+/// waits moved on to `now`, `t` the time until the request could pass;
+/// named, as the store's verdict would, by the longest wait.
+fn cached_rejection(hits: &[(Micros, bool, Cached)], now: Micros) -> Decision {
     let figures: Vec<Figure> = hits
         .iter()
         .map(|(until, locked_out, cached)| {
@@ -118,7 +159,7 @@ fn cached_rejection(plan: &Plan<'_>, hits: &[(Micros, bool, Cached)], now: Micro
     };
     Decision::Reject {
         locked_out,
-        limit: plan.policy(index).name.clone(),
+        limit: figures[index].name.clone(),
         retry_after,
         figures,
     }
@@ -163,6 +204,16 @@ pub struct Leases {
     /// When they were taken (the decision's `now`): each ends by itself
     /// its `lease` later.
     taken: Micros,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("checks", &self.checks)
+            .field("local", &self.local)
+            .field("taken", &self.taken)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Leases {
@@ -215,6 +266,11 @@ impl Limiter {
         Self::with_clock(config, previous, Arc::new(SystemClock))
     }
 
+    /// A new limiter for `config`, on the wall clock.
+    pub fn new(config: &StoreConfig) -> Result<Arc<Limiter>, StoreError> {
+        Self::with_clock(config, None, Arc::new(SystemClock))
+    }
+
     /// A new limiter for `config` that reads the time from `clock` (tests
     /// drive it); keeps `previous`'s memory store.
     pub fn with_clock(
@@ -229,7 +285,7 @@ impl Limiter {
                 config.tls.as_ref(),
                 &config.prefix,
                 config.timeout,
-                config.clock == crate::config::Clock::Local,
+                config.clock == TimeSource::Local,
             )?)),
         };
         // The memory store outlives a change of the rest of `store:` (a new
@@ -309,28 +365,19 @@ impl Limiter {
         }
     }
 
-    /// Decide a request against its route's `limits`.
-    pub async fn check(
-        self: &Arc<Self>,
-        limits: &[Arc<Policy>],
-        view: &RequestView<'_>,
-        metrics: &Metrics,
-    ) -> Decision {
-        let now = self.clock.now();
-        let plan = match plan(limits, view, || fastrand::u64(1..)) {
-            Ok(plan) => plan,
-            Err(denied) => {
-                return Decision::Reject {
-                    locked_out: false,
-                    limit: denied.policy.name.clone(),
-                    retry_after: 0,
-                    figures: Vec::new(),
-                }
-            }
-        };
-        if plan.checks.is_empty() {
+    /// Decide a request (a [`Request`], or just its checks): every check
+    /// all or nothing, in one store call at most. No checks is
+    /// [`Decision::NotApplied`].
+    pub async fn decide<'a>(self: &Arc<Self>, request: impl Into<Request<'a>>) -> Decision {
+        let Request {
+            checks,
+            observer,
+            describe,
+        } = request.into();
+        if checks.is_empty() {
             return Decision::NotApplied;
         }
+        let now = self.clock.now();
 
         // The local deny cache: no store call when every limit of the
         // request is known to reject this client under these very
@@ -339,8 +386,8 @@ impl Limiter {
         // the longest wait either way. One limit not cached (it might reject
         // with a longer wait, or strike) and the store decides.
         if !self.deny.is_empty() {
-            let mut hits = Vec::with_capacity(plan.checks.len());
-            for check in &plan.checks {
+            let mut hits = Vec::with_capacity(checks.len());
+            for check in &checks {
                 match self.deny.get_with(&check.key, now) {
                     Some((until, locked, cached)) if cached.params == check.params => {
                         hits.push((until, locked, cached));
@@ -348,29 +395,29 @@ impl Limiter {
                     _ => break,
                 }
             }
-            if hits.len() == plan.checks.len() {
-                return cached_rejection(&plan, &hits, now);
+            if hits.len() == checks.len() {
+                return cached_rejection(&hits, now);
             }
         }
 
         let started = Instant::now();
         let (outcomes, local) = match &self.backend {
             Backend::Memory => {
-                let outcomes = self.local.decide(&plan.checks, now);
-                metrics.store_call("memory", true, started.elapsed());
+                let outcomes = self.local.decide(&checks, now);
+                observer.store_call("memory", true, started.elapsed());
                 (outcomes, true)
             }
-            Backend::Redis(redis) => match redis.decide(&plan.checks, now).await {
+            Backend::Redis(redis) => match redis.decide(&checks, now).await {
                 Ok(outcomes) => {
-                    metrics.store_call("redis", true, started.elapsed());
+                    observer.store_call("redis", true, started.elapsed());
                     (outcomes, false)
                 }
                 Err(error) => {
-                    metrics.store_call("redis", false, started.elapsed());
+                    observer.store_call("redis", false, started.elapsed());
                     tracing::warn!(%error, policy = ?self.config.on_error, "limit store unavailable");
-                    self.release_unanswered(&plan.checks, now, &error);
+                    self.release_unanswered(&checks, now, &error);
                     match self.config.on_error {
-                        OnError::Local => (self.local.decide(&plan.checks, now), true),
+                        OnError::Local => (self.local.decide(&checks, now), true),
                         OnError::Allow => {
                             return Decision::Allow {
                                 delay: 0,
@@ -384,7 +431,7 @@ impl Limiter {
                 }
             },
         };
-        self.conclude(plan, view, outcomes, now, local)
+        self.conclude(checks, describe, outcomes, now, local)
     }
 
     /// A decision call that failed once it may have been sent (it timed
@@ -429,52 +476,45 @@ impl Limiter {
     /// starts needs its display key).
     fn conclude(
         self: &Arc<Self>,
-        plan: Plan<'_>,
-        view: &RequestView<'_>,
+        checks: Vec<Check>,
+        describe: &(dyn Fn(usize) -> Option<String> + Sync),
         outcomes: Vec<Outcome>,
         now: Micros,
         local: bool,
     ) -> Decision {
         let figures: Vec<Figure> = outcomes
             .iter()
-            .zip(plan.policies())
-            .map(|(outcome, policy)| Figure {
-                name: policy.name.clone(),
+            .zip(&checks)
+            .map(|(outcome, check)| Figure {
+                name: check.name.clone(),
                 outcome: *outcome,
-                concurrency: policy.is_concurrency(),
+                concurrency: check.is_concurrency(),
             })
             .collect();
-        for (i, (outcome, policy)) in outcomes.iter().zip(plan.policies()).enumerate() {
+        for (i, (outcome, check)) in outcomes.iter().zip(&checks).enumerate() {
             if !matches!(outcome.status, Status::Rejected | Status::LockedOut) {
                 continue;
             }
             // A concurrency slot can free up any moment (a response ends),
-            // so its rejection is never cached.
+            // so its rejection is never cached; nor is a rejection that a
+            // lockout policy may turn into a strike.
             let cacheable = outcome.status == Status::LockedOut
-                || (policy.lockout.is_none() && !policy.is_concurrency());
+                || (check.lockout.is_none() && !check.is_concurrency());
             if cacheable && outcome.retry_after > 0 {
                 let cached = Cached {
                     figure: figures[i].clone(),
-                    params: plan.checks[i].params.clone(),
+                    params: check.params.clone(),
                 };
                 self.deny.insert_with(
-                    plan.checks[i].key,
+                    check.key,
                     now.saturating_add(outcome.retry_after),
                     outcome.status == Status::LockedOut,
                     cached,
                 );
             }
             if outcome.lock_started {
-                // The same walk that gave the key, so it always has a
-                // display form.
-                let display = policy.display_key(view).unwrap_or_default();
-                self.label(
-                    plan.checks[i].key,
-                    &policy.name,
-                    &display,
-                    now,
-                    outcome.retry_after,
-                );
+                let display = describe(i).unwrap_or_default();
+                self.label(check.key, &check.name, &display, now, outcome.retry_after);
             }
         }
         match verdict(&outcomes) {
@@ -484,7 +524,7 @@ impl Limiter {
                 retry_after,
             } => Decision::Reject {
                 locked_out,
-                limit: plan.policy(index).name.clone(),
+                limit: checks[index].name.clone(),
                 retry_after,
                 figures,
             },
@@ -493,7 +533,7 @@ impl Limiter {
                 shadow_rejected,
             } => {
                 let lease_checks: Vec<Check> =
-                    plan.checks.into_iter().filter(|c| c.lease != 0).collect();
+                    checks.into_iter().filter(|c| c.lease != 0).collect();
                 let leases = (!lease_checks.is_empty()).then(|| Leases {
                     limiter: self.clone(),
                     checks: lease_checks,
@@ -564,7 +604,7 @@ impl Limiter {
     pub async fn inspect(
         &self,
         check: &Check,
-    ) -> Result<(Option<crate::limit::AlgoState>, crate::limit::LockState), StoreError> {
+    ) -> Result<(Option<AlgoState>, LockState), StoreError> {
         let now = self.clock.now();
         match &self.backend {
             Backend::Memory => Ok(self.local.inspect(&check.key, now)),
@@ -633,52 +673,103 @@ mod tests {
     //! deny cache and its expiry, leases, without sleeping.
 
     use super::*;
-    use crate::algorithm::SECOND;
-    use crate::limit::clock::ManualClock;
+    use crate::algorithm::{
+        concurrency, fixed_window, gcra, sliding_log, token_bucket, Rate, DAY, SECOND,
+    };
+    use crate::clock::ManualClock;
+    use crate::key::KeyHasher;
+    use crate::LockParams;
 
     const T0: Micros = 1_700_000_000 * SECOND;
+    const MINUTE: Micros = 60 * SECOND;
+    const HOUR: Micros = 3600 * SECOND;
+
+    /// One limit of the fixture: its name, parameters, lockout and cost.
+    struct Limit {
+        name: Arc<str>,
+        params: AlgoParams,
+        lockout: Option<LockParams>,
+        cost: u64,
+    }
+
+    fn limit(name: &str, params: AlgoParams) -> Limit {
+        Limit {
+            name: name.into(),
+            params,
+            lockout: None,
+            cost: 1,
+        }
+    }
+
+    /// A lockout as the gateway's defaults make it: after one strike,
+    /// counted over `within`.
+    fn lockout(after: u64, within: Micros, duration: Micros) -> LockParams {
+        LockParams {
+            after,
+            within,
+            duration,
+            escalate: 1,
+            max_duration: duration.max(DAY),
+            forget_after: DAY,
+        }
+    }
+
+    fn fixed(limit: u64, window: Micros) -> AlgoParams {
+        AlgoParams::FixedWindow(
+            fixed_window::Params::new(limit, fixed_window::Window::Fixed(window)).unwrap(),
+        )
+    }
+
+    fn bucket(count: u64, period: Micros, burst: u64) -> AlgoParams {
+        AlgoParams::TokenBucket(
+            token_bucket::Params::new(Rate::new(count, period).unwrap(), burst, 0).unwrap(),
+        )
+    }
 
     struct Fixture {
         limiter: Arc<Limiter>,
         clock: Arc<ManualClock>,
-        limits: Vec<Arc<Policy>>,
-        metrics: Metrics,
+        limits: Vec<Limit>,
     }
 
-    fn fixture(limits_yaml: &str) -> Fixture {
-        let loaded = crate::config::parse(limits_yaml, "t.yaml").expect("config");
+    fn fixture(limits: Vec<Limit>) -> Fixture {
         let clock = Arc::new(ManualClock::new(T0));
-        let limiter =
-            Limiter::with_clock(&loaded.config.store, None, clock.clone()).expect("limiter");
-        let limits = loaded
-            .config
-            .limits
-            .iter()
-            .map(|l| Arc::new(Policy::compile(l)))
-            .collect();
+        let limiter = Limiter::with_clock(&StoreConfig::memory(), None, clock.clone()).unwrap();
         Fixture {
             limiter,
             clock,
             limits,
-            metrics: Metrics::new(),
         }
     }
 
     impl Fixture {
-        async fn check(&self, client: &str, headers: &http::HeaderMap) -> Decision {
-            let view = RequestView {
-                client: client.parse().unwrap(),
-                headers,
-                query: None,
-                route: "r",
-                ipv6_prefix: 64,
-            };
-            self.limiter.check(&self.limits, &view, &self.metrics).await
+        /// The checks of `client`; `params` replaces the first limit's
+        /// parameters (an override).
+        fn checks(&self, client: &str, params: Option<&AlgoParams>) -> Vec<Check> {
+            self.limits
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let key = KeyHasher::new(l.name.as_bytes())
+                        .value(client.as_bytes())
+                        .finish();
+                    let params = params.filter(|_| i == 0).unwrap_or(&l.params);
+                    let mut check = Check::new(l.name.clone(), key, params.clone()).cost(l.cost);
+                    check.lockout = l.lockout;
+                    check
+                })
+                .collect()
+        }
+
+        async fn decide(&self, client: &str) -> Decision {
+            self.limiter
+                .decide(Request::new(self.checks(client, None)))
+                .await
         }
 
         /// The decision's kind, limit and `Retry-After` in whole seconds.
         async fn outcome(&self, client: &str) -> (&'static str, Option<String>, u64) {
-            match self.check(client, &http::HeaderMap::new()).await {
+            match self.decide(client).await {
                 Decision::Allow { .. } => ("allowed", None, 0),
                 Decision::Reject {
                     locked_out,
@@ -702,9 +793,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_lockout_is_answered_locally_until_it_ends() {
-        let f = fixture(
-            "limits:\n  l: { algorithm: fixed_window, limit: 2, window: 1m, lockout: { duration: 30s } }\n",
-        );
+        let mut l = limit("l", fixed(2, MINUTE));
+        l.lockout = Some(lockout(1, MINUTE, 30 * SECOND));
+        let f = fixture(vec![l]);
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
         assert_eq!(
@@ -730,15 +821,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lockout_names_its_client_for_lockouts() {
+        let mut l = limit("l", fixed(1, MINUTE));
+        l.lockout = Some(lockout(1, MINUTE, 30 * SECOND));
+        let f = fixture(vec![l]);
+        let describe = |i: usize| Some(format!("client of check {i}"));
+        for _ in 0..2 {
+            let request = Request {
+                checks: f.checks("10.0.0.1", None),
+                observer: &(),
+                describe: &describe,
+            };
+            f.limiter.decide(request).await;
+        }
+        let locked = f.limiter.lockouts().await.unwrap();
+        assert_eq!(locked.len(), 1);
+        assert_eq!(
+            locked[0].label,
+            Some((Arc::from("l"), "client of check 0".to_owned()))
+        );
+        assert_eq!(locked[0].remaining, 30 * SECOND);
+    }
+
+    #[tokio::test]
     async fn a_plain_rejection_is_cached_with_its_figures_until_the_retry_time() {
-        let f = fixture("limits:\n  b: { algorithm: token_bucket, rate: 1/10s, burst: 2 }\n");
+        let f = fixture(vec![limit("b", bucket(1, 10 * SECOND, 2))]);
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
         let Decision::Reject {
             figures,
             retry_after,
             ..
-        } = f.check("10.0.0.1", &http::HeaderMap::new()).await
+        } = f.decide("10.0.0.1").await
         else {
             panic!("the third request is rejected");
         };
@@ -752,7 +866,7 @@ mod tests {
             retry_after,
             locked_out,
             ..
-        } = f.check("10.0.0.1", &http::HeaderMap::new()).await
+        } = f.decide("10.0.0.1").await
         else {
             panic!("still rejected");
         };
@@ -770,66 +884,51 @@ mod tests {
 
     #[tokio::test]
     async fn a_cached_rejection_keeps_the_deciding_figures_remaining_included() {
-        let f =
-            fixture("limits:\n  b: { algorithm: token_bucket, rate: 1/10s, burst: 5, cost: 3 }\n");
+        let mut b = limit("b", bucket(1, 10 * SECOND, 5));
+        b.cost = 3;
+        let f = fixture(vec![b]);
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
         let remaining = |d: Decision| match d {
             Decision::Reject { figures, .. } => figures[0].outcome.remaining,
             _ => panic!("rejected"),
         };
-        let h = http::HeaderMap::new();
         assert_eq!(
-            remaining(f.check("10.0.0.1", &h).await),
+            remaining(f.decide("10.0.0.1").await),
             2,
             "decided by the store"
         );
         assert_eq!(f.limiter.deny.len(), 1);
         f.clock.advance(SECOND);
         assert_eq!(
-            remaining(f.check("10.0.0.1", &h).await),
+            remaining(f.decide("10.0.0.1").await),
             2,
             "answered from the deny cache: still the store's r, not 0"
         );
     }
 
-    /// The deny cache answers only what the store would: not under another
-    /// override's parameters, not when a limit it does not hold could reject
-    /// with a longer wait or take a strike.
+    /// The deny cache answers only what the store would: not under other
+    /// parameters (an override), not when a limit it does not hold could
+    /// reject with a longer wait or take a strike.
     #[tokio::test]
     async fn the_deny_cache_answers_only_what_the_store_would() {
-        let f = fixture(
-            "limits:
-  p:
-    algorithm: token_bucket
-    rate: 1/500d
-    burst: 1
-    overrides: [{ match: \"header:x-tier=gold\", burst: 5 }]
-",
-        );
-        let plain = http::HeaderMap::new();
-        let mut gold = http::HeaderMap::new();
-        gold.insert("x-tier", http::HeaderValue::from_static("gold"));
-        assert!(matches!(
-            f.check("10.0.0.1", &plain).await,
-            Decision::Allow { .. }
-        ));
-        assert!(matches!(
-            f.check("10.0.0.1", &plain).await,
-            Decision::Reject { .. }
-        ));
+        let f = fixture(vec![limit("p", bucket(1, 500 * DAY, 1))]);
+        let gold = bucket(1, 500 * DAY, 5);
+        let decide = |params: Option<&AlgoParams>| {
+            f.limiter.decide(Request::new(f.checks("10.0.0.1", params)))
+        };
+        assert!(matches!(decide(None).await, Decision::Allow { .. }));
+        assert!(matches!(decide(None).await, Decision::Reject { .. }));
         assert!(
-            matches!(f.check("10.0.0.1", &gold).await, Decision::Allow { .. }),
+            matches!(decide(Some(&gold)).await, Decision::Allow { .. }),
             "the override's burst, not the cached rejection"
         );
 
         // Two limits reject; the longest wait names the rejection, from the
         // store and from the cache alike.
-        let f = fixture(
-            "limits:
-  p: { algorithm: token_bucket, rate: 1/500d, burst: 1 }
-  h: { algorithm: token_bucket, rate: 1/1000d, burst: 1 }
-",
-        );
+        let f = fixture(vec![
+            limit("p", bucket(1, 500 * DAY, 1)),
+            limit("h", bucket(1, 1000 * DAY, 1)),
+        ]);
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
         let stored = f.outcome("10.0.0.1").await;
         assert_eq!(stored.1.as_deref(), Some("h"));
@@ -840,12 +939,17 @@ mod tests {
 
         // `a` locked out (cached), `b` not cached and able to take a strike:
         // the store decides, and `b`'s second strike locks it.
-        let f = fixture(
-            "limits:
-  a: { algorithm: sliding_log, limit: 1, window: 1d, lockout: { duration: 1h } }
-  b: { algorithm: gcra, rate: 1/100d, burst: 1, lockout: { after: 2, duration: 5h } }
-",
+        let mut a = limit(
+            "a",
+            AlgoParams::SlidingLog(sliding_log::Params::new(1, DAY).unwrap()),
         );
+        a.lockout = Some(lockout(1, DAY, HOUR));
+        let mut b = limit(
+            "b",
+            AlgoParams::Gcra(gcra::Params::new(Rate::new(1, 100 * DAY).unwrap(), 1, 0).unwrap()),
+        );
+        b.lockout = Some(lockout(2, 100 * DAY, 5 * HOUR));
+        let f = fixture(vec![a, b]);
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
         // Both reject: `a` locks (1 h), `b` takes its first strike and
         // names the rejection with its longer wait (100 days).
@@ -861,9 +965,12 @@ mod tests {
 
     #[tokio::test]
     async fn concurrency_leases_free_their_slot_when_dropped() {
-        let f = fixture("limits:\n  c: { algorithm: concurrency, limit: 2 }\n");
-        let first = f.check("10.0.0.1", &http::HeaderMap::new()).await;
-        let second = f.check("10.0.0.1", &http::HeaderMap::new()).await;
+        let f = fixture(vec![limit(
+            "c",
+            AlgoParams::Concurrency(concurrency::Params::new(2, 5 * MINUTE).unwrap()),
+        )]);
+        let first = f.decide("10.0.0.1").await;
+        let second = f.decide("10.0.0.1").await;
         assert!(matches!(
             first,
             Decision::Allow {
@@ -890,21 +997,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn exempt_skipped_and_denied_keys() {
-        let f = fixture(
-            "limits:\n  k: { algorithm: gcra, rate: 1/s, key: \"header:x-user\", on_missing_key: deny, exempt: [\"10.9.0.0/16\"] }\n",
-        );
-        assert_eq!(f.outcome("10.9.1.1").await.0, "not_applied");
-        assert_eq!(
-            f.outcome("10.0.0.1").await,
-            ("rate_limited", Some("k".into()), 0),
-            "no x-user with on_missing_key: deny"
-        );
-        let mut h = http::HeaderMap::new();
-        h.insert("x-user", http::HeaderValue::from_static("ann"));
+    async fn no_checks_is_not_applied_and_the_observer_sees_each_store_call() {
+        #[derive(Default)]
+        struct Calls(std::sync::Mutex<Vec<(&'static str, bool)>>);
+        impl Observer for Calls {
+            fn store_call(&self, store: &'static str, ok: bool, _: Duration) {
+                self.0.lock().unwrap().push((store, ok));
+            }
+        }
+        let f = fixture(vec![limit("b", bucket(1, 10 * SECOND, 1))]);
         assert!(matches!(
-            f.check("10.0.0.1", &h).await,
-            Decision::Allow { .. }
+            f.limiter.decide(Request::new(Vec::new())).await,
+            Decision::NotApplied
         ));
+        let calls = Calls::default();
+        for _ in 0..3 {
+            let request = Request {
+                checks: f.checks("10.0.0.1", None),
+                observer: &calls,
+                describe: &|_| None,
+            };
+            f.limiter.decide(request).await;
+        }
+        // The third is answered by the deny cache: no store call.
+        assert_eq!(
+            *calls.0.lock().unwrap(),
+            [("memory", true), ("memory", true)]
+        );
     }
 }

@@ -19,14 +19,14 @@
 //! Locked limits answer `locked_out` with the lock's remaining time and are
 //! not struck again. Shadow limits never lock and never block.
 
-use super::{Check, Outcome, Status};
 use crate::algorithm::any::{AlgoParams, AlgoState};
 use crate::algorithm::lockout::{strike, LockState};
 use crate::algorithm::Micros;
+use crate::{Check, Outcome, Status};
 
 /// What the store holds for one check when the decision starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Loaded<'a> {
+pub(crate) struct Loaded<'a> {
     /// The limit's state (`None`: a fresh key).
     pub algo: Option<&'a AlgoState>,
     /// The lockout state (default: never struck).
@@ -35,7 +35,7 @@ pub struct Loaded<'a> {
 
 /// What the store must write back for one check.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Writes {
+pub(crate) struct Writes {
     /// The new limit state and its time to live (0: delete the key).
     pub algo: Option<(AlgoState, Micros)>,
     /// The new lockout state and its time to live (0: delete the key).
@@ -43,7 +43,11 @@ pub struct Writes {
 }
 
 /// Decide `checks` at `now` from their `loaded` states (same order).
-pub fn decide(checks: &[Check], loaded: &[Loaded<'_>], now: Micros) -> (Vec<Outcome>, Vec<Writes>) {
+pub(crate) fn decide(
+    checks: &[Check],
+    loaded: &[Loaded<'_>],
+    now: Micros,
+) -> (Vec<Outcome>, Vec<Writes>) {
     let mut outcomes = Vec::with_capacity(checks.len());
     // Each allowed verdict's state, to be stored unless the request is
     // blocked (then every one is dropped below).

@@ -4,19 +4,17 @@
 //! memory store and through a real Redis with a driven clock (`clock:
 //! local`, the gateway passes `now`).
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis::RedisServer;
 use proptest::prelude::*;
-use tollgate::algorithm::{
+use tollgate_limit::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
     Micros, Rate,
 };
-use tollgate::limit::store::memory::MemoryStore;
-use tollgate::limit::store::redis::RedisStore;
-use tollgate::limit::{AlgoParams, Check, LockParams, Outcome, Status};
+use tollgate_limit::store::memory::MemoryStore;
+use tollgate_limit::store::redis::RedisStore;
+use tollgate_limit::{AlgoParams, Check, LockParams, Outcome, Status};
+use tollgate_testkit::RedisServer;
 
 /// Seconds, in microseconds.
 const S: Micros = 1_000_000;
@@ -78,6 +76,7 @@ fn key(n: u8) -> [u8; 16] {
 
 fn check(key_n: u8, params: AlgoParams, cost: u64) -> Check {
     Check {
+        name: "t".into(),
         key: key(key_n),
         params,
         cost,

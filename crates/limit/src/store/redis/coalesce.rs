@@ -21,22 +21,22 @@ use std::collections::VecDeque;
 use tokio::sync::oneshot;
 
 use super::StoreError;
-use crate::limit::{Check, Micros, Outcome};
+use crate::{Check, Micros, Outcome};
 
 /// Requests per call at most.
-pub const MAX_REQUESTS: usize = 64;
+pub(crate) const MAX_REQUESTS: usize = 64;
 
 /// Checks per call at most: the reply is 8 numbers per check, and Lua
 /// packs them from its stack (about 8,000 slots).
-pub const MAX_CHECKS: usize = 512;
+pub(crate) const MAX_CHECKS: usize = 512;
 
 /// A request's answer: one outcome per check and the call's `now`, or why
 /// there is none.
-pub type Answer = Result<(Vec<Outcome>, Micros), StoreError>;
+pub(crate) type Answer = Result<(Vec<Outcome>, Micros), StoreError>;
 
 /// A request waiting for the next call.
 #[derive(Debug)]
-pub struct Waiting {
+pub(crate) struct Waiting {
     /// Its checks.
     pub checks: Vec<Check>,
     /// The gateway's clock when it arrived.
@@ -47,7 +47,7 @@ pub struct Waiting {
 
 /// What a request that arrives should do.
 #[derive(Debug)]
-pub enum Arrival {
+pub(crate) enum Arrival {
     /// No call was in flight: send alone, now (counted as in flight).
     SendNow,
     /// Wait for the answer; and if the queue just filled a call, send that
@@ -57,7 +57,7 @@ pub enum Arrival {
 
 /// The decision calls in flight and the requests waiting for the next one.
 #[derive(Debug, Default)]
-pub struct Queue {
+pub(crate) struct Queue {
     in_flight: usize,
     waiting: VecDeque<Waiting>,
     /// Checks in `waiting`.
@@ -66,7 +66,7 @@ pub struct Queue {
 
 impl Queue {
     /// A request of `checks` arrives at `now`.
-    pub fn arrive(&mut self, checks: &[Check], now: Micros) -> Arrival {
+    pub(crate) fn arrive(&mut self, checks: &[Check], now: Micros) -> Arrival {
         if self.in_flight == 0 {
             self.in_flight = 1;
             return Arrival::SendNow;
@@ -88,7 +88,7 @@ impl Queue {
 
     /// A call ended: the next batch to send (still counted as in flight),
     /// or `None` when nothing waits (one call fewer in flight).
-    pub fn call_ended(&mut self) -> Option<Vec<Waiting>> {
+    pub(crate) fn call_ended(&mut self) -> Option<Vec<Waiting>> {
         let batch = self.take();
         if batch.is_none() {
             self.in_flight = self.in_flight.saturating_sub(1);
@@ -116,15 +116,16 @@ impl Queue {
         Some(batch)
     }
 
+    #[cfg(test)]
     /// Calls in flight.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
     }
 }
 
 /// Hands each request of `batch` its part of `result` (the outcomes of
 /// every request's checks, in order, and the call's `now`), or the error.
-pub fn answer(batch: Vec<Waiting>, result: Answer) {
+pub(crate) fn answer(batch: Vec<Waiting>, result: Answer) {
     match result {
         Ok((outcomes, at)) => {
             let mut outcomes = outcomes.into_iter();
@@ -146,7 +147,7 @@ pub fn answer(batch: Vec<Waiting>, result: Answer) {
 mod tests {
     use super::*;
     use crate::algorithm::{fixed_window, SECOND};
-    use crate::limit::{AlgoParams, Status};
+    use crate::{AlgoParams, Status};
 
     fn checks(n: usize) -> Vec<Check> {
         let p = AlgoParams::FixedWindow(
@@ -154,6 +155,7 @@ mod tests {
         );
         (0..n)
             .map(|i| Check {
+                name: "t".into(),
                 key: [i as u8; 16],
                 params: p.clone(),
                 cost: 1,

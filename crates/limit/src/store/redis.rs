@@ -2,7 +2,7 @@
 //! gateway instance, decided by atomic Lua functions.
 //!
 //! - At most one `FCALL` round trip per request decides all of its limits
-//!   (`lua/dispatch.lua`, mirroring [`decide`](crate::limit::decide::decide));
+//!   (`lua/dispatch.lua`, mirroring [`decide`](crate::decide::decide));
 //!   the requests that arrive while a call is in flight share the next one
 //!   ([`coalesce`]), each still decided on its own, all or nothing, in
 //!   arrival order.
@@ -30,11 +30,11 @@
 //! instances with skewed clocks agree. Redis expiries are relative
 //! (`SET ... PX`, `PEXPIRE`), so they hold under either clock.
 
-pub mod breaker;
-pub mod cluster;
-pub mod coalesce;
-pub mod connect;
-pub mod wire;
+pub(crate) mod breaker;
+pub(crate) mod cluster;
+pub(crate) mod coalesce;
+pub(crate) mod connect;
+pub(crate) mod wire;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,8 +49,8 @@ use tokio::sync::mpsc;
 use self::breaker::{Admission, Breaker};
 use self::coalesce::{Arrival, Queue, Waiting};
 use self::connect::{Conn, Source, CONNECT_TIMEOUT};
-use crate::config::{StoreBackend, StoreTls};
-use crate::limit::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
+use crate::store::{StoreBackend, StoreTls};
+use crate::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
 
 /// Why a store call gave no answer. Every variant means "apply `on_error`".
 #[derive(Debug, Clone, thiserror::Error)]
@@ -196,160 +196,7 @@ pub fn reset_channel(prefix: &str) -> String {
     format!("{prefix}:reset")
 }
 
-/// The Lua sources (`lua/`), embedded at build time, and the scripts built
-/// from them.
-pub mod lua {
-    /// Helpers every script uses.
-    pub const COMMON: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/common.lua"));
-    /// The algorithm libraries, `(name, source)`; each needs only [`COMMON`].
-    pub const ALGORITHMS: [(&str, &str); 7] = [
-        (
-            "fixed_window",
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/fixed_window.lua")),
-        ),
-        (
-            "sliding_window",
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/lua/sliding_window.lua"
-            )),
-        ),
-        (
-            "sliding_log",
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/sliding_log.lua")),
-        ),
-        (
-            "token_bucket",
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/token_bucket.lua")),
-        ),
-        (
-            "gcra",
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/gcra.lua")),
-        ),
-        (
-            "leaky_bucket",
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/leaky_bucket.lua")),
-        ),
-        (
-            "concurrency",
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/concurrency.lua")),
-        ),
-    ];
-    /// Lockout penalties.
-    pub const LOCKOUT: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lockout.lua"));
-    /// Entry: decide a request's checks.
-    pub const DISPATCH: &str =
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/dispatch.lua"));
-    /// Entry: release a concurrency lease.
-    pub const RELEASE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/release.lua"));
-    /// Entry: read one (limit, client)'s state.
-    pub const INSPECT: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/inspect.lua"));
-    /// Entry: the clients locked out now.
-    pub const LOCKOUTS: &str =
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lockouts.lua"));
-    /// Entry: give back what a Redis Cluster call took for a request another
-    /// slot's call rejected.
-    pub const REFUND: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/refund.lua"));
-
-    /// The gateway's entry points, `(name, source)`: each file defines
-    /// `local function <name>(KEYS, ARGV)`. `refund` uses `dispatch`'s spec
-    /// parser, so it comes after it.
-    pub const ENTRIES: [(&str, &str); 5] = [
-        ("dispatch", DISPATCH),
-        ("release", RELEASE),
-        ("inspect", INSPECT),
-        ("lockouts", LOCKOUTS),
-        ("refund", REFUND),
-    ];
-
-    /// A Redis Functions library made of the files: the shebang naming it,
-    /// then [`COMMON`], the algorithms, [`LOCKOUT`] and the entry files as
-    /// the body of one `build` function returning the entry functions, then
-    /// one `redis.register_function` per entry. `FUNCTION LOAD` gives a
-    /// library's chunk no standard library (`math`, `string`, `table`,
-    /// `setmetatable`... exist only while a function runs), so the first call
-    /// after a load runs `build`, and every later call reuses what it made:
-    /// the helpers and algorithm tables are built once per load, not per
-    /// call.
-    ///
-    /// The name carries a hash of the code (`tollgate_<12 hex>`) and so do
-    /// its functions (`tollgate_<12 hex>_dispatch`; Redis function names are
-    /// global, not per library): gateways of two versions sharing one Redis
-    /// during a rolling upgrade each call their own code.
-    #[derive(Debug, Clone)]
-    pub struct Library {
-        /// `tollgate_<12 hex>`.
-        pub name: String,
-        /// The source for `FUNCTION LOAD REPLACE`.
-        pub src: String,
-    }
-
-    /// The library's loader: `entry(name)` is the function registered for
-    /// entry `name`, which builds the library on the first call of any.
-    const ENTRY: &str = "local built
-local function entry(name)
-  local f
-  return function(KEYS, ARGV)
-    if f == nil then
-      if built == nil then built = build() end
-      f = built[name]
-    end
-    return f(KEYS, ARGV)
-  end
-end
-";
-
-    impl Library {
-        /// The gateway's library: the shared files and [`ENTRIES`].
-        pub fn gateway() -> Library {
-            Library::with_entries(&ENTRIES)
-        }
-
-        /// The shared files, then `entries` (`(name, source)`, each source
-        /// defining `local function <name>(KEYS, ARGV)`): the gateway's, or
-        /// a test's own beside them.
-        pub fn with_entries(entries: &[(&str, &str)]) -> Library {
-            let mut shared = vec![COMMON];
-            shared.extend(ALGORITHMS.iter().map(|(_, src)| *src));
-            shared.push(LOCKOUT);
-            Library::from_parts(&shared, entries)
-        }
-
-        /// A library of `shared` (the sources before the entries: common,
-        /// the algorithms, the lockout, in order) and `entries`: what
-        /// [`Library::with_entries`] builds from the embedded files, or
-        /// `benches/e2e/lua_cost` from another checkout's `lua/`.
-        pub fn from_parts(shared: &[&str], entries: &[(&str, &str)]) -> Library {
-            let mut body = String::new();
-            for src in shared {
-                body.push_str(src);
-                body.push('\n');
-            }
-            for (_, src) in entries {
-                body.push('\n');
-                body.push_str(src);
-            }
-            let hash = redis::Script::new(&body).get_hash().to_owned();
-            let name = format!("tollgate_{}", &hash[..12]);
-            let exports: Vec<String> = entries.iter().map(|(e, _)| format!("{e} = {e}")).collect();
-            let mut src = format!(
-                "#!lua name={name}\nlocal function build()\n{body}\nreturn {{{}}}\nend\n{ENTRY}",
-                exports.join(", ")
-            );
-            for (entry, _) in entries {
-                src.push_str(&format!(
-                    "redis.register_function('{name}_{entry}', entry('{entry}'))\n"
-                ));
-            }
-            Library { name, src }
-        }
-
-        /// The registered name of `entry`: `<library>_<entry>`.
-        pub fn function(&self, entry: &str) -> String {
-            format!("{}_{entry}", self.name)
-        }
-    }
-}
+pub mod lua;
 
 /// The library and the names of its functions.
 #[derive(Debug)]
@@ -1263,7 +1110,7 @@ async fn subscriber(store: RedisStore, channel: String, tx: mpsc::Sender<Option<
                             let Some(msg) = msg else { break };
                             let payload = String::from_utf8_lossy(msg.get_payload_bytes());
                             // Anything but one key clears everything: safe.
-                            let reset = wire::parse_key(&payload);
+                            let reset = crate::key::parse_hex(&payload);
                             if tx.send(reset).await.is_err() {
                                 return;
                             }

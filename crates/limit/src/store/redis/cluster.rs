@@ -23,15 +23,15 @@ use redis::RedisError;
 use smallvec::SmallVec;
 
 use super::{wire, RedisStore, StoreError};
-use crate::limit::{Check, Micros, Outcome, Status};
+use crate::{Check, Micros, Outcome, Status};
 
 /// The pause before a call that a cluster said was not run goes again
 /// (`MOVED` lets redis-rs read the slots first; `TRYAGAIN` and
 /// `CLUSTERDOWN` wait out a migration or a failover).
-pub const RETRY_PAUSE: Duration = Duration::from_millis(5);
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(5);
 
 /// The slot of a check's keys (their hash tag is the 32 hex of its key).
-pub fn slot(check: &Check) -> Slot {
+pub(crate) fn slot(check: &Check) -> Slot {
     let mut hex = [0u8; 32];
     hex::encode_to_slice(check.key, &mut hex).expect("32 bytes hold the hex of 16");
     Slot::for_key(hex)
@@ -44,7 +44,7 @@ pub fn slot(check: &Check) -> Slot {
 /// a primary just added, which owns no slot until its first slot has
 /// moved; the call goes to the slot's owner again, and a `MOVED` once the
 /// slot has moved makes redis-rs read the slots and connect to it).
-pub fn not_run(e: &RedisError) -> bool {
+pub(crate) fn not_run(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || matches!(
             e.code(),
@@ -61,7 +61,7 @@ pub fn not_run(e: &RedisError) -> bool {
 }
 
 /// The node an `ASK` redirection names, as `(host, port)`.
-pub fn ask_target(e: &RedisError) -> Option<(String, u16)> {
+pub(crate) fn ask_target(e: &RedisError) -> Option<(String, u16)> {
     if e.code() != Some("ASK") {
         return None;
     }
@@ -71,7 +71,7 @@ pub fn ask_target(e: &RedisError) -> Option<(String, u16)> {
 }
 
 /// Decide a request's `checks` on a cluster, all or nothing.
-pub async fn decide(
+pub(crate) async fn decide(
     store: &RedisStore,
     checks: &[Check],
     now: Micros,
@@ -171,7 +171,7 @@ pub async fn decide(
 /// Units a check takes when allowed (as `dispatch.lua` counts them).
 fn taken(c: &Check) -> u64 {
     match c.params {
-        crate::limit::AlgoParams::Concurrency(_) => 1,
+        crate::AlgoParams::Concurrency(_) => 1,
         _ => c.cost.max(1),
     }
 }
@@ -202,7 +202,7 @@ async fn refund(store: RedisStore, checks: Vec<Check>, at: Micros) -> Result<(),
         let leases = checks
             .iter()
             .filter_map(|c| match c.params {
-                crate::limit::AlgoParams::Concurrency(p) => {
+                crate::AlgoParams::Concurrency(p) => {
                     Some((c.key, c.lease, at.saturating_add(p.lease())))
                 }
                 _ => None,

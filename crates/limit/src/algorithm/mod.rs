@@ -268,7 +268,7 @@ impl Fluid {
     /// backlog beyond a full bucket. Rejects combinations where
     /// `2 * cap + slack` (the largest intermediate: a level at `cap + slack`
     /// plus a cost of up to `cap`) would exceed [`MAX_EXACT`].
-    pub fn new(rate: Rate, burst: u64, max_delay: Micros) -> Result<Fluid, ParamError> {
+    pub(crate) fn new(rate: Rate, burst: u64, max_delay: Micros) -> Result<Fluid, ParamError> {
         let (unit, drain) = rate.ticks();
         let cap = burst.checked_mul(unit).ok_or(ParamError::Precision)?;
         let slack = max_delay.checked_mul(drain).ok_or(ParamError::Precision)?;
@@ -288,7 +288,7 @@ impl Fluid {
     }
 
     /// The time to drain `level` ticks: `ceil(level / drain)`.
-    pub fn time_to_drain(&self, level: u64) -> Micros {
+    pub(crate) fn time_to_drain(&self, level: u64) -> Micros {
         ceil_div(level, self.drain)
     }
 
@@ -296,7 +296,7 @@ impl Fluid {
     /// `0` if `elapsed >= ceil(level / drain)`, else `level - elapsed *
     /// drain`. Comparing first keeps `elapsed * drain` below `level +
     /// drain`, so a long idle key never overflows.
-    pub fn drained(&self, level: u64, elapsed: Micros) -> u64 {
+    pub(crate) fn drained(&self, level: u64, elapsed: Micros) -> u64 {
         if elapsed >= self.time_to_drain(level) {
             0
         } else {
@@ -309,7 +309,7 @@ impl Fluid {
     /// whole units: `ceil(level / old_unit) * unit`, capped first so the
     /// product stays exact), then clamped to `cap + slack`. A stored level
     /// without a unit (`old_unit = 0`) means nothing and becomes 0.
-    pub fn adopt(&self, level: u64, old_unit: u64) -> u64 {
+    pub(crate) fn adopt(&self, level: u64, old_unit: u64) -> u64 {
         let top = self.cap + self.slack;
         let level = if old_unit == self.unit {
             level
@@ -324,7 +324,7 @@ impl Fluid {
 
     /// Whole units below the cap at `level`: `floor((cap - level) / unit)`,
     /// 0 if the level is at or above the cap.
-    pub fn units_free(&self, level: u64) -> u64 {
+    pub(crate) fn units_free(&self, level: u64) -> u64 {
         self.cap.saturating_sub(level) / self.unit.max(1)
     }
 }
@@ -336,20 +336,20 @@ pub(crate) mod testutil {
     use super::{Micros, SECOND};
 
     /// 2023-11-14T00:00:00Z, aligned to every window that divides a day.
-    pub const T0: Micros = 1_699_920_000 * SECOND;
+    pub(crate) const T0: Micros = 1_699_920_000 * SECOND;
 
     /// Milliseconds in [`Micros`].
-    pub const fn ms(n: u64) -> Micros {
+    pub(crate) const fn ms(n: u64) -> Micros {
         n * 1_000
     }
 
     /// Seconds in [`Micros`].
-    pub const fn s(n: u64) -> Micros {
+    pub(crate) const fn s(n: u64) -> Micros {
         n * SECOND
     }
 
     /// A random request history: `(gap since the previous request, cost)`.
-    pub fn steps(
+    pub(crate) fn steps(
         max_gap: Micros,
         max_cost: u64,
         len: usize,

@@ -23,16 +23,16 @@ use redis::{
     IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, TlsCertificates, Value,
 };
 
-use crate::config::{StoreBackend, StoreTls};
+use crate::store::{StoreBackend, StoreTls};
 
 /// How long a background connection attempt may take (it holds up no
 /// request: those have their own deadline).
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One connection to the store, whatever the backend. Cheap to clone (each
 /// variant is a handle on one multiplexed connection).
 #[derive(Clone)]
-pub enum Conn {
+pub(crate) enum Conn {
     /// None yet: the first one is being made (Sentinel, Cluster). Commands
     /// fail as "not connected".
     Pending,
@@ -100,7 +100,7 @@ impl ConnectionLike for Conn {
 }
 
 /// Where connections come from.
-pub enum Source {
+pub(crate) enum Source {
     /// `redis`: one server.
     Single(Node),
     /// `redis_sentinel`: ask the sentinels for the master, then connect.
@@ -129,7 +129,7 @@ pub enum Source {
 
 /// One server: its client, and for `store.tls.server_name` the name it is
 /// verified by (its address is then the URL's host, resolved here).
-pub struct Node {
+pub(crate) struct Node {
     /// The client (with the server name as its host when `real` is set).
     pub client: Client,
     /// `(host, port)` to connect to when the client's host is a
@@ -195,7 +195,7 @@ fn node(info: ConnectionInfo, tls: Option<&StoreTls>) -> RedisResult<Node> {
 impl Source {
     /// The source of `backend` (a Redis one) with `tls`. Fails only on a
     /// URL redis-rs cannot use (the config has checked them already).
-    pub fn new(backend: &StoreBackend, tls: Option<&StoreTls>) -> RedisResult<Source> {
+    pub(crate) fn new(backend: &StoreBackend, tls: Option<&StoreTls>) -> RedisResult<Source> {
         match backend {
             StoreBackend::Memory => Err(RedisError::from((
                 ErrorKind::InvalidClientConfig,
@@ -254,14 +254,14 @@ impl Source {
     }
 
     /// Whether this is a Redis Cluster.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Source::Cluster { .. })
     }
 
     /// A connection made without waiting: `redis` without a server name
     /// connects lazily; the others start [`Conn::Pending`] and need
     /// [`Source::connect`].
-    pub fn lazy(&self) -> RedisResult<Option<Conn>> {
+    pub(crate) fn lazy(&self) -> RedisResult<Option<Conn>> {
         match self {
             Source::Single(Node { client, real: None }) => {
                 Ok(Some(Conn::Manager(manager(client)?)))
@@ -272,7 +272,7 @@ impl Source {
 
     /// A fresh connection, and the client of the server it reaches (for the
     /// reset subscription; `None` on a cluster).
-    pub async fn connect(&self) -> RedisResult<(Conn, Option<Client>)> {
+    pub(crate) async fn connect(&self) -> RedisResult<(Conn, Option<Client>)> {
         match self {
             Source::Single(Node { client, real: None }) => {
                 Ok((Conn::Manager(manager(client)?), Some(client.clone())))
@@ -319,7 +319,7 @@ impl Source {
 
     /// On a cluster, the seed the reset subscription should try next
     /// (round robin, so a dead one is skipped on the next attempt).
-    pub fn next_seed(&self) -> Option<Client> {
+    pub(crate) fn next_seed(&self) -> Option<Client> {
         match self {
             Source::Cluster {
                 seeds, next_seed, ..

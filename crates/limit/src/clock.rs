@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::Micros;
+use crate::Micros;
 
 /// A source of "now", in microseconds since the Unix epoch.
 pub trait Clock: Send + Sync + fmt::Debug {

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::algorithm::any::AlgoState;
-use crate::limit::decide::{decide, Loaded};
-use crate::limit::{Check, LockState, Micros, Outcome, StoreKey};
+use crate::decide::{decide, Loaded};
+use crate::{Check, LockState, Micros, Outcome, StoreKey};
 
 /// How many shards the map is split into (at most 64: a request's shards
 /// are a `u64` bit set).
@@ -220,7 +220,7 @@ impl MemoryStore {
 mod tests {
     use super::*;
     use crate::algorithm::{concurrency, fixed_window, token_bucket, Rate, SECOND};
-    use crate::limit::{AlgoParams, LockParams, Status};
+    use crate::{AlgoParams, LockParams, Status};
 
     fn key(n: u8) -> StoreKey {
         let mut k = [0u8; 16];
@@ -231,6 +231,7 @@ mod tests {
 
     fn fixed(limit: u64, key: StoreKey) -> Check {
         Check {
+            name: "t".into(),
             key,
             params: AlgoParams::FixedWindow(
                 fixed_window::Params::new(limit, fixed_window::Window::Fixed(10 * SECOND)).unwrap(),
@@ -314,6 +315,7 @@ mod tests {
     fn concurrency_leases_are_released() {
         let store = MemoryStore::new();
         let c = |lease| Check {
+            name: "t".into(),
             key: key(9),
             params: AlgoParams::Concurrency(concurrency::Params::new(1, 60 * SECOND).unwrap()),
             cost: 1,
@@ -331,6 +333,7 @@ mod tests {
     fn lockouts_are_listed_and_reset() {
         let store = MemoryStore::new();
         let mut check = Check {
+            name: "t".into(),
             key: key(4),
             params: AlgoParams::TokenBucket(
                 token_bucket::Params::new(Rate::new(1, SECOND).unwrap(), 1, 0).unwrap(),

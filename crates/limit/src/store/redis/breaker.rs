@@ -12,15 +12,15 @@
 use std::time::{Duration, Instant};
 
 /// Consecutive failures that open the breaker.
-pub const TRIP_AFTER: u32 = 3;
+pub(crate) const TRIP_AFTER: u32 = 3;
 /// The first back-off.
-pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest back-off.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The breaker's state; the store keeps it behind a mutex.
 #[derive(Debug)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     /// Consecutive failed calls.
     failures: u32,
     /// While open: when the next probe may go.
@@ -33,7 +33,7 @@ pub struct Breaker {
 
 /// What [`Breaker::admit`] lets through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// The breaker is closed: a normal call.
     Call,
     /// The breaker is open and this call is the one probe.
@@ -53,7 +53,7 @@ impl Default for Breaker {
 
 impl Breaker {
     /// Whether a call may go at `now`; `None`: fail fast.
-    pub fn admit(&mut self, now: Instant) -> Option<Admission> {
+    pub(crate) fn admit(&mut self, now: Instant) -> Option<Admission> {
         match self.open_until {
             None => Some(Admission::Call),
             Some(t) if now < t || self.probing => None,
@@ -65,19 +65,19 @@ impl Breaker {
     }
 
     /// Whether calls go through (the breaker is closed).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.open_until.is_none()
     }
 
     /// A call got an answer from Redis: close.
-    pub fn success(&mut self) {
+    pub(crate) fn success(&mut self) {
         *self = Breaker::default();
     }
 
     /// A fresh connection replaced the one that failed (a failover was
     /// followed): while open, the next call may probe at once instead of
     /// waiting out the back-off, which may have grown to seconds.
-    pub fn reconnected(&mut self, now: Instant) {
+    pub(crate) fn reconnected(&mut self, now: Instant) {
         if let Some(t) = &mut self.open_until {
             *t = (*t).min(now);
         }
@@ -85,7 +85,7 @@ impl Breaker {
 
     /// A call failed at `now` (an error reaching Redis, or its deadline).
     /// Returns true if this (re)opened the breaker.
-    pub fn failure(&mut self, now: Instant, admission: Admission) -> bool {
+    pub(crate) fn failure(&mut self, now: Instant, admission: Admission) -> bool {
         self.failures = self.failures.saturating_add(1);
         match admission {
             Admission::Probe => {

@@ -2,12 +2,12 @@
 //! under 1 µs single-threaded). Run: `cargo bench --bench decision`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tollgate::algorithm::{
+use tollgate_limit::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Rate,
     SECOND,
 };
-use tollgate::limit::store::memory::MemoryStore;
-use tollgate::limit::{AlgoParams, Check};
+use tollgate_limit::store::memory::MemoryStore;
+use tollgate_limit::{AlgoParams, Check};
 
 fn algorithms() -> Vec<(&'static str, AlgoParams)> {
     let rate = Rate::new(1000, SECOND).unwrap();
@@ -59,11 +59,13 @@ fn decisions(c: &mut Criterion) {
             .collect();
         let mut i = 0usize;
         let mut now = 1_700_000_000 * SECOND;
+        let limit: std::sync::Arc<str> = name.into();
         group.bench_function(name, |b| {
             b.iter(|| {
                 i = (i + 1) % keys.len();
                 now += 1;
                 let check = Check {
+                    name: limit.clone(),
                     key: keys[i],
                     params: params.clone(),
                     cost: 1,

@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::{Micros, StoreKey};
+use crate::{Micros, StoreKey};
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
@@ -41,7 +41,7 @@ struct Shard<T> {
 
 /// Clients this instance rejects locally until their retry time, each with
 /// a `T` the caller keeps beside the rejection.
-pub struct DenyCache<T = ()> {
+pub(crate) struct DenyCache<T = ()> {
     shards: Box<[Shard<T>]>,
     /// Entries held across all shards, expired ones included until evicted.
     len: AtomicUsize,
@@ -57,15 +57,16 @@ impl<T: Clone> fmt::Debug for DenyCache<T> {
     }
 }
 
+#[cfg(test)]
 impl DenyCache<()> {
     /// Reject `key` locally until `until`; replaces any entry for it.
-    pub fn insert(&self, key: StoreKey, until: Micros, locked_out: bool) {
+    pub(crate) fn insert(&self, key: StoreKey, until: Micros, locked_out: bool) {
         self.insert_with(key, until, locked_out, ());
     }
 
     /// `Some((until, locked_out))` while `key` is cached and not expired at
     /// `now` (`now < until`). An expired entry found here is dropped.
-    pub fn get(&self, key: &StoreKey, now: Micros) -> Option<(Micros, bool)> {
+    pub(crate) fn get(&self, key: &StoreKey, now: Micros) -> Option<(Micros, bool)> {
         self.get_with(key, now)
             .map(|(until, locked_out, ())| (until, locked_out))
     }
@@ -73,7 +74,7 @@ impl DenyCache<()> {
 
 impl<T: Clone> DenyCache<T> {
     /// A cache holding at most `capacity` entries (0: caches nothing).
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         let shards = (0..SHARDS)
             .map(|i| Shard {
                 map: Mutex::new(HashMap::new()),
@@ -91,7 +92,7 @@ impl<T: Clone> DenyCache<T> {
 
     /// Reject `key` locally until `until`, keeping `extra` with it; replaces
     /// any entry for it.
-    pub fn insert_with(&self, key: StoreKey, until: Micros, locked_out: bool, extra: T) {
+    pub(crate) fn insert_with(&self, key: StoreKey, until: Micros, locked_out: bool, extra: T) {
         let shard = self.shard(&key);
         if shard.capacity == 0 {
             return;
@@ -115,7 +116,7 @@ impl<T: Clone> DenyCache<T> {
     /// `Some((until, locked_out, extra))` while `key` is cached and not
     /// expired at `now` (`now < until`). An expired entry found here is
     /// dropped.
-    pub fn get_with(&self, key: &StoreKey, now: Micros) -> Option<(Micros, bool, T)> {
+    pub(crate) fn get_with(&self, key: &StoreKey, now: Micros) -> Option<(Micros, bool, T)> {
         if self.len.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -131,7 +132,7 @@ impl<T: Clone> DenyCache<T> {
     }
 
     /// Forget `key` (an admin reset).
-    pub fn remove(&self, key: &StoreKey) {
+    pub(crate) fn remove(&self, key: &StoreKey) {
         if self.len.load(Ordering::Relaxed) == 0 {
             return;
         }
@@ -142,7 +143,7 @@ impl<T: Clone> DenyCache<T> {
     }
 
     /// Forget everything.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for shard in self.shards.iter() {
             let mut map = lock(&shard.map);
             self.len.fetch_sub(map.len(), Ordering::Relaxed);
@@ -151,17 +152,18 @@ impl<T: Clone> DenyCache<T> {
     }
 
     /// Entries held, expired ones included until they are evicted.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }
 
     /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[cfg(test)]
     /// The most entries ever held.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 

@@ -23,17 +23,17 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::clock::Clock;
-use super::store::redis::{RedisStore, StoreError};
-use super::{Micros, StoreKey};
+use crate::clock::Clock;
+use crate::store::redis::{RedisStore, StoreError};
+use crate::{Micros, StoreKey};
 
 /// The wait before the first retry.
-pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between two rounds of retries.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Where a lease is given back.
-pub trait Release: Send + Sync + 'static {
+pub(crate) trait Release: Send + Sync + 'static {
     /// Give back `lease` of `key` at `now`.
     fn release(
         &self,
@@ -53,7 +53,7 @@ impl Release for RedisStore {
 
 /// One lease to give back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The (limit, client) key.
     pub key: StoreKey,
     /// The lease id.
@@ -63,7 +63,7 @@ pub struct Pending {
 }
 
 /// The releases of one store, and the retries of those that failed.
-pub struct Releases<R> {
+pub(crate) struct Releases<R> {
     store: Arc<R>,
     clock: Arc<dyn Clock>,
     capacity: usize,
@@ -83,7 +83,7 @@ struct Queue {
 impl<R: Release> Releases<R> {
     /// The releases of `store`, at most `capacity` of them waiting for a
     /// retry.
-    pub fn new(store: Arc<R>, clock: Arc<dyn Clock>, capacity: usize) -> Releases<R> {
+    pub(crate) fn new(store: Arc<R>, clock: Arc<dyn Clock>, capacity: usize) -> Releases<R> {
         Releases {
             store,
             clock,
@@ -95,7 +95,7 @@ impl<R: Release> Releases<R> {
     /// Give back `leases` now, off the caller's task; those whose call
     /// fails are retried. Without a Tokio runtime (the process is ending)
     /// nothing is sent: the leases expire by themselves.
-    pub fn release(self: &Arc<Self>, leases: Vec<Pending>) {
+    pub(crate) fn release(self: &Arc<Self>, leases: Vec<Pending>) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -110,8 +110,9 @@ impl<R: Release> Releases<R> {
         });
     }
 
+    #[cfg(test)]
     /// How many releases wait for a retry.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.lock().pending.len()
     }
 
@@ -201,7 +202,7 @@ impl<R: Release> Releases<R> {
 mod tests {
     use super::*;
     use crate::algorithm::SECOND;
-    use crate::limit::clock::ManualClock;
+    use crate::clock::ManualClock;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A store that fails while `down`, and records what it released.

@@ -1,0 +1,4 @@
+//! Tests that need the crate's internals and real `redis-server`s: the Lua
+//! scripts against the Rust maths, and the Redis store around them.
+
+mod lua;
