@@ -1,6 +1,6 @@
 --[[ common.lua: helpers shared by every tollgate function.
 
-No entry point. The Rust side (src/limit/store/redis.rs, lua::Library) builds
+No entry point. The Rust side (crates/limit/src/store/redis/lua.rs, Library) builds
 one Redis Functions library from the files, in this order:
   `#!lua name=tollgate_<hash of the code>`, then as the body of one
   `local function build()`: common.lua, the seven algorithm files,
@@ -16,7 +16,7 @@ tables) serve every later call: built once per load, not per call.
 
 Numbers: Lua 5.1 numbers are doubles, exact for integers below 2^53. The Rust
 side refuses parameters for which any value could reach that
-(src/limit/algorithm/mod.rs), so every value in these scripts is an exact
+(crates/limit/src/algorithm/mod.rs), so every value in these scripts is an exact
 integer, and math.floor(a / b) and math.ceil(a / b) are exact integer
 divisions. Times are microseconds since the Unix epoch. Numbers go to
 redis.call as strings made by "%d" (a C long, 64 bits wherever Redis runs),

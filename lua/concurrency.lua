@@ -1,6 +1,6 @@
 --[[ concurrency.lua: at most `limit` requests of a key in flight at once,
 each holding a lease that expires after `lease` unless released or renewed.
-Mirrors src/limit/algorithm/concurrency.rs line for line.
+Mirrors crates/limit/src/algorithm/concurrency.rs line for line.
 
 A function library over common.lua; registers DEFINE.concurrency (building
 ALGO.concurrency) with the functions every algorithm file has (see

@@ -1,5 +1,5 @@
 --[[ fixed_window.lua: at most `limit` units per aligned window.
-Mirrors src/limit/algorithm/fixed_window.rs line for line.
+Mirrors crates/limit/src/algorithm/fixed_window.rs line for line.
 
 A function library over common.lua; registers DEFINE.fixed_window, which
 builds ALGO.fixed_window on first use. Every algorithm's table has:

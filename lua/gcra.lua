@@ -1,6 +1,6 @@
 --[[ gcra.lua: the generic cell rate algorithm with redis-cell's CL.THROTTLE
 semantics and figures (burst = max_burst + 1), plus max_delay.
-Mirrors src/limit/algorithm/gcra.rs line for line.
+Mirrors crates/limit/src/algorithm/gcra.rs line for line.
 
 A function library over common.lua; registers DEFINE.gcra (building ALGO.gcra)
 with the functions every algorithm file has (see fixed_window.lua).

@@ -3,7 +3,7 @@ adds its cost if it fits, else it is rejected. max_delay = 0: policing
 (admitted requests pass at once); max_delay > 0: shaping (each admitted
 request is held until what is ahead of it has drained; one that would wait
 longer than max_delay is rejected).
-Mirrors src/limit/algorithm/leaky_bucket.rs line for line.
+Mirrors crates/limit/src/algorithm/leaky_bucket.rs line for line.
 
 A function library over common.lua; registers DEFINE.leaky_bucket (building
 ALGO.leaky_bucket) with the functions every algorithm file has (see

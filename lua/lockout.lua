@@ -1,5 +1,5 @@
 --[[ lockout.lua: lockout penalties (SPEC §5.3).
-Mirrors src/limit/lockout.rs line for line.
+Mirrors crates/limit/src/algorithm/lockout.rs line for line.
 
 A function library over common.lua:
 

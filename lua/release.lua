@@ -1,5 +1,5 @@
 --[[ release.lua: give back a concurrency lease (the response ended or the
-client went). Mirrors concurrency::release (src/limit/algorithm/concurrency.rs).
+client went). Mirrors concurrency::release (crates/limit/src/algorithm/concurrency.rs).
 
 Called as `FCALL tollgate_<hash>_release <number of KEYS> KEYS... ARGV...`
 (see common.lua for the library).

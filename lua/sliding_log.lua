@@ -1,5 +1,5 @@
 --[[ sliding_log.lua: exact: at most `limit` units in any trailing window.
-Mirrors src/limit/algorithm/sliding_log.rs line for line.
+Mirrors crates/limit/src/algorithm/sliding_log.rs line for line.
 
 A function library over common.lua; registers DEFINE.sliding_log (building
 ALGO.sliding_log) with the functions every algorithm file has (see

@@ -1,6 +1,6 @@
 --[[ sliding_window.lua: Cloudflare's approximate sliding window,
 estimate = prev * (1 - elapsed / window) + cur, O(1) state.
-Mirrors src/limit/algorithm/sliding_window.rs line for line.
+Mirrors crates/limit/src/algorithm/sliding_window.rs line for line.
 
 A function library over common.lua; registers DEFINE.sliding_window (building
 ALGO.sliding_window) with the functions every algorithm file has (see

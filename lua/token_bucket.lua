@@ -1,7 +1,7 @@
 --[[ token_bucket.lua: a bucket of `burst` tokens refilled continuously at the
 rate, starting full; with max_delay, a request allowed within max_delay is
 admitted now and held for that wait.
-Mirrors src/limit/algorithm/token_bucket.rs line for line.
+Mirrors crates/limit/src/algorithm/token_bucket.rs line for line.
 
 A function library over common.lua; registers DEFINE.token_bucket (building
 ALGO.token_bucket) with the functions every algorithm file has (see

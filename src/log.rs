@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tollgate_limit::DecisionKind;
 use tracing_subscriber::EnvFilter;
 
 /// The `tracing` target of access-log lines.
@@ -57,10 +58,8 @@ pub struct AccessRecord {
     pub upstream: Option<Arc<str>>,
     /// The response status.
     pub status: u16,
-    /// What the route's limits decided: `none` (no limit applied),
-    /// `allowed`, `delayed`, `shadow_rejected`, `rejected`, `locked_out`,
-    /// `unavailable`.
-    pub decision: &'static str,
+    /// What the route's limits decided (its label is the line's `limit`).
+    pub decision: DecisionKind,
     /// When the request arrived.
     pub started: Instant,
 }
@@ -123,7 +122,7 @@ impl AccessRecord {
             route = self.route.as_deref().unwrap_or_default(),
             upstream = self.upstream.as_deref().unwrap_or_default(),
             status = self.status,
-            limit = self.decision,
+            limit = self.decision.label(),
             duration_ms = (duration_ms * 1000.0).round() / 1000.0,
             bytes,
             completed,

@@ -26,7 +26,7 @@ use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
-use tollgate_limit::{Decision, Figure, Leases, Status};
+use tollgate_limit::{Decision, DecisionKind, Figure, Leases};
 
 use crate::admission;
 use crate::body::{self, Body, ClientBody, ClientBodyError, ClientFault, Finish};
@@ -157,7 +157,7 @@ impl<'a> Ctx<'a> {
                 route: None,
                 upstream: None,
                 status: 0,
-                decision: "none",
+                decision: DecisionKind::NotApplied,
                 started,
             },
         }
@@ -239,20 +239,14 @@ async fn decide_limits<B>(
     let metrics = &ctx.shared.metrics;
     let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
     count_decisions(metrics, route, &decision);
+    ctx.record.decision = decision.kind();
     match decision {
         Decision::Allow {
             delay,
             figures,
             leases,
-            shadow_rejected,
+            ..
         } => {
-            ctx.record.decision = if delay > 0 {
-                "delayed"
-            } else if shadow_rejected {
-                "shadow_rejected"
-            } else {
-                "allowed"
-            };
             ctx.held.leases = leases;
             if delay > 0 {
                 tokio::time::sleep(Duration::from_micros(delay)).await;
@@ -264,20 +258,14 @@ async fn decide_limits<B>(
             limit,
             retry_after,
             figures,
-        } => {
-            ctx.record.decision = if locked_out { "locked_out" } else { "rejected" };
-            Err(GatewayError::Limited(Box::new(Rejection {
-                locked_out,
-                limit,
-                retry_after,
-                figures,
-                answer: route.limit_response.clone(),
-            })))
-        }
-        Decision::Unavailable => {
-            ctx.record.decision = "unavailable";
-            Err(GatewayError::LimiterUnavailable)
-        }
+        } => Err(GatewayError::Limited(Box::new(Rejection {
+            locked_out,
+            limit,
+            retry_after,
+            figures,
+            answer: route.limit_response.clone(),
+        }))),
+        Decision::Unavailable => Err(GatewayError::LimiterUnavailable),
         Decision::NotApplied => Ok(Vec::new()),
     }
 }
@@ -480,14 +468,10 @@ fn count_decisions(metrics: &Metrics, route: &RouteRuntime, decision: &Decision)
         Decision::Unavailable | Decision::NotApplied => return,
     };
     for f in figures {
-        let label = match f.outcome.status {
-            Status::Allowed if f.outcome.delay > 0 => "delayed",
-            Status::Allowed => "allowed",
-            Status::Rejected => "rejected",
-            Status::LockedOut => "locked_out",
-            Status::ShadowRejected => "shadow_rejected",
-            // The request was rejected elsewhere; this limit decided nothing.
-            Status::NotConsumed | Status::Undecided => continue,
+        // None: the request was rejected elsewhere and this limit decided
+        // nothing.
+        let Some(kind) = DecisionKind::of_outcome(&f.outcome) else {
+            continue;
         };
         // Figures carry their policy's name, so the pointer finds its limit.
         match route
@@ -495,8 +479,8 @@ fn count_decisions(metrics: &Metrics, route: &RouteRuntime, decision: &Decision)
             .iter()
             .position(|p| Arc::ptr_eq(&p.name, &f.name))
         {
-            Some(i) => metrics.route_decision(&route.metrics, &route.name, i, &f.name, label),
-            None => metrics.decision(&route.name, &f.name, label),
+            Some(i) => metrics.route_decision(&route.metrics, &route.name, i, &f.name, kind),
+            None => metrics.decision(&route.name, &f.name, kind),
         }
         if f.outcome.lock_started {
             metrics.lockout(&f.name);
@@ -803,7 +787,7 @@ routes:
         match decide_limits(&req, &route, &mut ctx).await {
             Err(GatewayError::Limited(r)) => {
                 assert_eq!((&*r.limit, r.locked_out), ("two", false));
-                assert_eq!(ctx.record.decision, "rejected");
+                assert_eq!(ctx.record.decision, DecisionKind::Rejected);
             }
             other => panic!("the third is rejected: {:?}", other.err()),
         }

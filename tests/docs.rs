@@ -348,7 +348,6 @@ fn cited_paths(text: &str) -> Vec<(usize, String)> {
 }
 
 #[test]
-#[ignore = "lua/*.lua and ARCHITECTURE.md cite src/limit/algorithm/... and other paths that the move of the limiter into crates/limit changes, and docs/ cites crates/limit before it exists; the merge of that move fixes the citations and removes this ignore"]
 fn cited_source_paths_exist() {
     let mut sources = files(&root().join("lua"), ".lua");
     sources.extend(files(&root().join("docs"), ".md"));

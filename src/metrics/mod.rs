@@ -23,6 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use tollgate_limit::DecisionKind;
 
 use stats::{LimitCounters, RouteCounters, Stats, DECISIONS};
 
@@ -396,12 +397,9 @@ impl Metrics {
         route: &Arc<str>,
         index: usize,
         limit: &Arc<str>,
-        decision: &'static str,
+        decision: DecisionKind,
     ) {
-        let (Some(h), Some(d)) = (
-            handles.limits.get(index),
-            DECISIONS.iter().position(|&d| d == decision),
-        ) else {
+        let (Some(h), Some(d)) = (handles.limits.get(index), decision.per_limit_index()) else {
             return self.decision(route, limit, decision);
         };
         h.decisions[d]
@@ -410,7 +408,7 @@ impl Metrics {
                     .get_or_create(&DecisionLabels {
                         route: route.clone(),
                         limit: limit.clone(),
-                        decision,
+                        decision: decision.label(),
                     })
                     .clone()
             })
@@ -437,12 +435,12 @@ impl Metrics {
     }
 
     /// Count one limit decision.
-    pub fn decision(&self, route: &Arc<str>, limit: &Arc<str>, decision: &'static str) {
+    pub fn decision(&self, route: &Arc<str>, limit: &Arc<str>, decision: DecisionKind) {
         self.decisions
             .get_or_create(&DecisionLabels {
                 route: route.clone(),
                 limit: limit.clone(),
-                decision,
+                decision: decision.label(),
             })
             .inc();
         self.stats.decision(limit, decision);
@@ -609,10 +607,11 @@ mod tests {
         let handles = RouteMetrics::new(2);
         let limits: [Arc<str>; 2] = [Arc::from("per_ip"), Arc::from("global")];
         for (i, decision) in [
-            (0, "allowed"),
-            (0, "allowed"),
-            (1, "rejected"),
-            (0, "bogus"),
+            (0, DecisionKind::Allowed),
+            (0, DecisionKind::Allowed),
+            (1, DecisionKind::Rejected),
+            // Not a limit's kind: looked up by label, not kept at hand.
+            (0, DecisionKind::NotApplied),
         ] {
             by_label.decision(&route, &limits[i], decision);
             by_handle.route_decision(&handles, &route, i, &limits[i], decision);

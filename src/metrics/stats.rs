@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
+use tollgate_limit::DecisionKind;
 
 /// Upper bounds of the latency buckets, in microseconds (the Prometheus
 /// histogram's, 100 µs to 30 s); one more bucket counts everything slower.
@@ -30,14 +31,18 @@ pub const BUCKET_BOUNDS_US: [u64; 17] = [
 /// Number of latency buckets, the overflow bucket included.
 pub const BUCKETS: usize = BUCKET_BOUNDS_US.len() + 1;
 
-/// The limit decisions counted, in the order of [`LimitCounts::decisions`].
-pub const DECISIONS: [&str; 5] = [
-    "allowed",
-    "rejected",
-    "locked_out",
-    "delayed",
-    "shadow_rejected",
-];
+/// The labels of the limit decisions counted, in the order of
+/// [`LimitCounts::decisions`] ([`DecisionKind::PER_LIMIT`]).
+pub const DECISIONS: [&str; 5] = {
+    let kinds = DecisionKind::PER_LIMIT;
+    [
+        kinds[0].label(),
+        kinds[1].label(),
+        kinds[2].label(),
+        kinds[3].label(),
+        kinds[4].label(),
+    ]
+};
 
 /// Samples kept: two minutes at one a second.
 pub const HISTORY_LEN: usize = 120;
@@ -74,9 +79,10 @@ pub struct LimitCounters {
 }
 
 impl LimitCounters {
-    /// One decision (a label of [`DECISIONS`]; others are not counted).
-    pub fn decision(&self, decision: &str) {
-        if let Some(i) = decision_index(decision) {
+    /// One decision (a kind of [`DecisionKind::PER_LIMIT`]; others are
+    /// not counted).
+    pub fn decision(&self, decision: DecisionKind) {
+        if let Some(i) = decision.per_limit_index() {
             self.decisions[i].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -183,10 +189,6 @@ fn bucket_of(took: Duration) -> usize {
     BUCKET_BOUNDS_US.partition_point(|&bound| bound < us)
 }
 
-fn decision_index(decision: &str) -> Option<usize> {
-    DECISIONS.iter().position(|d| *d == decision)
-}
-
 impl Stats {
     /// Empty counters.
     pub fn new() -> Self {
@@ -225,9 +227,9 @@ impl Stats {
         });
     }
 
-    /// One decision of `limit` (a label of [`DECISIONS`]).
-    pub fn decision(&self, limit: &Arc<str>, decision: &str) {
-        if decision_index(decision).is_some() {
+    /// One decision of `limit` (a kind of [`DecisionKind::PER_LIMIT`]).
+    pub fn decision(&self, limit: &Arc<str>, decision: DecisionKind) {
+        if decision.per_limit_index().is_some() {
             self.limits.with(limit, |c| c.decision(decision));
         }
     }
@@ -590,9 +592,10 @@ mod tests {
         }
         stats.rejection(&a, false);
         stats.rejection(&a, true);
-        stats.decision(&l, "allowed");
-        stats.decision(&l, "locked_out");
-        stats.decision(&l, "nonsense");
+        stats.decision(&l, DecisionKind::Allowed);
+        stats.decision(&l, DecisionKind::LockedOut);
+        // A whole request's kind, not a limit's: not counted.
+        stats.decision(&l, DecisionKind::Unavailable);
         stats.lockout(&l);
         let t0 = UNIX_EPOCH + Duration::from_secs(1_000);
         history.record(stats.snapshot(), t0);

@@ -24,6 +24,7 @@
 //! - [`store`]: where state lives: [`store::memory`] and [`store::redis`],
 //!   and their configuration ([`StoreConfig`]).
 //! - [`verdict`]: what a request's outcomes mean for it.
+//! - [`kind`]: what a decision is called ([`DecisionKind`]).
 //! - [`key`]: store keys from a limit's namespace and a client's values.
 //! - [`headers`]: the rate-limit header values of a decision.
 //! - [`clock`]: whose time the limiter reads ([`ManualClock`] in tests).
@@ -116,6 +117,7 @@ pub(crate) mod decide;
 pub(crate) mod deny_cache;
 pub mod headers;
 pub mod key;
+pub mod kind;
 pub mod limiter;
 pub(crate) mod release;
 pub mod store;
@@ -127,6 +129,7 @@ use std::sync::Arc;
 
 pub use algorithm::{AlgoParams, AlgoState, LockParams, LockState, Micros};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use kind::DecisionKind;
 pub use limiter::{Decision, Figure, Leases, Limiter, LockedClient, Observer, Request};
 pub use store::redis::StoreError;
 pub use store::StoreConfig;
