@@ -79,7 +79,7 @@ impl RedisServer {
                 sentinel: true,
             };
             let conf = format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\nloglevel warning\n\
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\nloglevel warning\nset-proc-title no\n\
                  dir {dir}\n\
                  sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                  sentinel down-after-milliseconds {name} 1000\n\
@@ -233,6 +233,9 @@ impl Process {
                 .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
                 .args(["--protected-mode", "no", "--loglevel", "warning"])
+                // A process title would be written over the environment,
+                // where tests/run looks for its mark (sentinels too).
+                .args(["--set-proc-title", "no"])
                 .arg("--dir")
                 .arg(&self.dir)
                 .args(&self.extra);
