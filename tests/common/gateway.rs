@@ -69,6 +69,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
         N.fetch_add(1, Ordering::SeqCst)
     ));
     std::fs::create_dir_all(&dir).expect("create temp dir");
+    super::reaper::remove_at_exit(&dir);
     dir
 }
 
@@ -118,6 +119,7 @@ impl Gateway {
         let config_path = dir.join("gateway.yaml");
         std::fs::write(&config_path, render(template)).expect("write config");
         let mut cmd = Command::new(BIN);
+        super::reaper::own(&mut cmd);
         match workers {
             Some(n) => {
                 cmd.env("TOKIO_WORKER_THREADS", n.to_string());
@@ -575,7 +577,8 @@ fn pick_scheduler(cmd: &mut Command) {
 /// (exit code, stdout, stderr).
 pub fn run_cli(args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> (i32, String, String) {
     let mut cmd = Command::new(BIN);
-    cmd.args(args)
+    super::reaper::own(&mut cmd)
+        .args(args)
         .env_remove("TOLLGATE_CONFIG")
         .env("TOLLGATE_LOG", "info")
         .stdin(Stdio::null())

@@ -2,6 +2,7 @@
 //! ([`gateway::Gateway`]), in-process echo upstreams ([`upstream::Echo`]),
 //! HTTP clients ([`client`]), a raw TCP helper ([`raw`]) for requests no
 //! well-behaved client would send, and a real `redis-server` ([`redis`]).
+//! Every process they start ends with the test binary ([`reaper`]).
 //!
 //! Every network call has a timeout so that a broken gateway fails a test
 //! instead of hanging it. Every listener binds port 0 itself and is asked
@@ -17,6 +18,7 @@ pub mod limits;
 pub mod pattern;
 pub mod pki;
 pub mod raw;
+pub mod reaper;
 pub mod redis;
 pub mod upstream;
 

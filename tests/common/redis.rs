@@ -226,6 +226,7 @@ impl Process {
     /// answers; false if it exited first (it could not bind the port).
     fn spawn(&self) -> bool {
         let mut command = Command::new("redis-server");
+        super::reaper::own(&mut command);
         if self.sentinel {
             command.arg(self.conf()).arg("--sentinel");
         } else {
