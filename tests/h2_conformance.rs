@@ -88,7 +88,7 @@ async fn head_answered_by_the_gateway_has_no_body_on_any_protocol() {
         ("/proxied/x", "c", "200"),
     ] {
         let url = format!("http://{addr}{path}");
-        let out = tokio::process::Command::new("curl")
+        let out = tokio::process::Command::from(common::reaper::command("curl"))
             .args(["-sS", "-I", "--http2-prior-knowledge", "-m", "5"])
             .args(["-H", &format!("x-who: {who}"), &url])
             .output()
@@ -1200,7 +1200,7 @@ struct PythonServer {
 
 impl PythonServer {
     async fn start(dir: &std::path::Path) -> PythonServer {
-        let mut child = tokio::process::Command::new("python3")
+        let mut child = tokio::process::Command::from(common::reaper::command("python3"))
             .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1"])
             .current_dir(dir)
             .stdout(Stdio::piped())

@@ -481,7 +481,7 @@ async fn curl_speaks_tls_and_h2_to_it() {
     let gw = tls_gateway(&[a], &echo).start().await;
     let addr = gw.bound_addr(TLS_LISTEN);
     for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
-        let out = tokio::process::Command::new("curl")
+        let out = tokio::process::Command::from(common::reaper::command("curl"))
             .args(["-sS", "--max-time", "10", flag, "--cacert"])
             .arg(pki.ca())
             .args([

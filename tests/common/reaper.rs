@@ -61,10 +61,12 @@ fn watchdog() -> &'static Watchdog {
     })
 }
 
-/// Marks `cmd`'s process (and what it starts) as this binary's: it is
-/// killed when the binary ends, if nothing ended it before.
-pub fn own(cmd: &mut Command) -> &mut Command {
-    cmd.env(OWNER, &watchdog().mark)
+/// `Command::new(program)`, its process (and what that starts) marked as
+/// this binary's: killed when the binary ends, if nothing ended it before.
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env(OWNER, &watchdog().mark);
+    cmd
 }
 
 /// Removes `dir` when the binary ends, after its processes are killed (a

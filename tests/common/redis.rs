@@ -225,8 +225,7 @@ impl Process {
     /// Spawns `redis-server` on the port and waits until this very process
     /// answers; false if it exited first (it could not bind the port).
     fn spawn(&self) -> bool {
-        let mut command = Command::new("redis-server");
-        super::reaper::own(&mut command);
+        let mut command = super::reaper::command("redis-server");
         if self.sentinel {
             command.arg(self.conf()).arg("--sentinel");
         } else {
