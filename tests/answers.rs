@@ -10,7 +10,7 @@ mod common;
 use http::Method;
 
 use common::client::{self, Resp};
-use common::{config, config_with_server, raw, Gateway};
+use common::{config, config_with_server, raw, Gateway, OneRoute};
 
 /// Routes with one request per client each (`burst: 1`, a refill far off).
 const LIMITED: &str = r#"
@@ -149,15 +149,13 @@ async fn grpc_requests_get_unavailable_when_the_store_is_down_under_deny() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
-    let gw = Gateway::start(&config(&format!(
-        "store: {{ backend: redis, url: \"redis://127.0.0.1:{port}/0\", on_error: deny, timeout: 100ms }}
-limits:
-  l: {{ algorithm: gcra, rate: 10/s }}
-routes:
-  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [l] }}
-"
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .store(&format!(
+            "{{ backend: redis, url: \"redis://127.0.0.1:{port}/0\", on_error: deny, timeout: 100ms }}"
+        ))
+        .limit("l", "{ algorithm: gcra, rate: 10/s }")
+        .start()
+        .await;
     client::get(gw.addr(), "/")
         .await
         .assert_error(503, "limiter_unavailable");
@@ -169,10 +167,7 @@ routes:
 
 #[tokio::test]
 async fn trace_and_connect_are_answered_405() {
-    let gw = Gateway::start(&config(
-        "routes:\n  - { name: all, match: { path: / }, respond: { status: 200 } }\n",
-    ))
-    .await;
+    let gw = OneRoute::new().named("all").start().await;
     let r = raw::request(
         gw.addr(),
         b"TRACE /anything HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",

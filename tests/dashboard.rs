@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::gateway::parse_metric;
-use common::{client, config, eventually, Gateway};
+use common::{client, config, eventually, Gateway, OneRoute};
 use http::Method;
 use serde_json::Value;
 
@@ -282,10 +282,11 @@ async fn ten_thousand_lockouts_answer_a_capped_list_quickly() {
 
 #[tokio::test]
 async fn the_token_guards_the_page_and_the_stats() {
-    let gw = Gateway::start(
-        "server:\n  listen: [\"@LISTEN@\"]\nadmin:\n  listen: \"@ADMIN@\"\n  token: \"t0k3n\"\nroutes:\n  - name: a\n    match: { path: / }\n    respond: { status: 200 }\n",
-    )
-    .await;
+    let gw = OneRoute::new()
+        .named("a")
+        .admin(r#"token: "t0k3n""#)
+        .start()
+        .await;
     let bearer = [("authorization", "Bearer t0k3n")];
     let wrong = [("authorization", "Bearer t0k3m")];
 
@@ -350,10 +351,11 @@ async fn the_token_guards_the_page_and_the_stats() {
 
 #[tokio::test]
 async fn any_case_of_bearer_passes_and_two_authorization_fields_are_a_400() {
-    let gw = Gateway::start(
-        "server:\n  listen: [\"@LISTEN@\"]\nadmin:\n  listen: \"@ADMIN@\"\n  token: \"t0k3n\"\nroutes:\n  - name: a\n    match: { path: / }\n    respond: { status: 200 }\n",
-    )
-    .await;
+    let gw = OneRoute::new()
+        .named("a")
+        .admin(r#"token: "t0k3n""#)
+        .start()
+        .await;
     // Every endpoint that needs the token, and what it answers with it.
     let guarded: [(Method, &str, u16); 8] = [
         (Method::GET, "/", 200),
@@ -418,10 +420,7 @@ async fn any_case_of_bearer_passes_and_two_authorization_fields_are_a_400() {
 
 #[tokio::test]
 async fn without_a_token_the_page_is_open_and_methods_are_checked() {
-    let gw = Gateway::start(&config(
-        "routes:\n  - name: a\n    match: { path: / }\n    respond: { status: 200 }\n",
-    ))
-    .await;
+    let gw = OneRoute::new().named("a").start().await;
     let r = gw.admin_get("/").await;
     assert_eq!(r.status, 200);
     let html = r.text();
@@ -445,8 +444,7 @@ async fn without_a_token_the_page_is_open_and_methods_are_checked() {
 
 #[tokio::test]
 async fn a_failed_reload_shows_in_the_stats() {
-    let template =
-        config("routes:\n  - name: a\n    match: { path: / }\n    respond: { status: 200 }\n");
+    let template = OneRoute::new().named("a").config();
     let gw = Gateway::start(&template).await;
     let v = stats(&gw, "?series=0").await;
     assert!(v["config"]["last_reload"].is_null());

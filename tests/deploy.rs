@@ -30,6 +30,10 @@ use std::time::Duration;
 use serde::Deserialize as _;
 use serde_yaml::Value;
 
+// Kills what the tests start when the binary ends (the rest of
+// tests/common is not needed here).
+use tollgate_testkit::reaper;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
 fn root() -> PathBuf {
@@ -1655,9 +1659,12 @@ fn sysusers_file_creates_the_units_user() {
 // ---------------------------------------------------------------------------
 // deploy/tollgate-admin against the real gateway.
 
-/// A gateway on loopback with an admin token; killed on drop.
+/// A process (a gateway on loopback with an admin token, or a watch of
+/// one) and its directory; killed and removed on drop, so a failing test
+/// leaves neither.
 struct Running {
     child: Child,
+    /// The gateway's admin port.
     admin: u16,
     dir: PathBuf,
 }
@@ -1688,7 +1695,7 @@ fn gateway() -> Running {
     let dir = tempdir("gateway");
     let config = dir.join("gateway.yaml");
     std::fs::write(&config, "server:\n  listen: [\"127.0.0.1:0\"]\nadmin:\n  listen: \"127.0.0.1:0\"\n  token: \"${TOLLGATE_ADMIN_TOKEN:-}\"\nroutes:\n  - name: hello\n    match: { exact: /hello }\n    respond: { status: 200, body: \"hi\\n\" }\n").unwrap();
-    let mut child = Command::new(BIN)
+    let child = reaper::command(BIN)
         .arg("-c")
         .arg(&config)
         .env("TOLLGATE_ADMIN_TOKEN", TOKEN)
@@ -1696,15 +1703,20 @@ fn gateway() -> Running {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let lines = lines_of(&mut child);
-    let admin = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(5)).ok())
+    let mut gw = Running {
+        child,
+        admin: 0,
+        dir,
+    };
+    let lines = lines_of(&mut gw.child);
+    gw.admin = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(5)).ok())
         .find(|line| line.contains("\"admin listening\""))
         .map(|line| {
             let event: serde_json::Value = serde_json::from_str(&line).unwrap();
             port_of(event["addr"].as_str().unwrap()).unwrap()
         })
         .expect("the gateway did not start");
-    Running { child, admin, dir }
+    gw
 }
 
 /// Runs `deploy/tollgate-admin ARGS` against port `admin`: (exit code, stdout, stderr).
@@ -1761,7 +1773,7 @@ fn tollgate_admin_watch_reloads_when_the_configmap_link_swaps() {
         std::fs::create_dir_all(dir.join(version)).unwrap();
     }
     std::os::unix::fs::symlink("v1", dir.join("..data")).unwrap();
-    let mut watch = Command::new("bash")
+    let child = reaper::command("bash")
         .arg(root().join("deploy/tollgate-admin"))
         .args(["watch", dir.to_str().unwrap(), "0.1"])
         .env("TOLLGATE_ADMIN_LISTEN", format!("127.0.0.1:{}", gw.admin))
@@ -1770,7 +1782,12 @@ fn tollgate_admin_watch_reloads_when_the_configmap_link_swaps() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let rx = lines_of(&mut watch);
+    let mut watch = Running {
+        child,
+        admin: gw.admin,
+        dir: dir.clone(),
+    };
+    let rx = lines_of(&mut watch.child);
     let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(
         first.contains("watching") && first.contains("(now v1)"),
@@ -1783,9 +1800,7 @@ fn tollgate_admin_watch_reloads_when_the_configmap_link_swaps() {
     let reloaded = rx.recv_timeout(Duration::from_secs(5));
     // Once: the next looks see the same link.
     let again = rx.recv_timeout(Duration::from_millis(400));
-    watch.kill().ok();
-    watch.wait().ok();
-    std::fs::remove_dir_all(&dir).ok();
+    drop(watch);
     let reloaded = reloaded.expect("no reload after the swap");
     assert!(again.is_err(), "reloaded again: {again:?}");
     assert!(

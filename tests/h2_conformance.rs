@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::client::{self, Resp};
 use common::upstream::FramesBody;
-use common::{config, config_with_server, raw, Echo, Gateway};
+use common::{config, raw, Echo, Gateway, OneRoute};
 use http::{HeaderMap, HeaderValue, Method, Response};
 use http_body::Frame;
 use http_body_util::Full;
@@ -88,7 +88,7 @@ async fn head_answered_by_the_gateway_has_no_body_on_any_protocol() {
         ("/proxied/x", "c", "200"),
     ] {
         let url = format!("http://{addr}{path}");
-        let out = tokio::process::Command::new("curl")
+        let out = tokio::process::Command::from(common::reaper::command("curl"))
             .args(["-sS", "-I", "--http2-prior-knowledge", "-m", "5"])
             .args(["-H", &format!("x-who: {who}"), &url])
             .output()
@@ -137,29 +137,10 @@ async fn read_head_only(conn: &mut raw::RawConn) -> String {
 // ---------------------------------------------------------------------------
 // HTTP/2 client, HTTP/1.1 upstream: cookies and trailers
 
-/// A gateway in front of `echo` over HTTP/1.1, with `server_extra` keys.
-async fn h1_upstream_gateway(echo: &Echo, server_extra: &str) -> Gateway {
-    Gateway::start(&config_with_server(
-        server_extra,
-        &format!(
-            r#"
-            upstreams:
-              e: {{ targets: ["{}"] }}
-            routes:
-              - name: all
-                match: {{ path: / }}
-                upstream: e
-            "#,
-            echo.url()
-        ),
-    ))
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cookie_crumbs_from_an_h2_client_reach_an_http1_upstream_joined() {
     let echo = Echo::start("e").await;
-    let gw = h1_upstream_gateway(&echo, "").await;
+    let gw = OneRoute::new().named("all").upstream(&echo).start().await;
     let r = client::send(
         &client::h2c(),
         client::req(Method::GET, gw.addr(), "/c")
@@ -187,7 +168,12 @@ async fn request_trailers_reach_an_http1_upstream_undeclared() {
     let echo = Echo::start("e").await;
     // Streamed (no body cap) and read whole first (`max_body_bytes`).
     for server_extra in ["", "max_body_bytes: 100000"] {
-        let gw = h1_upstream_gateway(&echo, server_extra).await;
+        let gw = OneRoute::new()
+            .named("all")
+            .upstream(&echo)
+            .server(server_extra)
+            .start()
+            .await;
         let what = format!("server: {{{server_extra}}}");
 
         // From an HTTP/2 client, which never declares them.
@@ -520,7 +506,7 @@ fn request(method: &'static str, path: &'static str) -> Vec<(&'static str, &'sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_request_without_authority_or_host_is_a_400() {
     let echo = Echo::start("e").await;
-    let gw = h1_upstream_gateway(&echo, "").await;
+    let gw = OneRoute::new().named("all").upstream(&echo).start().await;
     let mut h2 = H2::open(gw.addr()).await;
     let fields = [(":method", "GET"), (":scheme", "http"), (":path", "/none")];
     h2.send(HEADERS, END_HEADERS | END_STREAM, 1, &hpack(&fields))
@@ -555,7 +541,7 @@ async fn h2_request_without_authority_or_host_is_a_400() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pseudo_header_in_trailers_is_a_stream_error() {
     let echo = Echo::start("e").await;
-    let gw = h1_upstream_gateway(&echo, "").await;
+    let gw = OneRoute::new().named("all").upstream(&echo).start().await;
     let mut h2 = H2::open(gw.addr()).await;
     h2.send(HEADERS, END_HEADERS, 1, &hpack(&request("POST", "/bad")))
         .await;
@@ -591,7 +577,7 @@ async fn a_pseudo_header_in_trailers_is_a_stream_error() {
 /// A gateway in front of an echo upstream, and a raw connection to it.
 async fn raw_h2() -> (Echo, Gateway, H2) {
     let echo = Echo::start("e").await;
-    let gw = h1_upstream_gateway(&echo, "").await;
+    let gw = OneRoute::new().named("all").upstream(&echo).start().await;
     let h2 = H2::open(gw.addr()).await;
     (echo, gw, h2)
 }
@@ -868,20 +854,14 @@ async fn data_beyond_the_window_is_a_flow_control_error() {
     // still had 300 KB). The upstream never reads, so once the gateway's
     // buffers are full its windows stay shut.
     let upstream = black_hole_upstream().await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          hole: {{ targets: ["http://{upstream}"] }}
-        routes:
-          - name: after
-            match: {{ exact: /after }}
-            respond: {{ status: 200 }}
-          - name: all
-            match: {{ path: / }}
-            upstream: hole
-        "#
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .upstream_at("hole", &format!("[\"http://{upstream}\"]"))
+        .named("after")
+        .matching("{ exact: /after }")
+        .respond("{ status: 200 }")
+        .route("{ name: all, match: { path: / }, upstream: hole }")
+        .start()
+        .await;
     let mut h2 = H2::open(gw.addr()).await;
     let max = h2.setting(SETTINGS_MAX_FRAME_SIZE).await.unwrap_or(16384) as usize;
     let mut stream_window = i64::from(
@@ -1186,17 +1166,11 @@ async fn http10_upstream() -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http10_upstream_keeps_the_clients_connection_http11_and_open() {
     let upstream = http10_upstream().await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          old: {{ targets: ["http://{upstream}"] }}
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: old
-        "#
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at("old", &format!("[\"http://{upstream}\"]"))
+        .start()
+        .await;
     let mut conn = raw::connect(gw.addr()).await;
     for (path, body) in [
         ("/sized", "sized\n"),
@@ -1226,7 +1200,7 @@ struct PythonServer {
 
 impl PythonServer {
     async fn start(dir: &std::path::Path) -> PythonServer {
-        let mut child = tokio::process::Command::new("python3")
+        let mut child = tokio::process::Command::from(common::reaper::command("python3"))
             .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1"])
             .current_dir(dir)
             .stdout(Stdio::piped())

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::limits::*;
 use common::redis::RedisServer;
-use common::{Echo, Gateway};
+use common::{Echo, Gateway, OneRoute};
 
 // ---------------------------------------------------------------------------
 // Concurrency release during a Redis stall (SPEC §6)
@@ -27,15 +27,20 @@ async fn a_redis_stall_at_release_time_does_not_keep_the_slot_taken() {
     );
     // `conc` keeps its default lease (5 minutes); `fw` is only there to
     // meet the stall with ordinary requests.
-    let body = r#"
-        limits:
-          conc: { algorithm: concurrency, limit: 1, key: route }
-          fw: { algorithm: fixed_window, limit: 1000, window: 1h, key: route }
-        routes:
-          - { name: c, match: { path: /delay }, upstream: e, limits: [conc] }
-          - { name: f, match: { path: /f }, respond: { status: 200, body: ok }, limits: [fw] }
-    "#;
-    let gw = Gateway::start(&common::config_with_store(&store, Some(&echo), body)).await;
+    let gw = OneRoute::new()
+        .store(&store)
+        .named("c")
+        .matching("{ path: /delay }")
+        .upstream(&echo)
+        .upstream_keys("retries: 0")
+        .limit("conc", "{ algorithm: concurrency, limit: 1, key: route }")
+        .define(
+            "fw",
+            "{ algorithm: fixed_window, limit: 1000, window: 1h, key: route }",
+        )
+        .route("{ name: f, match: { path: /f }, respond: { status: 200, body: ok }, limits: [fw] }")
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
 
     let held = {
@@ -100,13 +105,14 @@ async fn a_slot_taken_by_a_call_that_timed_out_is_given_back() {
         "{{ backend: redis, url: \"{}\", timeout: 200ms, on_error: local }}",
         redis.url()
     );
-    let body = r#"
-        limits:
-          conc: { algorithm: concurrency, limit: 1, key: route }
-        routes:
-          - { name: c, match: { path: /c }, respond: { status: 200, body: ok }, limits: [conc] }
-    "#;
-    let gw = Gateway::start(&common::config_with_store(&store, None, body)).await;
+    let gw = OneRoute::new()
+        .store(&store)
+        .named("c")
+        .matching("{ path: /c }")
+        .respond("{ status: 200, body: ok }")
+        .limit("conc", "{ algorithm: concurrency, limit: 1, key: route }")
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     assert_ok(&c.get("/c").await);
     // The slot is released when the response has been written, which can
@@ -196,7 +202,6 @@ async fn costly_gateway(store: Option<&RedisServer>) -> Gateway {
                 "{{ backend: redis, url: \"{}\", timeout: 2s, on_error: deny }}",
                 redis.url()
             ),
-            None,
             &body,
         ),
     };

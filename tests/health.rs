@@ -13,7 +13,8 @@ mod common;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{client, config, eventually, ClosedPort, Echo, Gateway};
+use common::one_route::targets;
+use common::{client, config, eventually, ClosedPort, Echo, Gateway, OneRoute};
 use serde_json::Value;
 
 /// How long any wait for a health change may take before the test fails.
@@ -103,36 +104,23 @@ fn distance_from_now(at: SystemTime) -> Duration {
         .unwrap_or_default()
 }
 
-/// Two echo targets `a` and `b` behind upstream `u` (`health` and other
-/// settings as given) and a catch-all route.
-fn two_targets(a: &Echo, b: &Echo, settings: &str) -> String {
-    config(&format!(
-        r#"
-        upstreams:
-          u:
-            targets: ["{}", "{}"]
-            retries: 0
-        {settings}
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: u
-        "#,
-        a.url(),
-        b.url()
-    ))
+/// Two echo targets `a` and `b` behind upstream `u`, never retried, and a
+/// catch-all route.
+fn two_targets(a: &Echo, b: &Echo) -> OneRoute {
+    OneRoute::new()
+        .named("all")
+        .upstream_at("u", &targets(&[a, b]))
+        .upstream_keys("retries: 0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passive_health_ejects_after_failures_and_lets_the_target_back_after_eject() {
     let (a, b) = (Echo::start("a").await, Echo::start("b").await);
     let eject = Duration::from_millis(800);
-    let gw = Gateway::start(&two_targets(
-        &a,
-        &b,
-        "    health: { passive: { failures: 3, eject: 800ms } }",
-    ))
-    .await;
+    let gw = two_targets(&a, &b)
+        .upstream_keys("health: { passive: { failures: 3, eject: 800ms } }")
+        .start()
+        .await;
     assert_eq!(gauge(&gw, "u", &b.url()).await, Some(1.0));
 
     // b answers 502: round robin sends it every other request; its third
@@ -202,12 +190,12 @@ async fn passive_health_ejects_after_failures_and_lets_the_target_back_after_eje
 async fn active_health_takes_a_failing_target_down_and_brings_it_back() {
     let (a, b) = (Echo::start("a").await, Echo::start("b").await);
     let interval = Duration::from_millis(150);
-    let gw = Gateway::start(&two_targets(
-        &a,
-        &b,
-        "    health: { active: { path: /ping, interval: 150ms, timeout: 100ms, healthy: 2, unhealthy: 3 } }",
-    ))
-    .await;
+    let gw = two_targets(&a, &b)
+        .upstream_keys(
+            "health: { active: { path: /ping, interval: 150ms, timeout: 100ms, healthy: 2, unhealthy: 3 } }",
+        )
+        .start()
+        .await;
     let settings = upstream(&gw, "u").await;
     assert_eq!(
         settings["active"],
@@ -287,20 +275,14 @@ async fn with_every_target_down_the_answer_is_503_no_healthy_upstream() {
     let echo = Echo::start("e").await;
     let closed = ClosedPort::bind();
     let dead = format!("http://{}", closed.addr());
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          u:
-            targets: ["{dead}", "{}"]
-            health: {{ active: {{ interval: 100ms, timeout: 50ms, healthy: 1, unhealthy: 2 }} }}
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: u
-        "#,
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at("u", &format!("[\"{dead}\", \"{}\"]", echo.url()))
+        .upstream_keys(
+            "health: { active: { interval: 100ms, timeout: 50ms, healthy: 1, unhealthy: 2 } }",
+        )
+        .start()
+        .await;
     // The target that stops listening goes down by itself.
     let (t, _) = wait_state(&gw, "u", &dead, "down", Instant::now()).await;
     let why = t["why"].as_str().unwrap_or_default();
@@ -422,25 +404,15 @@ async fn health_is_kept_across_a_reload_that_changes_the_upstream() {
 async fn one_prober_per_pool_however_many_reloads() {
     let echo = Echo::start("e").await;
     let template = |retries: u32, with_upstream: bool| {
-        let upstream = if with_upstream {
-            format!(
-                r#"
-                upstreams:
-                  u:
-                    targets: ["{}"]
-                    retries: {retries}
-                    health: {{ active: {{ interval: 100ms, timeout: 50ms }} }}
-                routes:
-                  - name: all
-                    match: {{ path: / }}
-                    upstream: u
-                "#,
-                echo.url()
-            )
-        } else {
-            String::new()
-        };
-        config(&upstream)
+        if !with_upstream {
+            return config("");
+        }
+        OneRoute::new()
+            .named("all")
+            .upstream_at("u", &targets(&[&echo]))
+            .upstream_keys(&format!("retries: {retries}"))
+            .upstream_keys("health: { active: { interval: 100ms, timeout: 50ms } }")
+            .config()
     };
     let gw = Gateway::start(&template(0, true)).await;
     // Reloads that rebuild the pool (retries changed) and that keep it.

@@ -10,23 +10,26 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::gateway::{parse_metric, run_cli, temp_dir, Launch};
-use common::{client, config, config_with_server, eventually, raw, Echo, Gateway};
+use common::one_route::targets;
+use common::{client, eventually, raw, Echo, Gateway, OneRoute};
 use http::Method;
 
 const REPO_YAML: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.yaml");
 
 /// Routes: `/e` to the echo, and respond routes named in `extra`.
 fn cfg(echo: &Echo, extra: &[&str]) -> String {
-    let mut routes = String::new();
-    for name in extra {
-        routes.push_str(&format!(
-            "  - name: {name}\n    match: {{ exact: /{name} }}\n    respond: {{ status: 200, body: \"{name}\" }}\n"
-        ));
-    }
-    config(&format!(
-        "upstreams:\n  e: {{ targets: [\"{}\"] }}\nroutes:\n  - name: e\n    match: {{ path: /e }}\n    upstream: e\n{routes}",
-        echo.url()
-    ))
+    let e = OneRoute::new()
+        .named("e")
+        .matching("{ path: /e }")
+        .upstream(echo);
+    extra
+        .iter()
+        .fold(e, |gw, name| {
+            gw.route(&format!(
+                "{{ name: {name}, match: {{ exact: /{name} }}, respond: {{ status: 200, body: \"{name}\" }} }}"
+            ))
+        })
+        .config()
 }
 
 fn is_sha256_hex(v: &serde_json::Value) -> bool {
@@ -250,22 +253,12 @@ impl Hammer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listeners_are_added_and_removed_by_reload() {
     let echo = Echo::start("e").await;
-    let body = format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"] }}
-        routes:
-          - name: e
-            match: {{ path: / }}
-            upstream: e
-        "#,
-        echo.url()
-    );
     let with = |listen: &str| {
-        format!(
-            "server:\n  listen: [{listen}]\nadmin:\n  listen: \"@ADMIN@\"\n{}",
-            common::dedent(&body)
-        )
+        OneRoute::new()
+            .named("e")
+            .upstream(&echo)
+            .listen(listen)
+            .config()
     };
     let gw = Gateway::start(&with(r#""@LISTEN@""#)).await;
     // @LISTEN2@ is port 0: it has no port to try before the gateway binds
@@ -335,10 +328,10 @@ async fn in_flight_requests_finish_on_the_config_they_started_with() {
     let a = Echo::start("a").await;
     let b = Echo::start("b").await;
     let to = |e: &Echo| {
-        config(&format!(
-            "upstreams:\n  u: {{ targets: [\"{}\"] }}\nroutes:\n  - name: all\n    match: {{ path: / }}\n    upstream: u\n",
-            e.url()
-        ))
+        OneRoute::new()
+            .named("all")
+            .upstream_at("u", &targets(&[e]))
+            .config()
     };
     let gw = Gateway::start(&to(&a)).await;
     let addr = gw.addr();
@@ -489,14 +482,12 @@ async fn admin_api_answers_and_stays_off_the_traffic_port() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_requests_then_exits_0() {
     let echo = Echo::start("e").await;
-    let mut gw = Gateway::start(&config_with_server(
-        "shutdown_grace: 5s",
-        &format!(
-            "upstreams:\n  e: {{ targets: [\"{}\"] }}\nroutes:\n  - name: e\n    match: {{ path: / }}\n    upstream: e\n",
-            echo.url()
-        ),
-    ))
-    .await;
+    let mut gw = OneRoute::new()
+        .named("e")
+        .upstream(&echo)
+        .server("shutdown_grace: 5s")
+        .start()
+        .await;
     // An idle keep-alive connection must not hold the exit up.
     let mut idle = raw::connect(gw.addr()).await;
     idle.write(b"GET /idle HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -561,14 +552,13 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_grace_bounds_the_drain() {
     let echo = Echo::start("e").await;
-    let mut gw = Gateway::start(&config_with_server(
-        "shutdown_grace: 1s",
-        &format!(
-            "upstreams:\n  e: {{ targets: [\"{}\"], timeout: 60s }}\nroutes:\n  - name: e\n    match: {{ path: / }}\n    upstream: e\n",
-            echo.url()
-        ),
-    ))
-    .await;
+    let mut gw = OneRoute::new()
+        .named("e")
+        .upstream(&echo)
+        .upstream_keys("timeout: 60s")
+        .server("shutdown_grace: 1s")
+        .start()
+        .await;
     let addr = gw.addr();
     let stuck = tokio::spawn(async move {
         client::try_send(
@@ -839,9 +829,12 @@ fn version_and_help() {
 async fn a_port_in_use_exits_1_with_one_clear_line() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_addr = busy.local_addr().unwrap();
-    let mut gw = Gateway::spawn(&format!(
-        "server:\n  listen: [\"{busy_addr}\"]\nadmin:\n  listen: \"@ADMIN@\"\nroutes:\n  - name: a\n    match: {{ path: / }}\n    respond: {{ status: 200 }}\n"
-    ));
+    let mut gw = Gateway::spawn(
+        &OneRoute::new()
+            .named("a")
+            .listen(&format!("\"{busy_addr}\""))
+            .config(),
+    );
     let status = gw
         .wait_exit(Duration::from_secs(10))
         .await
@@ -983,7 +976,10 @@ async fn the_default_gateway_yaml_serves_hello_from_the_working_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tollgate_config_env_is_used_to_start() {
     let gw = Gateway::start_with(
-        &config("routes:\n  - name: env\n    match: { path: / }\n    respond: { status: 200, body: \"env\" }\n"),
+        &OneRoute::new()
+            .named("env")
+            .respond(r#"{ status: 200, body: "env" }"#)
+            .config(),
         Launch::Env,
     )
     .await;
@@ -997,11 +993,16 @@ async fn tollgate_config_env_is_used_to_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metric_labels_never_carry_client_values() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        "upstreams:\n  e: {{ targets: [\"{}\"] }}\nlimits:\n  per_user: {{ algorithm: fixed_window, limit: 2, window: 1m, key: \"header:x-user\" }}\nroutes:\n  - name: e\n    match: {{ path: /e }}\n    upstream: e\n    limits: [per_user]\n",
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("e")
+        .matching("{ path: /e }")
+        .upstream(&echo)
+        .limit(
+            "per_user",
+            r#"{ algorithm: fixed_window, limit: 2, window: 1m, key: "header:x-user" }"#,
+        )
+        .start()
+        .await;
     let series = |text: &str| {
         text.lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{config, Gateway};
+use common::{Gateway, OneRoute};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -125,17 +125,15 @@ async fn drive(addr: SocketAddr, first: u64, total: u64, conns: usize) -> u64 {
 }
 
 fn gateway_config(entry_life_secs: u64) -> String {
-    config(&format!(
-        r#"
-        limits:
-          per_client: {{ algorithm: token_bucket, rate: 1/{entry_life_secs}s, burst: 1, key: "header:x-client" }}
-        routes:
-          - name: r
-            match: {{ path: / }}
-            respond: {{ status: 200, body: "ok" }}
-            limits: [per_client]
-        "#
-    ))
+    OneRoute::new()
+        .respond(r#"{ status: 200, body: "ok" }"#)
+        .limit(
+            "per_client",
+            &format!(
+                r#"{{ algorithm: token_bucket, rate: 1/{entry_life_secs}s, burst: 1, key: "header:x-client" }}"#
+            ),
+        )
+        .config()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

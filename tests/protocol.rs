@@ -7,26 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::raw::{self, Closed};
-use common::{client, config, config_with_server, Echo, Gateway};
+use common::{client, Echo, Gateway, OneRoute};
 use tokio::io::AsyncWriteExt;
-
-async fn limited(echo: &Echo, server: &str) -> Gateway {
-    Gateway::start(&config_with_server(
-        server,
-        &format!(
-            r#"
-            upstreams:
-              e: {{ targets: ["{}"], retries: 0 }}
-            routes:
-              - name: all
-                match: {{ path: / }}
-                upstream: e
-            "#,
-            echo.url()
-        ),
-    ))
-    .await
-}
 
 fn get_with_header(name: &str, value_len: usize) -> Vec<u8> {
     format!(
@@ -39,7 +21,10 @@ fn get_with_header(name: &str, value_len: usize) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_over_max_header_bytes_is_431() {
     let echo = Echo::start("e").await;
-    let gw = limited(&echo, "max_header_bytes: 4KiB").await;
+    let gw = OneRoute::proxy(&echo)
+        .server("max_header_bytes: 4KiB")
+        .start()
+        .await;
     let r = raw::request(gw.addr(), &get_with_header("x-small", 2000)).await;
     assert_eq!(
         r.status, 200,
@@ -86,7 +71,10 @@ fn post_chunked(chunks: usize, chunk_len: usize) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn body_over_max_body_bytes_is_413_and_never_forwarded() {
     let echo = Echo::start("e").await;
-    let gw = limited(&echo, "max_body_bytes: 1KiB").await;
+    let gw = OneRoute::proxy(&echo)
+        .server("max_body_bytes: 1KiB")
+        .start()
+        .await;
 
     // Content-Length over the cap: rejected from the head alone.
     let r = raw::request(gw.addr(), &post_cl(2048)).await;
@@ -123,7 +111,10 @@ async fn body_over_max_body_bytes_is_413_and_never_forwarded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_a_head_is_cut_off_after_header_read() {
     let echo = Echo::start("e").await;
-    let gw = limited(&echo, "timeouts: { header_read: 500ms, idle: 30s }").await;
+    let gw = OneRoute::proxy(&echo)
+        .server("timeouts: { header_read: 500ms, idle: 30s }")
+        .start()
+        .await;
     let mut c = raw::connect(gw.addr()).await;
     half_a_head_is_cut_off_after_500ms(&mut c).await;
     assert_eq!(echo.count(), 0);
@@ -147,7 +138,10 @@ async fn half_a_head_is_cut_off_after_500ms(c: &mut raw::RawConn) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dribbled_head_is_cut_off_after_header_read_in_total() {
     let echo = Echo::start("e").await;
-    let gw = limited(&echo, "timeouts: { header_read: 500ms, idle: 30s }").await;
+    let gw = OneRoute::proxy(&echo)
+        .server("timeouts: { header_read: 500ms, idle: 30s }")
+        .start()
+        .await;
     let c = raw::connect(gw.addr()).await;
     let (mut rd, mut wr) = c.stream.into_split();
     // Slowloris: one byte every 100 ms, never finishing the head.
@@ -184,7 +178,10 @@ async fn a_dribbled_head_is_cut_off_after_header_read_in_total() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_read_times_later_heads_from_their_first_byte_not_idle_time() {
     let echo = Echo::start("e").await;
-    let gw = limited(&echo, "timeouts: { header_read: 500ms, idle: 30s }").await;
+    let gw = OneRoute::proxy(&echo)
+        .server("timeouts: { header_read: 500ms, idle: 30s }")
+        .start()
+        .await;
     let req = b"GET /k HTTP/1.1\r\nHost: x\r\n\r\n";
     let mut c = raw::connect(gw.addr()).await;
     for pause in [0, 1500] {
@@ -205,7 +202,10 @@ async fn header_read_times_later_heads_from_their_first_byte_not_idle_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keep_alive_connections_are_closed() {
     let echo = Echo::start("e").await;
-    let gw = limited(&echo, "timeouts: { header_read: 10s, idle: 500ms }").await;
+    let gw = OneRoute::proxy(&echo)
+        .server("timeouts: { header_read: 10s, idle: 500ms }")
+        .start()
+        .await;
     let req = b"GET /k HTTP/1.1\r\nHost: x\r\n\r\n";
 
     // In use: requests every 200 ms for 1.5 s keep the connection open.
@@ -237,7 +237,10 @@ async fn idle_keep_alive_connections_are_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_max_connections_wait_instead_of_failing() {
     let echo = Echo::start("e").await;
-    let gw = limited(&echo, "max_connections: 2").await;
+    let gw = OneRoute::proxy(&echo)
+        .server("max_connections: 2")
+        .start()
+        .await;
     let req = b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n";
     let mut a = raw::connect(gw.addr()).await;
     a.write(req).await.unwrap();
@@ -326,26 +329,10 @@ async fn assert_rejected(
     );
 }
 
-async fn smuggling_gateway() -> (Gateway, Echo) {
-    let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"], retries: 0 }}
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: e
-        "#,
-        echo.url()
-    )))
-    .await;
-    (gw, echo)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_length_with_transfer_encoding_is_400_and_closes() {
-    let (gw, echo) = smuggling_gateway().await;
+    let echo = Echo::start("e").await;
+    let gw = OneRoute::proxy(&echo).start().await;
     let smuggled = "0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
     let cl_first = format!(
         "POST /cl-te HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{smuggled}",
@@ -379,7 +366,8 @@ async fn content_length_with_transfer_encoding_is_400_and_closes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differing_content_lengths_are_400_and_close() {
-    let (gw, echo) = smuggling_gateway().await;
+    let echo = Echo::start("e").await;
+    let gw = OneRoute::proxy(&echo).start().await;
     assert_rejected(
         &gw,
         &echo,
@@ -414,7 +402,8 @@ async fn differing_content_lengths_are_400_and_close() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_transfer_codings_are_rejected_and_close() {
-    let (gw, echo) = smuggling_gateway().await;
+    let echo = Echo::start("e").await;
+    let gw = OneRoute::proxy(&echo).start().await;
     for te in ["gzip, chunked", "identity", "chunked, identity", "xchunked"] {
         let req = format!(
             "POST /te HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: {te}\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
@@ -445,7 +434,8 @@ async fn unknown_transfer_codings_are_rejected_and_close() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_chunk_sizes_are_rejected_and_nothing_is_forwarded() {
-    let (gw, echo) = smuggling_gateway().await;
+    let echo = Echo::start("e").await;
+    let gw = OneRoute::proxy(&echo).start().await;
     for (what, body) in [
         ("non-hex chunk size", "zz\r\nhello\r\n0\r\n\r\n"),
         (
@@ -465,7 +455,8 @@ async fn a_framing_error_mid_body_never_delivers_a_complete_request() {
     // A streaming gateway may have sent the head upstream before the bad
     // chunk arrives; it must then abort the upstream request rather than end
     // it cleanly, so the upstream never acts on a truncated body.
-    let (gw, echo) = smuggling_gateway().await;
+    let echo = Echo::start("e").await;
+    let gw = OneRoute::proxy(&echo).start().await;
     for (what, body) in [
         ("chunk longer than its size", "2\r\nhello\r\n0\r\n\r\n"),
         (
@@ -491,7 +482,8 @@ async fn a_framing_error_mid_body_never_delivers_a_complete_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_duplicate_or_invalid_host_is_400() {
-    let (gw, echo) = smuggling_gateway().await;
+    let echo = Echo::start("e").await;
+    let gw = OneRoute::proxy(&echo).start().await;
     for (what, req) in [
         ("no Host", "GET /nohost HTTP/1.1\r\nConnection: close\r\n\r\n"),
         (
@@ -521,7 +513,8 @@ async fn missing_duplicate_or_invalid_host_is_400() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valid_framing_is_forwarded_with_the_gateways_own_framing() {
-    let (gw, echo) = smuggling_gateway().await;
+    let echo = Echo::start("e").await;
+    let gw = OneRoute::proxy(&echo).start().await;
     // Two pipelined requests, the first chunked: both answered, in order.
     let mut c = raw::connect(gw.addr()).await;
     c.write(

@@ -10,42 +10,12 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use common::client::{self, Proto};
-use common::{config, config_with_server, raw, ClosedPort, Echo, Gateway};
+use common::one_route::targets;
+use common::{config, raw, ClosedPort, Echo, Gateway, OneRoute};
 use http::{Method, Request};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-/// One upstream `e` and a catch-all route to it.
-async fn simple(echo: &Echo) -> Gateway {
-    simple_with(echo, "").await
-}
-
-/// Like [`simple`], with more upstream settings (`, key: value`...).
-async fn simple_with(echo: &Echo, settings: &str) -> Gateway {
-    Gateway::start(&simple_config(echo, settings)).await
-}
-
-/// [`simple`] on exactly one worker thread: upstream connections are kept
-/// per thread, so a test counting them pins the threads.
-async fn simple_one_thread(echo: &Echo) -> Gateway {
-    Gateway::start_workers(&simple_config(echo, ""), 1).await
-}
-
-/// The config of [`simple_with`].
-fn simple_config(echo: &Echo, settings: &str) -> String {
-    config(&format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"], retries: 0{settings} }}
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: e
-        "#,
-        echo.url()
-    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,20 +123,17 @@ async fn upstream_refused_or_reset_is_502_upstream_unavailable() {
 async fn passive_health_ejection_gives_503_no_healthy_upstream() {
     let closed = ClosedPort::bind();
     let dead = closed.addr();
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          dead:
-            targets: ["http://{dead}"]
+    let gw = OneRoute::new()
+        .named("dead")
+        .upstream_at("dead", &format!("[\"http://{dead}\"]"))
+        .upstream_keys(
+            r#"
             retries: 0
-            health: {{ passive: {{ failures: 2, eject: 30s }} }}
-        routes:
-          - name: dead
-            match: {{ path: / }}
-            upstream: dead
-        "#
-    )))
-    .await;
+            health: { passive: { failures: 2, eject: 30s } }
+            "#,
+        )
+        .start()
+        .await;
     let c = client::h1();
     let get = || {
         client::send(
@@ -186,22 +153,18 @@ async fn retries_go_to_another_target_when_the_first_refuses() {
     let echo = Echo::start("e").await;
     let closed = ClosedPort::bind();
     let dead = closed.addr();
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          r:
-            targets: ["http://{dead}", "{}"]
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at("r", &format!("[\"http://{dead}\", \"{}\"]", echo.url()))
+        .upstream_keys(
+            r#"
             balance: round_robin
             retries: 1
             connect_timeout: 1s
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: r
-        "#,
-        echo.url()
-    )))
-    .await;
+            "#,
+        )
+        .start()
+        .await;
     let c = client::h1();
     for i in 0..20 {
         let r = client::send(
@@ -249,21 +212,19 @@ async fn spread(gw: &Gateway, client: &client::HttpClient, n: usize) -> HashMap<
 async fn round_robin_weights_are_exact() {
     let a = Echo::start("a").await;
     let b = Echo::start("b").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          w:
-            targets: [{{ url: "{}", weight: 2 }}, {{ url: "{}", weight: 1 }}]
-            balance: round_robin
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: w
-        "#,
-        a.url(),
-        b.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at(
+            "w",
+            &format!(
+                r#"[{{ url: "{}", weight: 2 }}, {{ url: "{}", weight: 1 }}]"#,
+                a.url(),
+                b.url()
+            ),
+        )
+        .upstream_keys("balance: round_robin")
+        .start()
+        .await;
     let seen = spread(&gw, &client::h1(), 300).await;
     assert_eq!(seen.get("a"), Some(&200), "{seen:?}");
     assert_eq!(seen.get("b"), Some(&100), "{seen:?}");
@@ -275,21 +236,11 @@ async fn round_robin_unweighted_is_even() {
     let a = Echo::start("a").await;
     let b = Echo::start("b").await;
     let c = Echo::start("c").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          w:
-            targets: ["{}", "{}", "{}"]
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: w
-        "#,
-        a.url(),
-        b.url(),
-        c.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at("w", &targets(&[&a, &b, &c]))
+        .start()
+        .await;
     spread(&gw, &client::h2c(), 300).await;
     assert_eq!((a.count(), b.count(), c.count()), (100, 100, 100));
 }
@@ -298,21 +249,12 @@ async fn round_robin_unweighted_is_even() {
 async fn hash_balancing_is_stable_per_client() {
     let a = Echo::start("a").await;
     let b = Echo::start("b").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          h:
-            targets: ["{}", "{}"]
-            balance: hash
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: h
-        "#,
-        a.url(),
-        b.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at("h", &targets(&[&a, &b]))
+        .upstream_keys("balance: hash")
+        .start()
+        .await;
     let mut used = HashMap::new();
     for last in 10..30 {
         let source = ip(&format!("127.0.0.{last}"));
@@ -348,21 +290,12 @@ async fn hash_balancing_is_stable_per_client() {
 async fn least_requests_avoids_the_busy_target() {
     let a = Echo::start("a").await;
     let b = Echo::start("b").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          l:
-            targets: ["{}", "{}"]
-            balance: least_requests
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: l
-        "#,
-        a.url(),
-        b.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at("l", &targets(&[&a, &b]))
+        .upstream_keys("balance: least_requests")
+        .start()
+        .await;
     for round in 0..3 {
         let addr = gw.addr();
         let slow = tokio::spawn(async move { client::get(addr, "/delay/1500").await });
@@ -399,21 +332,12 @@ async fn least_requests_avoids_the_busy_target() {
 async fn random_balancing_spreads() {
     let a = Echo::start("a").await;
     let b = Echo::start("b").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          r:
-            targets: ["{}", "{}"]
-            balance: random
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: r
-        "#,
-        a.url(),
-        b.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .upstream_at("r", &targets(&[&a, &b]))
+        .upstream_keys("balance: random")
+        .start()
+        .await;
     spread(&gw, &client::h1(), 200).await;
     // Binomial(200, 0.5): below 50 has probability < 1e-12.
     assert_eq!(a.count() + b.count(), 200);
@@ -428,7 +352,7 @@ async fn random_balancing_spreads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_by_hop_request_headers_do_not_reach_the_upstream() {
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = OneRoute::proxy(&echo).start().await;
     let mut c = raw::connect(gw.addr()).await;
     c.write(
         b"GET /hop-req HTTP/1.1\r\n\
@@ -482,7 +406,7 @@ async fn hop_by_hop_request_headers_do_not_reach_the_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_by_hop_response_headers_do_not_reach_the_client() {
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = OneRoute::proxy(&echo).start().await;
     for proto in [Proto::H1, Proto::H2c] {
         let r = client::send_on_new_conn(
             gw.addr(),
@@ -518,7 +442,7 @@ async fn hop_by_hop_response_headers_do_not_reach_the_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_headers_are_set_and_forgeries_from_untrusted_peers_replaced() {
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = OneRoute::proxy(&echo).start().await;
     let r = client::send_on_new_conn(
         gw.addr(),
         Proto::H1,
@@ -578,21 +502,12 @@ async fn forwarded_headers_are_set_and_forgeries_from_untrusted_peers_replaced()
 /// One upstream `e`, a catch-all route to it, and `127.0.0.2` a trusted
 /// proxy.
 async fn behind_a_trusted_proxy(echo: &Echo) -> Gateway {
-    Gateway::start(&config_with_server(
-        r#"trusted_proxies: ["127.0.0.2/32"]"#,
-        &format!(
-            r#"
-            upstreams:
-              e: {{ targets: ["{}"] }}
-            routes:
-              - name: all
-                match: {{ path: / }}
-                upstream: e
-            "#,
-            echo.url()
-        ),
-    ))
-    .await
+    OneRoute::new()
+        .named("all")
+        .upstream(echo)
+        .server(r#"trusted_proxies: ["127.0.0.2/32"]"#)
+        .start()
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -799,26 +714,14 @@ async fn trusted_peers_keep_them_and_chains_lose_empty_elements() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_answers_403_before_any_route() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config_with_server(
-        r#"
-        deny: ["127.0.0.3/32", "10.0.0.0/8"]
-        "#,
-        &format!(
-            r#"
-            upstreams:
-              e: {{ targets: ["{}"] }}
-            routes:
-              - name: hello
-                match: {{ exact: /hello }}
-                respond: {{ status: 200, body: "hi" }}
-              - name: e
-                match: {{ path: /e }}
-                upstream: e
-            "#,
-            echo.url()
-        ),
-    ))
-    .await;
+    let gw = OneRoute::new()
+        .named("e")
+        .matching("{ path: /e }")
+        .upstream(&echo)
+        .route(r#"{ name: hello, match: { exact: /hello }, respond: { status: 200, body: "hi" } }"#)
+        .server(r#"deny: ["127.0.0.3/32", "10.0.0.0/8"]"#)
+        .start()
+        .await;
     let denied = client::h1_from(ip("127.0.0.3"));
     for path in ["/e/x", "/hello", "/no/such/route"] {
         let r = client::send(
@@ -846,24 +749,17 @@ async fn deny_answers_403_before_any_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_applies_to_the_client_behind_a_trusted_proxy() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config_with_server(
-        r#"
-        trusted_proxies: ["127.0.0.2/32"]
-        deny: ["203.0.113.0/24"]
-        "#,
-        &format!(
+    let gw = OneRoute::new()
+        .named("e")
+        .upstream(&echo)
+        .server(
             r#"
-            upstreams:
-              e: {{ targets: ["{}"] }}
-            routes:
-              - name: e
-                match: {{ path: / }}
-                upstream: e
+            trusted_proxies: ["127.0.0.2/32"]
+            deny: ["203.0.113.0/24"]
             "#,
-            echo.url()
-        ),
-    ))
-    .await;
+        )
+        .start()
+        .await;
     let proxy = client::h1_from(ip("127.0.0.2"));
     let send = |xff: &'static str| {
         client::send(
@@ -893,7 +789,7 @@ async fn deny_applies_to_the_client_behind_a_trusted_proxy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_line_has_the_contract_fields() {
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = OneRoute::proxy(&echo).start().await;
     let r = client::get_host(gw.addr(), "logs.example", "/logged/path?q=1").await;
     assert_eq!(r.status, 200);
     let rid = r.header("x-request-id").unwrap().to_string();
@@ -957,7 +853,7 @@ fn connections_used(echo: &Echo) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_upstream_connection_serves_sequential_requests() {
     let echo = Echo::start("e").await;
-    let gw = simple_one_thread(&echo).await;
+    let gw = OneRoute::proxy(&echo).start_workers(1).await;
     let h1 = client::h1();
     let h2c = client::h2c();
     for i in 0..5 {
@@ -1003,7 +899,7 @@ async fn each_worker_thread_keeps_at_most_one_idle_upstream_connection_for_seque
     // requests, each on a fresh client connection that the kernel hands to
     // either thread, open at most one upstream connection per thread.
     let echo = Echo::start("e").await;
-    let gw = Gateway::start_workers(&simple_config(&echo, ""), 2).await;
+    let gw = OneRoute::proxy(&echo).start_workers(2).await;
     for i in 0..40 {
         let r = client::get(gw.addr(), &format!("/plain?i={i}")).await;
         assert_eq!(r.status, 200);
@@ -1019,7 +915,7 @@ async fn each_worker_thread_keeps_at_most_one_idle_upstream_connection_for_seque
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_do_not_wait_behind_a_slow_response_body() {
     let echo = Echo::start("e").await;
-    let gw = simple_one_thread(&echo).await;
+    let gw = OneRoute::proxy(&echo).start_workers(1).await;
     // A large response nobody reads: its upstream connection stays busy.
     let stalled = unread_download(&gw, &echo).await;
     let start = Instant::now();
@@ -1038,7 +934,7 @@ async fn concurrent_requests_do_not_wait_behind_a_slow_response_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_dropped_response_does_not_return_its_connection() {
     let echo = Echo::start("e").await;
-    let gw = simple_one_thread(&echo).await;
+    let gw = OneRoute::proxy(&echo).start_workers(1).await;
     drop(unread_download(&gw, &echo).await);
     tokio::time::sleep(Duration::from_millis(100)).await;
     for _ in 0..3 {
@@ -1059,7 +955,7 @@ async fn pooled_connections_the_upstream_closed_are_replaced_transparently() {
     // (The race where the upstream closes just as a request is handed to the
     // connection is covered in src/proxy/client.rs.)
     let echo = Echo::start("e").await;
-    let gw = simple(&echo).await;
+    let gw = OneRoute::proxy(&echo).start().await;
     let c = client::h1();
     for i in 0..5 {
         let r = client::send(
@@ -1080,7 +976,10 @@ async fn pooled_connections_the_upstream_closed_are_replaced_transparently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_upstream_connection_is_shared_and_reopened() {
     let echo = Echo::start("e").await;
-    let gw = simple_with(&echo, ", http2: true").await;
+    let gw = OneRoute::proxy(&echo)
+        .upstream_keys("http2: true")
+        .start()
+        .await;
     let mut clients = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let addr = gw.addr();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::cluster::{info, RedisCluster};
 use common::failover::{self, STORE_TIMEOUT};
 use common::limits::*;
-use common::{Echo, Gateway, Resp};
+use common::{config_with_store, Echo, Gateway, OneRoute, Resp};
 
 /// The cluster the non-destructive tests share.
 fn shared() -> &'static RedisCluster {
@@ -24,21 +24,13 @@ fn shared() -> &'static RedisCluster {
     CLUSTER.get_or_init(RedisCluster::start)
 }
 
-/// A gateway config on `cluster`, keys under `prefix`, with `timeout` and
-/// `on_error`, an upstream `e` when given, then `body`.
-fn template(
-    cluster: &RedisCluster,
-    prefix: &str,
-    timeout: &str,
-    on_error: &str,
-    echo: Option<&Echo>,
-    body: &str,
-) -> String {
-    let store = format!(
+/// The store on `cluster`, keys under `prefix`, with `timeout` and
+/// `on_error`.
+fn store(cluster: &RedisCluster, prefix: &str, timeout: &str, on_error: &str) -> String {
+    format!(
         "{{ backend: redis_cluster, urls: {}, prefix: {prefix}, timeout: {timeout}, on_error: {on_error} }}",
         cluster.seeds_yaml()
-    );
-    common::config_with_store(&store, echo, body)
+    )
 }
 
 /// Every key under `prefix` on every master, with `CLUSTER KEYSLOT`.
@@ -62,9 +54,8 @@ fn keys_with_slots(cluster: &RedisCluster, prefix: &str) -> Vec<(String, u16)> {
 // ---------------------------------------------------------------------------
 
 async fn exactly_100_of_300_on_the_cluster(prefix: &str, limit: &str, path: &'static str) {
-    let config =
-        |echo: &Echo, body: &str| template(shared(), prefix, "3s", "deny", Some(echo), body);
-    common::limits::exactly_100_of_300(config, limit, path).await;
+    let store = store(shared(), prefix, "3s", "deny");
+    common::limits::exactly_100_of_300(&store, limit, path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -115,12 +106,8 @@ async fn exact_on_the_cluster_for_every_algorithm() {
 async fn a_rejection_on_one_slot_takes_nothing_on_the_others() {
     let cluster = shared();
     let prefix = "aon";
-    let t = template(
-        cluster,
-        prefix,
-        "2s",
-        "deny",
-        None,
+    let t = config_with_store(
+        &store(cluster, prefix, "2s", "deny"),
         r#"
         limits:
           wide: { algorithm: token_bucket, rate: 1/m, burst: 5, key: client_ip }
@@ -179,12 +166,8 @@ async fn concurrent_requests_across_slots_take_exactly_what_passed() {
     let cluster = shared();
     let prefix = "aonc";
     ensure_room(Duration::from_secs(3600), Duration::from_secs(30)).await;
-    let t = template(
-        cluster,
-        prefix,
-        "3s",
-        "deny",
-        None,
+    let t = config_with_store(
+        &store(cluster, prefix, "3s", "deny"),
         r#"
         limits:
           tight: { algorithm: fixed_window, limit: 100, window: 1h, key: global }
@@ -231,7 +214,9 @@ async fn concurrent_requests_across_slots_take_exactly_what_passed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockouts_are_listed_and_reset_on_every_instance() {
     let cluster = shared();
-    let t = template(cluster, "lko", "2s", "deny", None, ONE_STRIKE);
+    let t = one_strike()
+        .store(&store(cluster, "lko", "2s", "deny"))
+        .config();
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
     assert_ok(&ca.get("/").await);
@@ -259,19 +244,13 @@ async fn lockouts_are_listed_and_reset_on_every_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn function_flush_on_a_node_heals_by_itself() {
     let cluster = shared();
-    let t = template(
-        cluster,
-        "ff",
-        "2s",
-        "deny",
-        None,
-        r#"
-        limits:
-          l: { algorithm: token_bucket, rate: 100/h, burst: 100, key: header:x-k }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [l] }
-        "#,
-    );
+    let t = OneRoute::new()
+        .store(&store(cluster, "ff", "2s", "deny"))
+        .limit(
+            "l",
+            "{ algorithm: token_bucket, rate: 100/h, burst: 100, key: header:x-k }",
+        )
+        .config();
     let gw = Gateway::start(&t).await;
     let c = Caller::new(gw.addr());
     // Forty clients: their keys land on every master.
@@ -295,12 +274,13 @@ async fn function_flush_on_a_node_heals_by_itself() {
 
 async fn failover(kill: bool) {
     let cluster = RedisCluster::start();
-    let t = template(
-        &cluster,
-        "fo",
-        &format!("{}ms", STORE_TIMEOUT.as_millis()),
-        "local",
-        None,
+    let t = config_with_store(
+        &store(
+            &cluster,
+            "fo",
+            &format!("{}ms", STORE_TIMEOUT.as_millis()),
+            "local",
+        ),
         failover::LIMITS,
     );
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
@@ -506,7 +486,7 @@ async fn move_under_load(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resharding_and_a_new_primary_under_load() {
     let mut cluster = RedisCluster::start();
-    let t = |prefix: &str| template(&cluster, prefix, "2s", "deny", None, MOVING);
+    let t = |prefix: &str| config_with_store(&store(&cluster, prefix, "2s", "deny"), MOVING);
     let probe = Gateway::start(&t("pr")).await;
     let gws = [
         Gateway::start(&t("mv")).await,
@@ -582,12 +562,8 @@ async fn slot_of_new_key(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_whose_slot_cannot_answer_is_left_out_of_a_rejection() {
     let cluster = RedisCluster::start();
-    let t = template(
-        &cluster,
-        "nd",
-        "300ms",
-        "deny",
-        None,
+    let t = config_with_store(
+        &store(&cluster, "nd", "300ms", "deny"),
         r#"
         limits:
           a: { algorithm: fixed_window, limit: 1, window: 1h, key: header:x-a }
@@ -641,26 +617,29 @@ async fn a_limit_whose_slot_cannot_answer_is_left_out_of_a_rejection() {
 async fn a_concurrency_slot_whose_refund_fails_is_released_once_the_cluster_answers() {
     let cluster = RedisCluster::start();
     let echo = Echo::start("e").await;
-    let t = template(
-        &cluster,
-        "rf",
-        "300ms",
-        "deny",
-        Some(&echo),
-        r#"
-        limits:
-          conc: { algorithm: concurrency, limit: 1, key: header:x-a }
-          b1: { algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-b1 }
-          b2: { algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-b2 }
-          b3: { algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-b3 }
-        routes:
-          - { name: a, match: { path: /delay }, upstream: e, limits: [conc] }
-          - { name: b1, match: { path: /b1 }, respond: { status: 200 }, limits: [b1] }
-          - { name: b2, match: { path: /b2 }, respond: { status: 200 }, limits: [b2] }
-          - { name: b3, match: { path: /b3 }, respond: { status: 200 }, limits: [b3] }
-          - { name: ab, match: { path: /ab }, respond: { status: 200 }, limits: [conc, b1, b2, b3] }
-        "#,
-    );
+    let mut t = OneRoute::new()
+        .store(&store(&cluster, "rf", "300ms", "deny"))
+        .named("a")
+        .matching("{ path: /delay }")
+        .upstream(&echo)
+        .upstream_keys("retries: 0")
+        .limit(
+            "conc",
+            "{ algorithm: concurrency, limit: 1, key: header:x-a }",
+        );
+    for b in ["b1", "b2", "b3"] {
+        t = t
+            .define(
+                b,
+                &format!("{{ algorithm: fixed_window, limit: 1000, window: 1h, key: header:x-{b} }}"),
+            )
+            .route(&format!(
+                "{{ name: {b}, match: {{ path: /{b} }}, respond: {{ status: 200 }}, limits: [{b}] }}"
+            ));
+    }
+    let t = t
+        .route("{ name: ab, match: { path: /ab }, respond: { status: 200 }, limits: [conc, b1, b2, b3] }")
+        .config();
     let gw = Gateway::start(&t).await;
     let c = Caller::new(gw.addr());
     // The master of conc's key for x-a: A, seen while a request holds it.

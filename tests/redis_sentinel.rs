@@ -12,7 +12,7 @@ use common::cluster::info;
 use common::failover::{self, STORE_TIMEOUT};
 use common::limits::*;
 use common::redis::RedisServer;
-use common::{config, Gateway};
+use common::{config_with_store, Gateway};
 
 /// The master's name in the sentinels' config.
 const NAME: &str = "tollgate-master";
@@ -87,11 +87,14 @@ impl Sentinels {
             .iter()
             .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
             .collect();
-        config(&format!(
-            "store: {{ backend: redis_sentinel, urls: [{}], master_name: {NAME}, prefix: {prefix}, timeout: {}ms, on_error: local }}\n{body}",
-            urls.join(", "),
-            STORE_TIMEOUT.as_millis(),
-        ))
+        config_with_store(
+            &format!(
+                "{{ backend: redis_sentinel, urls: [{}], master_name: {NAME}, prefix: {prefix}, timeout: {}ms, on_error: local }}",
+                urls.join(", "),
+                STORE_TIMEOUT.as_millis(),
+            ),
+            body,
+        )
     }
 }
 

@@ -16,28 +16,16 @@ use std::time::{Duration, Instant};
 
 use common::limits::*;
 use common::redis::{CommandStat, RedisServer};
-use common::{Echo, Gateway};
+use common::{config_with_store, Gateway, OneRoute};
 
 const PREFIX: &str = "tgt";
 
-/// A config on `redis` with `on_error` (store timeout 50 ms), an upstream
-/// `e` when given, then `body` (limits and routes).
-fn template(redis: &RedisServer, on_error: &str, echo: Option<&Echo>, body: &str) -> String {
-    template_with_timeout(redis, "50ms", on_error, echo, body)
-}
-
-fn template_with_timeout(
-    redis: &RedisServer,
-    timeout: &str,
-    on_error: &str,
-    echo: Option<&Echo>,
-    body: &str,
-) -> String {
-    let store = format!(
+/// The store on `redis`, with `timeout` and `on_error`.
+fn store(redis: &RedisServer, timeout: &str, on_error: &str) -> String {
+    format!(
         "{{ backend: redis, url: \"{}\", prefix: {PREFIX}, timeout: {timeout}, on_error: {on_error} }}",
         redis.url()
-    );
-    common::config_with_store(&store, echo, body)
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -48,9 +36,7 @@ async fn exactly_100_of_300_on_redis(limit: &str, path: &'static str) {
     let redis = RedisServer::start();
     // A generous store timeout: this is about atomicity, and a store call
     // that times out under this load would fall to on_error (deny: 503).
-    let config =
-        |echo: &Echo, body: &str| template_with_timeout(&redis, "3s", "deny", Some(echo), body);
-    common::limits::exactly_100_of_300(config, limit, path).await;
+    common::limits::exactly_100_of_300(&store(&redis, "3s", "deny"), limit, path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -128,7 +114,7 @@ async fn exact_concurrency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlock_through_one_instance_lifts_the_lockout_on_every_instance() {
     let redis = RedisServer::start();
-    let t = template(&redis, "deny", None, ONE_STRIKE);
+    let t = one_strike().store(&store(&redis, "50ms", "deny")).config();
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
     assert_ok(&ca.get("/").await);
@@ -168,10 +154,8 @@ async fn unlock_through_one_instance_lifts_the_lockout_on_every_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_or_nothing_on_redis() {
     let redis = RedisServer::start();
-    let t = template(
-        &redis,
-        "deny",
-        None,
+    let t = config_with_store(
+        &store(&redis, "50ms", "deny"),
         r#"
         limits:
           wide: { algorithm: token_bucket, rate: 1/m, burst: 5, key: client_ip }
@@ -288,11 +272,12 @@ async fn wait_on_redis(
 
 async fn outage(on_error: &str) {
     let redis = RedisServer::start();
-    let t = template_with_timeout(
-        &redis,
-        &format!("{}ms", STORE_TIMEOUT.as_millis()),
-        on_error,
-        None,
+    let t = config_with_store(
+        &store(
+            &redis,
+            &format!("{}ms", STORE_TIMEOUT.as_millis()),
+            on_error,
+        ),
         r#"
         limits:
           traffic: { algorithm: token_bucket, rate: 1000/s, burst: 1000, key: "header:x-client" }
@@ -525,18 +510,14 @@ impl Drop for Monitor {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn function_flush_heals_by_itself() {
     let redis = RedisServer::start();
-    let gw = Gateway::start(&template(
-        &redis,
-        "deny",
-        None,
-        r#"
-        limits:
-          l: { algorithm: token_bucket, rate: 100/s, burst: 100, key: client_ip }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [l] }
-        "#,
-    ))
-    .await;
+    let gw = OneRoute::new()
+        .store(&store(&redis, "50ms", "deny"))
+        .limit(
+            "l",
+            "{ algorithm: token_bucket, rate: 100/s, burst: 100, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     for _ in 0..3 {
         let r = c.get("/").await;
@@ -579,10 +560,8 @@ async fn function_flush_heals_by_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_function_call_per_request_and_none_for_a_locked_out_client() {
     let redis = RedisServer::start();
-    let gw = Gateway::start(&template(
-        &redis,
-        "deny",
-        None,
+    let gw = Gateway::start(&config_with_store(
+        &store(&redis, "50ms", "deny"),
         r#"
         limits:
           a: { algorithm: token_bucket, rate: 100/s, burst: 100, key: client_ip }
@@ -686,10 +665,8 @@ fn other(sent: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_keys_hold_no_client_value_and_expire() {
     let redis = RedisServer::start();
-    let gw = Gateway::start(&template(
-        &redis,
-        "deny",
-        None,
+    let gw = Gateway::start(&config_with_store(
+&store(&redis, "50ms", "deny"),
         r#"
         limits:
           byh: { algorithm: fixed_window, limit: 100, window: 10s, key: "header:x-k" }
@@ -813,11 +790,8 @@ async fn store_keys_hold_no_client_value_and_expire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_arriving_during_a_call_share_the_next_one_exactly() {
     let redis = RedisServer::start();
-    let gw = Gateway::start(&template_with_timeout(
-        &redis,
-        "5s",
-        "deny",
-        None,
+    let gw = Gateway::start(&config_with_store(
+        &store(&redis, "5s", "deny"),
         r#"
         limits:
           x: { algorithm: token_bucket, rate: 1/h, burst: 100, key: route }

@@ -19,7 +19,7 @@ use common::cluster::{info, NodeTls, RedisCluster};
 use common::limits::*;
 use common::pki::Pki;
 use common::redis::{free_port, RedisServer};
-use common::{config, Gateway, Resp};
+use common::{Gateway, OneRoute, Resp};
 
 /// A `redis-server` with a TLS port whose certificate names `names`,
 /// issued by `pki`; client certificates required when `auth_clients`.
@@ -51,15 +51,11 @@ impl TlsRedis {
     /// A gateway config on the TLS port (`rediss://<host>:<port>`) with
     /// `tls` as `store.tls`.
     fn config(&self, host: &str, tls: &str) -> String {
-        config(&format!(
-            r#"store: {{ backend: redis, url: "rediss://{host}:{port}/0", prefix: t, timeout: 2s, on_error: deny, tls: {tls} }}
-limits:
-  l: {{ algorithm: fixed_window, limit: 5, window: 1h, key: route }}
-routes:
-  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [l] }}
-"#,
+        five_an_hour(&format!(
+            r#"{{ backend: redis, url: "rediss://{host}:{port}/0", prefix: t, timeout: 2s, on_error: deny, tls: {tls} }}"#,
             port = self.tls_port
         ))
+        .config()
     }
 
     /// How many clients are connected to the TLS port (`CLIENT LIST`'s
@@ -69,6 +65,14 @@ routes:
         let tls = format!("laddr=127.0.0.1:{} ", self.tls_port);
         list.lines().filter(|l| l.contains(&tls)).count()
     }
+}
+
+/// Route `r` on `store` under `l`: five requests an hour.
+fn five_an_hour(store: &str) -> OneRoute {
+    OneRoute::new().store(store).limit(
+        "l",
+        "{ algorithm: fixed_window, limit: 5, window: 1h, key: route }",
+    )
 }
 
 /// `{ ca: <the CA's file> }`, plus `extra` fields.
@@ -228,17 +232,16 @@ async fn a_cluster_is_reached_over_tls() {
         .collect();
     // Two limits, on two slots (most likely two masters): redirections
     // and the slot map must name the TLS ports too.
-    let t = config(&format!(
-        r#"store: {{ backend: redis_cluster, urls: [{}], prefix: ct, timeout: 2s, on_error: deny, tls: {} }}
-limits:
-  l: {{ algorithm: fixed_window, limit: 5, window: 1h, key: route }}
-  g: {{ algorithm: token_bucket, rate: 100/h, burst: 100, key: global }}
-routes:
-  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [l, g] }}
-"#,
+    let t = five_an_hour(&format!(
+        "{{ backend: redis_cluster, urls: [{}], prefix: ct, timeout: 2s, on_error: deny, tls: {} }}",
         seeds.join(", "),
         tls_with_ca(&pki, "")
-    ));
+    ))
+    .limit(
+        "g",
+        "{ algorithm: token_bucket, rate: 100/h, burst: 100, key: global }",
+    )
+    .config();
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
     for (i, r) in five_over_two(&ca, &cb).await.iter().enumerate() {
@@ -291,15 +294,11 @@ async fn sentinels_and_their_master_are_reached_over_tls() {
         named.as_deref(),
         Some(format!("127.0.0.1\n{}", redis.tls_port).as_str())
     );
-    let t = config(&format!(
-        r#"store: {{ backend: redis_sentinel, urls: ["rediss://127.0.0.1:{tls_port}"], master_name: tlsmaster, prefix: t, timeout: 2s, on_error: deny, tls: {} }}
-limits:
-  l: {{ algorithm: fixed_window, limit: 5, window: 1h, key: route }}
-routes:
-  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [l] }}
-"#,
+    let t = five_an_hour(&format!(
+        r#"{{ backend: redis_sentinel, urls: ["rediss://127.0.0.1:{tls_port}"], master_name: tlsmaster, prefix: t, timeout: 2s, on_error: deny, tls: {} }}"#,
         tls_with_ca(&pki, "")
-    ));
+    ))
+    .config();
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     decided_over_tls(&redis, &a, &b).await;
     // (The sentinel was asked on its TLS port: the only one the gateways

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::client::{self, Proto};
-use common::{config, raw, Echo, Gateway};
+use common::{config, raw, Echo, Gateway, OneRoute};
 use http::{Method, Request};
 
 /// A gateway whose routes answer by themselves with their name as the body.
@@ -246,18 +246,12 @@ async fn all_matchers_must_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_route_is_404_no_route_json() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"] }}
-        routes:
-          - name: only
-            match: {{ exact: /only }}
-            upstream: e
-        "#,
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("only")
+        .matching("{ exact: /only }")
+        .upstream(&echo)
+        .start()
+        .await;
     let r = client::get(gw.addr(), "/nothing").await;
     r.assert_error(404, "no_route");
     assert_eq!(
@@ -480,26 +474,15 @@ async fn respond_routes_status_body_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strip_prefix_keeps_query_and_empty_becomes_root() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"] }}
-        routes:
-          - name: svc
-            match: {{ path: /svc }}
-            upstream: e
-            strip_prefix: true
-          - name: deep
-            match: {{ path: /deep/er }}
-            upstream: e
-            strip_prefix: true
-          - name: keep
-            match: {{ path: /keep }}
-            upstream: e
-        "#,
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("svc")
+        .matching("{ path: /svc }")
+        .upstream(&echo)
+        .route_keys("strip_prefix: true")
+        .route("{ name: deep, match: { path: /deep/er }, upstream: e, strip_prefix: true }")
+        .route("{ name: keep, match: { path: /keep }, upstream: e }")
+        .start()
+        .await;
     for (target, want) in [
         ("/svc/users?q=1&x=%2F", "/users?q=1&x=%2F"),
         ("/svc", "/"),
@@ -520,26 +503,15 @@ async fn strip_prefix_keeps_query_and_empty_becomes_root() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preserve_host_true_false_and_default() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"] }}
-        routes:
-          - name: keep
-            match: {{ path: /p }}
-            upstream: e
-            preserve_host: true
-          - name: replace
-            match: {{ path: /np }}
-            upstream: e
-            preserve_host: false
-          - name: default
-            match: {{ path: / }}
-            upstream: e
-        "#,
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("keep")
+        .matching("{ path: /p }")
+        .upstream(&echo)
+        .route_keys("preserve_host: true")
+        .route("{ name: replace, match: { path: /np }, upstream: e, preserve_host: false }")
+        .route("{ name: default, match: { path: / }, upstream: e }")
+        .start()
+        .await;
     let host = "client.example:8000";
     client::get_host(gw.addr(), host, "/p").await;
     assert_eq!(echo.last().unwrap().host.as_deref(), Some(host));
@@ -563,18 +535,7 @@ async fn preserve_host_true_false_and_default() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2c_prior_knowledge_clients_are_proxied() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"] }}
-        routes:
-          - name: all
-            match: {{ path: / }}
-            upstream: e
-        "#,
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new().named("all").upstream(&echo).start().await;
     let c = client::h2c();
     let r = client::send(
         &c,
@@ -625,21 +586,13 @@ async fn h2c_prior_knowledge_clients_are_proxied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_response_has_a_unique_request_id_which_the_upstream_sees() {
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        r#"
-        upstreams:
-          e: {{ targets: ["{}"] }}
-        routes:
-          - name: hello
-            match: {{ exact: /hello }}
-            respond: {{ status: 200, body: "hi" }}
-          - name: all
-            match: {{ path: /e }}
-            upstream: e
-        "#,
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("all")
+        .matching("{ path: /e }")
+        .upstream(&echo)
+        .route(r#"{ name: hello, match: { exact: /hello }, respond: { status: 200, body: "hi" } }"#)
+        .start()
+        .await;
     let mut ids = HashSet::new();
     let c = client::h1();
     for i in 0..30 {

@@ -13,26 +13,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::client::{self, Resp};
 use common::raw::{self, Closed};
-use common::{config_with_server, eventually, Echo, Gateway};
+use common::{eventually, Echo, OneRoute};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
-/// A gateway in front of `echo` with these `server:` keys.
-async fn gateway(echo: &Echo, server: &str) -> Gateway {
-    Gateway::start(&config_with_server(
-        server,
-        &format!(
-            r#"
-            upstreams:
-              e: {{ targets: ["{}"], timeout: 60s, retries: 0 }}
-            routes:
-              - {{ name: all, match: {{ path: / }}, upstream: e }}
-            "#,
-            echo.url()
-        ),
-    ))
-    .await
+/// A catch-all route to `echo`, which may take a minute to answer.
+fn patient(echo: &Echo) -> OneRoute {
+    OneRoute::proxy(echo).upstream_keys("timeout: 60s")
 }
 
 async fn upstream_idle(echo: &Echo, within: Duration, what: &str) {
@@ -45,7 +33,10 @@ async fn upstream_idle(echo: &Echo, within: Duration, what: &str) {
 #[tokio::test]
 async fn a_stalled_http1_body_is_408_and_its_upstream_request_is_cancelled() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "timeouts: { body_read: 1s }").await;
+    let gw = patient(&echo)
+        .server("timeouts: { body_read: 1s }")
+        .start()
+        .await;
     let mut c = raw::connect(gw.addr()).await;
     c.write(b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n0123456789")
         .await
@@ -105,7 +96,10 @@ async fn h2c(
 #[tokio::test]
 async fn http2_streams_that_never_send_their_bodies_pin_no_upstream_request() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "timeouts: { body_read: 1s }").await;
+    let gw = patient(&echo)
+        .server("timeouts: { body_read: 1s }")
+        .start()
+        .await;
     let mut sender = h2c(gw.addr(), None).await;
     let mut held = Vec::new();
     let mut answers = Vec::new();
@@ -159,7 +153,10 @@ fn tokio_stream_from<T>(
 #[tokio::test]
 async fn a_client_that_stops_reading_is_cut_at_send_and_so_is_its_upstream() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "timeouts: { send: 1s }").await;
+    let gw = patient(&echo)
+        .server("timeouts: { send: 1s }")
+        .start()
+        .await;
     let mut c = raw::connect(gw.addr()).await;
     c.write(b"GET /download/1000000000 HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
@@ -199,7 +196,10 @@ async fn a_client_that_stops_reading_is_cut_at_send_and_so_is_its_upstream() {
 #[tokio::test]
 async fn an_http2_stream_whose_window_stays_shut_is_reset_at_send() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "timeouts: { send: 1s }").await;
+    let gw = patient(&echo)
+        .server("timeouts: { send: 1s }")
+        .start()
+        .await;
     let mut sender = h2c(gw.addr(), Some(0)).await;
     let response = sender
         .send_request(
@@ -244,7 +244,10 @@ async fn an_http2_stream_whose_window_stays_shut_is_reset_at_send() {
 #[tokio::test]
 async fn a_connection_without_a_request_in_progress_lives_for_idle_not_header_read() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "timeouts: { header_read: 1s, idle: 3s }").await;
+    let gw = patient(&echo)
+        .server("timeouts: { header_read: 1s, idle: 3s }")
+        .start()
+        .await;
     let opened = Instant::now();
     // Nothing sent at all.
     let mut silent = raw::connect(gw.addr()).await;
@@ -297,8 +300,8 @@ async fn a_connection_without_a_request_in_progress_lives_for_idle_not_header_re
 #[tokio::test]
 async fn chunk_sizes_past_the_cap_or_2_pow_63_are_400_and_close() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "max_body_bytes: 1KiB").await;
-    let unlimited = gateway(&echo, "").await;
+    let gw = patient(&echo).server("max_body_bytes: 1KiB").start().await;
+    let unlimited = patient(&echo).start().await;
     let chunked = |size: &str| {
         format!(
             "POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nabc"
@@ -351,7 +354,7 @@ async fn chunk_sizes_past_the_cap_or_2_pow_63_are_400_and_close() {
 #[tokio::test]
 async fn a_get_with_a_body_has_it_forwarded_and_waits_for_it() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "").await;
+    let gw = patient(&echo).start().await;
     let mut c = raw::connect(gw.addr()).await;
     c.write(b"GET /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
         .await
@@ -391,7 +394,7 @@ async fn a_get_with_a_body_has_it_forwarded_and_waits_for_it() {
 #[tokio::test]
 async fn a_400_about_the_target_or_host_closes_the_connection() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "").await;
+    let gw = patient(&echo).start().await;
     let next = "GET /next HTTP/1.1\r\nHost: a\r\n\r\n";
     for first in [
         "GET http://a/x HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -414,7 +417,7 @@ async fn a_400_about_the_target_or_host_closes_the_connection() {
 #[tokio::test]
 async fn trace_and_connect_are_405() {
     let echo = Echo::start("e").await;
-    let gw = gateway(&echo, "").await;
+    let gw = patient(&echo).start().await;
     for head in [
         "TRACE / HTTP/1.1\r\nHost: a\r\n\r\n",
         "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",

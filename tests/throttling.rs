@@ -13,29 +13,11 @@ use std::time::{Duration, Instant};
 
 use common::client::{self, Resp};
 use common::limits::*;
-use common::{config_with_server, dedent, eventually, raw, Echo, Gateway};
+use common::{config, eventually, raw, Echo, Gateway, OneRoute};
 use http::Method;
 use tokio::io::AsyncReadExt;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-/// A gateway: `server_extra` under `server:`, an upstream `e` (the echo)
-/// when given, then `body` (limits and routes, indented freely).
-async fn start(echo: Option<&Echo>, server_extra: &str, body: &str) -> Gateway {
-    Gateway::start(&template(echo, server_extra, body)).await
-}
-
-fn template(echo: Option<&Echo>, server_extra: &str, body: &str) -> String {
-    let mut rest = String::new();
-    if let Some(e) = echo {
-        rest.push_str(&format!(
-            "upstreams:\n  e: {{ targets: [\"{}\"], retries: 0 }}\n",
-            e.url()
-        ));
-    }
-    rest.push_str(&dedent(body));
-    config_with_server(server_extra, &rest)
-}
 
 /// `GET path` timed.
 async fn timed(c: &Caller, path: &str) -> (Resp, Duration) {
@@ -50,20 +32,13 @@ async fn timed(c: &Caller, path: &str) -> (Resp, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_window_admits_limit_per_aligned_window() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          fw: { algorithm: fixed_window, limit: 5, window: 2s, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [fw]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "fw",
+            "{ algorithm: fixed_window, limit: 5, window: 2s, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     for round in 0..2 {
         // 100 ms into an epoch-aligned 2 s window.
@@ -94,20 +69,13 @@ async fn fixed_window_admits_limit_per_aligned_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sliding_window_weights_the_previous_window() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          sw: { algorithm: sliding_window, limit: 10, window: 4s, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [sw]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "sw",
+            "{ algorithm: sliding_window, limit: 10, window: 4s, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     align(Duration::from_secs(4), MS(100)).await;
     for i in 0..10 {
@@ -142,20 +110,13 @@ async fn sliding_window_weights_the_previous_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sliding_log_is_exact_over_the_trailing_window() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          sl: { algorithm: sliding_log, limit: 3, window: 2s, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [sl]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "sl",
+            "{ algorithm: sliding_log, limit: 3, window: 2s, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     let t0 = Instant::now();
     for want in [2, 1] {
@@ -187,20 +148,13 @@ async fn sliding_log_is_exact_over_the_trailing_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_bucket_starts_full_and_refills_continuously() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          tb: { algorithm: token_bucket, rate: 5/s, burst: 5, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [tb]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "tb",
+            "{ algorithm: token_bucket, rate: 5/s, burst: 5, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     for i in 0..5 {
         let (r, took) = timed(&c, "/").await;
@@ -220,20 +174,13 @@ async fn token_bucket_starts_full_and_refills_continuously() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_bucket_max_delay_holds_requests_instead_of_rejecting() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          tbd: { algorithm: token_bucket, rate: 5/s, burst: 2, max_delay: 500ms, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [tbd]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "tbd",
+            "{ algorithm: token_bucket, rate: 5/s, burst: 2, max_delay: 500ms, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     for _ in 0..2 {
         let (r, took) = timed(&c, "/").await;
@@ -283,20 +230,13 @@ async fn token_bucket_max_delay_holds_requests_instead_of_rejecting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gcra_answers_with_redis_cell_figures() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          g: { algorithm: gcra, rate: 1/s, burst: 3, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [g]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "g",
+            "{ algorithm: gcra, rate: 1/s, burst: 3, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     // CL.THROTTLE key 2 1 1 (max_burst = burst - 1): limit 3, remaining
     // 2, 1, 0, reset_after 1 s, 2 s, 3 s.
@@ -318,20 +258,13 @@ async fn gcra_answers_with_redis_cell_figures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaky_bucket_policing_admits_what_fits_at_once() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          lb: { algorithm: leaky_bucket, rate: 4/s, burst: 3, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [lb]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "lb",
+            "{ algorithm: leaky_bucket, rate: 4/s, burst: 3, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     for _ in 0..3 {
         let (r, took) = timed(&c, "/").await;
@@ -354,9 +287,7 @@ async fn leaky_bucket_policing_admits_what_fits_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaky_bucket_shaping_spaces_requests_evenly() {
-    let gw = start(
-        None,
-        "",
+    let gw = Gateway::start(&config(
         r#"
         limits:
           shape: { algorithm: leaky_bucket, rate: 10/s, burst: 5, max_delay: 1s, key: client_ip }
@@ -371,7 +302,7 @@ async fn leaky_bucket_shaping_spaces_requests_evenly() {
             respond: { status: 200, body: "ok" }
             limits: [tight]
         "#,
-    )
+    ))
     .await;
     let c = Caller::new(gw.addr());
     let burst = |path: &'static str, n: usize| {
@@ -440,20 +371,15 @@ async fn leaky_bucket_shaping_spaces_requests_evenly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_limits_requests_in_flight() {
     let echo = Echo::start("e").await;
-    let gw = start(
-        Some(&echo),
-        "",
-        r#"
-        limits:
-          conc: { algorithm: concurrency, limit: 2, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            upstream: e
-            limits: [conc]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .upstream(&echo)
+        .upstream_keys("retries: 0")
+        .limit(
+            "conc",
+            "{ algorithm: concurrency, limit: 2, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     let spawn = |path: &'static str| {
         let c = c.clone();
@@ -535,20 +461,13 @@ async fn concurrency_limits_requests_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cost_takes_several_units() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          costly: { algorithm: token_bucket, rate: 10/m, burst: 10, cost: 3, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [costly]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "costly",
+            "{ algorithm: token_bucket, rate: 10/m, burst: 10, cost: 3, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     for want in [7, 4, 1] {
         let r = c.get("/").await;
@@ -564,20 +483,14 @@ async fn cost_takes_several_units() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_counts_and_reports_but_never_rejects() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          sh: { algorithm: token_bucket, rate: 1/m, burst: 2, key: client_ip, mode: shadow }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200, body: "ok" }
-            limits: [sh]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "sh",
+            "{ algorithm: token_bucket, rate: 1/m, burst: 2, key: client_ip, mode: shadow }",
+        )
+        .respond(r#"{ status: 200, body: "ok" }"#)
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     for want in [1, 0, 0, 0, 0] {
         let r = c.get("/").await;
@@ -613,22 +526,10 @@ const TB2: &str = "algorithm: token_bucket, rate: 1/m, burst: 2";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_ip_is_the_peer_and_untrusted_forwarded_for_is_ignored() {
-    let gw = start(
-        None,
-        "",
-        &format!(
-            r#"
-            limits:
-              ip: {{ {TB2}, key: client_ip }}
-            routes:
-              - name: r
-                match: {{ path: / }}
-                respond: {{ status: 200, body: "ok" }}
-                limits: [ip]
-            "#
-        ),
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit("ip", &format!("{{ {TB2}, key: client_ip }}"))
+        .start()
+        .await;
     let (c2, c3, c4) = (
         Caller::from(gw.addr(), 2),
         Caller::from(gw.addr(), 3),
@@ -652,22 +553,11 @@ async fn client_ip_is_the_peer_and_untrusted_forwarded_for_is_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trusted_proxys_forwarded_for_names_the_client() {
-    let gw = start(
-        None,
-        "trusted_proxies: [\"127.0.0.10/32\", \"127.0.0.11/32\"]",
-        &format!(
-            r#"
-            limits:
-              ip: {{ {TB2}, key: client_ip }}
-            routes:
-              - name: r
-                match: {{ path: / }}
-                respond: {{ status: 200, body: "ok" }}
-                limits: [ip]
-            "#
-        ),
-    )
-    .await;
+    let gw = OneRoute::new()
+        .server("trusted_proxies: [\"127.0.0.10/32\", \"127.0.0.11/32\"]")
+        .limit("ip", &format!("{{ {TB2}, key: client_ip }}"))
+        .start()
+        .await;
     let proxy = Caller::from(gw.addr(), 10);
     let a = [("x-forwarded-for", "203.0.113.7")];
     assert_eq!(proxy.statuses("/", &a, 3).await, [200, 200, 429]);
@@ -705,11 +595,8 @@ async fn a_trusted_proxys_forwarded_for_names_the_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_query_and_cookie_keys() {
-    let gw = start(
-        None,
-        "",
-        &format!(
-            r#"
+    let gw = Gateway::start(&config(&format!(
+        r#"
             limits:
               byh: {{ {TB2}, key: "header:x-user" }}
               byq: {{ {TB2}, key: "query:user" }}
@@ -728,8 +615,7 @@ async fn header_query_and_cookie_keys() {
                 respond: {{ status: 200, body: "ok" }}
                 limits: [byc]
             "#
-        ),
-    )
+    )))
     .await;
     let c = Caller::new(gw.addr());
     // header
@@ -767,22 +653,13 @@ async fn header_query_and_cookie_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn composite_keys_combine_their_sources() {
-    let gw = start(
-        None,
-        "",
-        &format!(
-            r#"
-            limits:
-              comp: {{ {TB2}, key: [client_ip, "header:x-user"] }}
-            routes:
-              - name: r
-                match: {{ path: / }}
-                respond: {{ status: 200, body: "ok" }}
-                limits: [comp]
-            "#
-        ),
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "comp",
+            &format!(r#"{{ {TB2}, key: [client_ip, "header:x-user"] }}"#),
+        )
+        .start()
+        .await;
     let (c2, c3) = (Caller::from(gw.addr(), 2), Caller::from(gw.addr(), 3));
     let alice = [("x-user", "alice")];
     assert_eq!(c2.statuses("/", &alice, 3).await, [200, 200, 429]);
@@ -803,9 +680,7 @@ async fn composite_keys_combine_their_sources() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_and_global_keys_share_one_bucket() {
-    let gw = start(
-        None,
-        "",
+    let gw = Gateway::start(&config(
         r#"
         limits:
           per_route: { algorithm: token_bucket, rate: 1/m, burst: 2, key: route }
@@ -816,7 +691,7 @@ async fn route_and_global_keys_share_one_bucket() {
           - { name: g1, match: { path: /g1 }, respond: { status: 200 }, limits: [everyone] }
           - { name: g2, match: { path: /g2 }, respond: { status: 200 }, limits: [everyone] }
         "#,
-    )
+    ))
     .await;
     let c: Vec<Caller> = (2..=5).map(|n| Caller::from(gw.addr(), n)).collect();
     // `route`: every client of a route shares its bucket; each route has one.
@@ -835,9 +710,7 @@ async fn route_and_global_keys_share_one_bucket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_missing_key_client_ip_skip_or_deny() {
-    let gw = start(
-        None,
-        "",
+    let gw = Gateway::start(&config(
         r#"
         limits:
           m_ip: { algorithm: token_bucket, rate: 1/m, burst: 1, key: "header:x-user", on_missing_key: client_ip }
@@ -848,7 +721,7 @@ async fn on_missing_key_client_ip_skip_or_deny() {
           - { name: skip, match: { path: /skip }, respond: { status: 200 }, limits: [m_skip] }
           - { name: deny, match: { path: /deny }, respond: { status: 200 }, limits: [m_deny] }
         "#,
-    )
+    ))
     .await;
     let (c2, c3) = (Caller::from(gw.addr(), 2), Caller::from(gw.addr(), 3));
     let alice = [("x-user", "alice")];
@@ -883,22 +756,15 @@ async fn on_missing_key_client_ip_skip_or_deny() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exempt_clients_are_never_limited_nor_counted() {
-    let gw = start(
-        None,
-        "",
-        &format!(
-            r#"
-            limits:
-              ex: {{ {TB2}, key: client_ip, exempt: ["127.0.0.5/32", "header:x-api-key=internal"] }}
-            routes:
-              - name: r
-                match: {{ path: / }}
-                respond: {{ status: 200 }}
-                limits: [ex]
-            "#
-        ),
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "ex",
+            &format!(
+                r#"{{ {TB2}, key: client_ip, exempt: ["127.0.0.5/32", "header:x-api-key=internal"] }}"#
+            ),
+        )
+        .start()
+        .await;
     let (c5, c6) = (Caller::from(gw.addr(), 5), Caller::from(gw.addr(), 6));
     assert_eq!(c5.statuses("/", &[], 6).await, [200; 6]);
     assert_eq!(limit_state(&gw, "ex", "127.0.0.5").await["remaining"], 2);
@@ -915,12 +781,10 @@ async fn exempt_clients_are_never_limited_nor_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overrides_give_some_clients_other_parameters() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          ov:
+    let gw = OneRoute::new()
+        .limit(
+            "ov",
+            r#"
             algorithm: token_bucket
             rate: 1/m
             burst: 2
@@ -928,11 +792,10 @@ async fn overrides_give_some_clients_other_parameters() {
             overrides:
               - { match: "header:x-api-key=partner", burst: 5 }
               - { match: "127.0.0.6/32", burst: 1 }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [ov] }
-        "#,
-    )
-    .await;
+            "#,
+        )
+        .start()
+        .await;
     let check = |c: Caller, headers: Vec<(&'static str, &'static str)>, quota: i64| async move {
         for i in 0..quota {
             let r = c.get_h("/", &headers).await;
@@ -960,22 +823,19 @@ async fn overrides_give_some_clients_other_parameters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockout_after_strikes_with_the_full_length_and_no_new_strikes() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          lk:
+    let gw = OneRoute::new()
+        .limit(
+            "lk",
+            r#"
             algorithm: token_bucket
             rate: 1/m
             burst: 1
             key: client_ip
             lockout: { after: 2, within: 10s, duration: 2s }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [lk] }
-        "#,
-    )
-    .await;
+            "#,
+        )
+        .start()
+        .await;
     let c = Caller::from(gw.addr(), 7);
     assert_ok(&c.get("/").await);
     // Strike 1: an ordinary rejection.
@@ -1030,22 +890,19 @@ async fn lockout_after_strikes_with_the_full_length_and_no_new_strikes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strikes_older_than_within_do_not_count() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          win:
+    let gw = OneRoute::new()
+        .limit(
+            "win",
+            r#"
             algorithm: token_bucket
             rate: 1/m
             burst: 1
             key: client_ip
             lockout: { after: 2, within: 1s, duration: 2s }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [win] }
-        "#,
-    )
-    .await;
+            "#,
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     assert_ok(&c.get("/").await);
     let t1 = Instant::now();
@@ -1060,22 +917,19 @@ async fn strikes_older_than_within_do_not_count() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockouts_escalate_up_to_max_duration() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          esc:
+    let gw = OneRoute::new()
+        .limit(
+            "esc",
+            r#"
             algorithm: token_bucket
             rate: 1/m
             burst: 1
             key: client_ip
             lockout: { after: 1, within: 10s, duration: 1s, escalate: 3, max_duration: 2s }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [esc] }
-        "#,
-    )
-    .await;
+            "#,
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     assert_ok(&c.get("/").await);
     let t1 = Instant::now();
@@ -1091,22 +945,19 @@ async fn lockouts_escalate_up_to_max_duration() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockouts_are_forgotten_after_forget_after() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          fg:
+    let gw = OneRoute::new()
+.limit(
+"fg",
+r#"
             algorithm: token_bucket
             rate: 1/m
             burst: 1
             key: client_ip
             lockout: { after: 1, within: 10s, duration: 1s, escalate: 2, max_duration: 10s, forget_after: 1500ms }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [fg] }
-        "#,
-    )
-    .await;
+            "#,
+)
+.start()
+.await;
     let c = Caller::new(gw.addr());
     assert_ok(&c.get("/").await);
     let t1 = Instant::now();
@@ -1130,9 +981,7 @@ async fn lockouts_are_forgotten_after_forget_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_rejected_by_one_limit_takes_nothing_from_the_others() {
-    let gw = start(
-        None,
-        "",
+    let gw = Gateway::start(&config(
         r#"
         limits:
           wide: { algorithm: token_bucket, rate: 1/m, burst: 5, key: client_ip }
@@ -1141,7 +990,7 @@ async fn a_request_rejected_by_one_limit_takes_nothing_from_the_others() {
           - { name: both, match: { path: /both }, respond: { status: 200 }, limits: [wide, narrow] }
           - { name: wide, match: { path: /wide }, respond: { status: 200 }, limits: [wide] }
         "#,
-    )
+    ))
     .await;
     let c = Caller::new(gw.addr());
     for (w, n) in [(4, 1), (3, 0)] {
@@ -1184,21 +1033,17 @@ async fn a_request_rejected_by_one_limit_takes_nothing_from_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standard_fields_are_structured_lists_with_q_w_r_t() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          fw: { algorithm: fixed_window, limit: 5, window: 10s, key: client_ip }
-          tb: { algorithm: token_bucket, rate: 3/m, burst: 3, key: client_ip }
-        routes:
-          - name: r
-            match: { path: / }
-            respond: { status: 200 }
-            limits: [fw, tb]
-        "#,
-    )
-    .await;
+    let gw = OneRoute::new()
+        .limit(
+            "fw",
+            "{ algorithm: fixed_window, limit: 5, window: 10s, key: client_ip }",
+        )
+        .limit(
+            "tb",
+            "{ algorithm: token_bucket, rate: 3/m, burst: 3, key: client_ip }",
+        )
+        .start()
+        .await;
     let c = Caller::new(gw.addr());
     ensure_room(Duration::from_secs(10), Duration::from_secs(4)).await;
     for i in 0..3 {
@@ -1263,7 +1108,7 @@ async fn legacy_both_and_none_header_styles() {
         route("both", "both"),
         route("none", "none")
     );
-    let gw = start(None, "", &body).await;
+    let gw = Gateway::start(&config(&body)).await;
     let c = Caller::new(gw.addr());
     let legacy = |r: &Resp| {
         (
@@ -1314,9 +1159,7 @@ async fn legacy_both_and_none_header_styles() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_status_and_grpc_rejections() {
-    let gw = start(
-        None,
-        "",
+    let gw = Gateway::start(&config(
         r#"
         limits:
           one: { algorithm: token_bucket, rate: 1/m, burst: 1, key: client_ip }
@@ -1331,7 +1174,7 @@ async fn custom_status_and_grpc_rejections() {
             limit_response: { status: 418 }
             limits: [{ algorithm: token_bucket, rate: 1/m, burst: 1, key: client_ip }]
         "#,
-    )
+    ))
     .await;
     let c = Caller::new(gw.addr());
     assert_ok(&c.get("/teapot").await);
@@ -1402,22 +1245,19 @@ async fn custom_status_and_grpc_rejections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_limits_get_delete_and_lockouts() {
-    let gw = start(
-        None,
-        "",
-        r#"
-        limits:
-          adm:
+    let gw = OneRoute::new()
+        .limit(
+            "adm",
+            r#"
             algorithm: token_bucket
             rate: 3/m
             burst: 3
             key: client_ip
             lockout: { after: 1, duration: 30s }
-        routes:
-          - { name: r, match: { path: / }, respond: { status: 200 }, limits: [adm] }
-        "#,
-    )
-    .await;
+            "#,
+        )
+        .start()
+        .await;
     let c = Caller::from(gw.addr(), 2);
     let v = limit_state(&gw, "adm", "127.0.0.2").await;
     assert_eq!(v["algorithm"], "token_bucket", "{v}");
@@ -1497,11 +1337,8 @@ fn reload_config(second: bool) -> String {
             "",
         )
     };
-    template(
-        None,
-        "",
-        &format!(
-            r#"
+    config(&format!(
+        r#"
 limits:
   keep: {{ algorithm: token_bucket, rate: 1/m, burst: 2, key: client_ip, lockout: {{ after: 1, duration: 30s }} }}
   grow: {grow}
@@ -1513,8 +1350,7 @@ routes:
   - {{ name: algo, match: {{ path: /algo }}, respond: {{ status: 200 }}, limits: [algo] }}
   - {{ name: keyed, match: {{ path: /keyed }}, respond: {{ status: 200 }}, limits: [keyed] }}
 {extra}"#
-        ),
-    )
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,10 +27,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{client::TlsStream, TlsAcceptor, TlsConnector};
 
-use common::gateway::{run_cli, temp_dir, Gateway};
+use common::gateway::{run_cli, temp_dir};
+use common::one_route::targets;
 use common::pki::{der_of, Pki};
 use common::upstream::Echo;
-use common::{config, config_with_server};
+use common::OneRoute;
 
 /// Where the TLS listener is configured (its bound port is read back).
 const TLS_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
@@ -163,7 +164,7 @@ async fn get(tls: TlsStream<TcpStream>, host: &str, path: &str) -> (u16, Version
 }
 
 /// A gateway with a TLS listener serving `certificates` in front of `echo`.
-fn tls_config(certificates: &[(PathBuf, PathBuf)], echo: &Echo, server_extra: &str) -> String {
+fn tls_gateway(certificates: &[(PathBuf, PathBuf)], echo: &Echo) -> OneRoute {
     let certs: String = certificates
         .iter()
         .map(|(c, k)| {
@@ -174,13 +175,12 @@ fn tls_config(certificates: &[(PathBuf, PathBuf)], echo: &Echo, server_extra: &s
             )
         })
         .collect();
-    config_with_server(
-        &format!("tls:\n  listen: [\"{TLS_LISTEN}\"]\n  certificates:{certs}\n{server_extra}"),
-        &format!(
-            "upstreams:\n  echo: {{ targets: [\"{}\"] }}\nroutes:\n  - {{ name: e, match: {{ path: / }}, upstream: echo }}\n",
-            echo.url()
-        ),
-    )
+    OneRoute::new()
+        .named("e")
+        .upstream_at("echo", &targets(&[echo]))
+        .server(&format!(
+            "tls:\n  listen: [\"{TLS_LISTEN}\"]\n  certificates:{certs}\n"
+        ))
 }
 
 #[tokio::test]
@@ -189,7 +189,7 @@ async fn sni_chooses_the_certificate_and_alpn_the_protocol() {
     let a = pki.issue(&["a.example.com"], "a");
     let b = pki.issue(&["*.b.example.com", "c.example.com"], "b");
     let echo = Echo::start("echo").await;
-    let gw = Gateway::start(&tls_config(&[a.clone(), b.clone()], &echo, "")).await;
+    let gw = tls_gateway(&[a.clone(), b.clone()], &echo).start().await;
     let addr = gw.bound_addr(TLS_LISTEN);
 
     for (sni, expected) in [
@@ -280,12 +280,10 @@ async fn the_handshake_is_bounded_by_header_read() {
     let pki = Pki::new();
     let a = pki.issue(&["a.example.com"], "a");
     let echo = Echo::start("echo").await;
-    let gw = Gateway::start(&tls_config(
-        &[a],
-        &echo,
-        "timeouts: { header_read: 500ms, idle: 60s }\n",
-    ))
-    .await;
+    let gw = tls_gateway(&[a], &echo)
+        .server("timeouts: { header_read: 500ms, idle: 60s }")
+        .start()
+        .await;
     let addr = gw.bound_addr(TLS_LISTEN);
     // A client that connects and never says hello, and one that stops half
     // way through its ClientHello.
@@ -311,7 +309,9 @@ async fn certificates_are_reread_on_reload_and_a_bad_pair_changes_nothing() {
     let pki = Pki::new();
     let (cert, key) = pki.issue(&["a.example.com"], "a");
     let echo = Echo::start("echo").await;
-    let gw = Gateway::start(&tls_config(&[(cert.clone(), key.clone())], &echo, "")).await;
+    let gw = tls_gateway(&[(cert.clone(), key.clone())], &echo)
+        .start()
+        .await;
     let addr = gw.bound_addr(TLS_LISTEN);
     let hello = || Hello {
         sni: Some("a.example.com"),
@@ -430,7 +430,8 @@ async fn check_loads_the_pem_forms_and_names_a_bad_file() {
         ]);
         pairs.push((cert, key.clone()));
     }
-    let text = tls_config(&pairs, &echo, "")
+    let text = tls_gateway(&pairs, &echo)
+        .config()
         .replace("@LISTEN@", "127.0.0.1:0")
         .replace("@ADMIN@", "127.0.0.1:0");
     let file = d.join("gateway.yaml");
@@ -440,7 +441,7 @@ async fn check_loads_the_pem_forms_and_names_a_bad_file() {
     assert!(out.contains("2 listener(s)"), "{out}");
 
     // Both serve.
-    let gw = Gateway::start(&tls_config(&pairs, &echo, "")).await;
+    let gw = tls_gateway(&pairs, &echo).start().await;
     let addr = gw.bound_addr(TLS_LISTEN);
     for (name, pair) in [
         ("rsa.example.com", &pairs[0]),
@@ -477,10 +478,10 @@ async fn curl_speaks_tls_and_h2_to_it() {
     let pki = Pki::new();
     let a = pki.issue(&["a.example.com"], "a");
     let echo = Echo::start("echo").await;
-    let gw = Gateway::start(&tls_config(&[a], &echo, "")).await;
+    let gw = tls_gateway(&[a], &echo).start().await;
     let addr = gw.bound_addr(TLS_LISTEN);
     for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
-        let out = tokio::process::Command::new("curl")
+        let out = tokio::process::Command::from(common::reaper::command("curl"))
             .args(["-sS", "--max-time", "10", flag, "--cacert"])
             .arg(pki.ca())
             .args([
@@ -574,16 +575,9 @@ async fn tls_upstream(
     }
 }
 
-/// A gateway forwarding `/` to `target` with the upstream settings `extra`.
-async fn proxy_to(target: &str, extra: &str) -> Gateway {
-    Gateway::start(&upstream_config(target, extra)).await
-}
-
-/// The config of [`proxy_to`].
-fn upstream_config(target: &str, extra: &str) -> String {
-    config(&format!(
-        "upstreams:\n  up:\n    targets: [\"{target}\"]\n{extra}routes:\n  - {{ name: r, match: {{ path: / }}, upstream: up }}\n"
-    ))
+/// A gateway forwarding `/` to upstream `up`: `target`.
+fn proxy_to(target: &str) -> OneRoute {
+    OneRoute::new().upstream_at("up", &format!("[\"{target}\"]"))
 }
 
 #[tokio::test]
@@ -595,8 +589,8 @@ async fn https_upstreams_are_verified_and_their_connections_pooled() {
 
     // Trusted through tls.ca: ten requests, one TLS connection (on one
     // worker thread: idle upstream connections are kept per thread).
-    let ca = format!("    tls: {{ ca: \"{}\" }}\n", pki.ca().display());
-    let gw = Gateway::start_workers(&upstream_config(&target, &ca), 1).await;
+    let ca = format!("tls: {{ ca: \"{}\" }}", pki.ca().display());
+    let gw = proxy_to(&target).upstream_keys(&ca).start_workers(1).await;
     for _ in 0..10 {
         let r = common::client::get(gw.addr(), "/").await;
         assert_eq!(
@@ -618,13 +612,17 @@ async fn https_upstreams_are_verified_and_their_connections_pooled() {
     drop(gw);
 
     // h2 by ALPN when `http2: true`.
-    let gw = proxy_to(&target, &format!("{ca}    http2: true\n")).await;
+    let gw = proxy_to(&target)
+        .upstream_keys(&ca)
+        .upstream_keys("http2: true")
+        .start()
+        .await;
     assert_eq!(common::client::get(gw.addr(), "/").await.status, 200);
     assert_eq!(up.versions.lock().unwrap().last(), Some(&Version::HTTP_2));
     drop(gw);
 
     // Without the CA: not trusted, 502.
-    let gw = proxy_to(&target, "").await;
+    let gw = proxy_to(&target).start().await;
     common::client::get(gw.addr(), "/")
         .await
         .assert_error(502, "upstream_unavailable");
@@ -637,11 +635,10 @@ async fn https_upstreams_are_verified_and_their_connections_pooled() {
     std::fs::write(&sc, self_signed.cert.pem()).unwrap();
     std::fs::write(&sk, self_signed.signing_key.serialize_pem()).unwrap();
     let odd = tls_upstream(&sc, &sk, None).await;
-    let gw = proxy_to(
-        &format!("https://127.0.0.1:{}", odd.addr.port()),
-        "    tls: { verify: false }\n",
-    )
-    .await;
+    let gw = proxy_to(&format!("https://127.0.0.1:{}", odd.addr.port()))
+        .upstream_keys("tls: { verify: false }")
+        .start()
+        .await;
     assert_eq!(common::client::get(gw.addr(), "/").await.status, 200);
     let (code, out, _) = run_cli(
         &["check", "-c", gw.config_path().to_str().unwrap()],
@@ -661,16 +658,20 @@ async fn server_name_and_mutual_tls() {
     let up = tls_upstream(&cert, &key, None).await;
     let target = format!("https://127.0.0.1:{}", up.addr.port());
     let ca = pki.ca().display().to_string();
-    let gw = proxy_to(&target, &format!("    tls: {{ ca: \"{ca}\" }}\n")).await;
+    let gw = proxy_to(&target)
+        .upstream_keys(&format!("tls: {{ ca: \"{ca}\" }}"))
+        .start()
+        .await;
     common::client::get(gw.addr(), "/")
         .await
         .assert_error(502, "upstream_unavailable");
     drop(gw);
-    let gw = proxy_to(
-        &target,
-        &format!("    tls: {{ ca: \"{ca}\", server_name: users.internal }}\n"),
-    )
-    .await;
+    let gw = proxy_to(&target)
+        .upstream_keys(&format!(
+            "tls: {{ ca: \"{ca}\", server_name: users.internal }}"
+        ))
+        .start()
+        .await;
     assert_eq!(common::client::get(gw.addr(), "/").await.status, 200);
     drop(gw);
 
@@ -678,21 +679,23 @@ async fn server_name_and_mutual_tls() {
     let (cert, key) = pki.issue(&["127.0.0.1"], "mtls-server");
     let strict = tls_upstream(&cert, &key, Some(pki.roots())).await;
     let target = format!("https://127.0.0.1:{}", strict.addr.port());
-    let gw = proxy_to(&target, &format!("    tls: {{ ca: \"{ca}\" }}\n")).await;
+    let gw = proxy_to(&target)
+        .upstream_keys(&format!("tls: {{ ca: \"{ca}\" }}"))
+        .start()
+        .await;
     common::client::get(gw.addr(), "/")
         .await
         .assert_error(502, "upstream_unavailable");
     drop(gw);
     let (client_cert, client_key) = pki.issue(&["gateway.internal"], "client");
-    let gw = proxy_to(
-        &target,
-        &format!(
-            "    tls: {{ ca: \"{ca}\", cert: \"{}\", key: \"{}\" }}\n",
+    let gw = proxy_to(&target)
+        .upstream_keys(&format!(
+            "tls: {{ ca: \"{ca}\", cert: \"{}\", key: \"{}\" }}",
             client_cert.display(),
             client_key.display()
-        ),
-    )
-    .await;
+        ))
+        .start()
+        .await;
     let r = common::client::get(gw.addr(), "/").await;
     assert_eq!(
         (r.status.as_u16(), r.text().as_str()),

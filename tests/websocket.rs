@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{config, config_with_server, eventually, raw, Echo, Gateway};
+use common::one_route::targets;
+use common::{config, eventually, raw, Echo, Gateway, OneRoute};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -143,22 +144,12 @@ async fn session(stream: TcpStream, state: Arc<WsState>) {
     state.open.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// A gateway with route `/ws` to the WebSocket echo (and any `routes`
-/// given), `server_extra` under `server:`.
-async fn gateway(ws: &WsEcho, server_extra: &str, limits: &str) -> Gateway {
-    Gateway::start(&config_with_server(
-        server_extra,
-        &format!(
-            "
-            upstreams:
-              ws: {{ targets: [\"{}\"] }}
-            routes:
-              - {{ name: ws, match: {{ path: /ws }}, upstream: ws{limits} }}
-            ",
-            ws.url()
-        ),
-    ))
-    .await
+/// A gateway with route `ws` on `/ws` to the WebSocket echo.
+fn to_ws(ws: &WsEcho) -> OneRoute {
+    OneRoute::new()
+        .named("ws")
+        .matching("{ path: /ws }")
+        .upstream_at("ws", &format!("[\"{}\"]", ws.url()))
 }
 
 /// Open a WebSocket to `path` through the gateway.
@@ -213,7 +204,7 @@ async fn wait_closed<S: AsyncRead + AsyncWrite + Unpin>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_are_echoed_both_ways_and_the_close_handshake_passes() {
     let ws = WsEcho::start().await;
-    let gw = gateway(&ws, "", "").await;
+    let gw = to_ws(&ws).start().await;
     let (mut client, response) = connect(&gw, "/ws/chat?room=1").await.expect("upgraded");
     assert_eq!(response.status(), 101);
     assert!(response.headers().contains_key("x-request-id"));
@@ -288,7 +279,7 @@ async fn wss_through_the_tls_listener() {
         cert.display(),
         key.display()
     );
-    let gw = gateway(&ws, &server, "").await;
+    let gw = to_ws(&ws).server(&server).start().await;
     let addr = gw.bound_addr(tls_listen);
     // What a browser's WebSocket offers (`http/1.1`), and no ALPN at all.
     for alpn in [vec![b"http/1.1".to_vec()], vec![]] {
@@ -330,12 +321,10 @@ async fn wss_through_the_tls_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrency_slot_is_held_for_the_tunnel_and_released_when_either_side_closes() {
     let ws = WsEcho::start().await;
-    let gw = gateway(
-        &ws,
-        "",
-        ", limits: [{ algorithm: concurrency, limit: 1, key: client_ip }]",
-    )
-    .await;
+    let gw = to_ws(&ws)
+        .route_keys("limits: [{ algorithm: concurrency, limit: 1, key: client_ip }]")
+        .start()
+        .await;
     // Waits for the slot to come back: a new tunnel is allowed.
     let reopen = || async {
         eventually(STEP, "the slot to be released", || async {
@@ -404,7 +393,7 @@ async fn a_concurrency_slot_is_held_for_the_tunnel_and_released_when_either_side
 async fn a_silent_tunnel_is_closed_after_the_idle_timeout() {
     let ws = WsEcho::start().await;
     let idle = Duration::from_millis(800);
-    let gw = gateway(&ws, "timeouts: { idle: 800ms }", "").await;
+    let gw = to_ws(&ws).server("timeouts: { idle: 800ms }").start().await;
     let (mut client, _) = connect(&gw, "/ws").await.expect("upgraded");
     // Traffic every 250 ms for twice the idle timeout: the tunnel stays.
     let busy = Instant::now();
@@ -441,7 +430,7 @@ async fn a_silent_tunnel_is_closed_after_the_idle_timeout() {
 async fn sigterm_lets_a_tunnel_run_for_the_grace_then_closes_it_and_exits_0() {
     let ws = WsEcho::start().await;
     let grace = Duration::from_secs(2);
-    let mut gw = gateway(&ws, "shutdown_grace: 2s", "").await;
+    let mut gw = to_ws(&ws).server("shutdown_grace: 2s").start().await;
     let (mut client, _) = connect(&gw, "/ws").await.expect("upgraded");
     echo(&mut client, Message::text("before")).await;
     let term = Instant::now();
@@ -546,16 +535,7 @@ async fn an_h2c_upgrade_is_not_forwarded_and_the_request_is_answered_normally() 
 async fn a_non_101_answer_to_an_upgrade_is_relayed_as_a_response() {
     // The HTTP echo never switches protocols.
     let echo = Echo::start("e").await;
-    let gw = Gateway::start(&config(&format!(
-        "
-        upstreams:
-          e: {{ targets: [\"{}\"] }}
-        routes:
-          - {{ name: e, match: {{ path: / }}, upstream: e }}
-        ",
-        echo.url()
-    )))
-    .await;
+    let gw = OneRoute::new().named("e").upstream(&echo).start().await;
     // A real client is told no.
     let url = format!("ws://{}/status/403", gw.addr());
     let refused = tokio::time::timeout(STEP, tokio_tungstenite::connect_async(url))
@@ -604,17 +584,12 @@ async fn a_non_101_answer_to_an_upgrade_is_relayed_as_a_response() {
 async fn an_upgrade_request_is_retried_only_when_it_could_not_be_sent() {
     // Two targets that drop `/close` without an answer.
     let (a, b) = (Echo::start("a").await, Echo::start("b").await);
-    let gw = Gateway::start(&config(&format!(
-        "
-        upstreams:
-          e: {{ targets: [\"{}\", \"{}\"], retries: 1 }}
-        routes:
-          - {{ name: e, match: {{ path: / }}, upstream: e }}
-        ",
-        a.url(),
-        b.url()
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("e")
+        .upstream_at("e", &targets(&[&a, &b]))
+        .upstream_keys("retries: 1")
+        .start()
+        .await;
     let sent = || a.count() + b.count();
     // A plain GET is idempotent: tried on both.
     let r = raw::get(gw.addr(), "/close").await;
@@ -677,15 +652,11 @@ async fn any_upgrade_protocol_is_tunnelled_with_bytes_sent_early_by_either_side(
         tokio::io::copy(&mut r, &mut w).await.unwrap();
         String::from_utf8(buf).unwrap()
     });
-    let gw = Gateway::start(&config(&format!(
-        "
-        upstreams:
-          foo: {{ targets: [\"http://{upstream}\"] }}
-        routes:
-          - {{ name: foo, match: {{ path: / }}, upstream: foo }}
-        "
-    )))
-    .await;
+    let gw = OneRoute::new()
+        .named("foo")
+        .upstream_at("foo", &format!("[\"http://{upstream}\"]"))
+        .start()
+        .await;
     let mut client = TcpStream::connect(gw.addr()).await.unwrap();
     // The first bytes of the new protocol right behind the request head.
     client

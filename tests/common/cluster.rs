@@ -78,7 +78,7 @@ fn cluster_node(extra: &[String]) -> RedisServer {
 
 /// Runs `redis-cli` with `args`; fails the test if it fails.
 fn redis_cli(args: &[String]) {
-    let out = std::process::Command::new("redis-cli")
+    let out = super::reaper::command("redis-cli")
         .args(args)
         .output()
         .expect("run redis-cli");

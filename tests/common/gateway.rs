@@ -103,7 +103,7 @@ impl Gateway {
         let dir = temp_dir("gw");
         let config_path = dir.join("gateway.yaml");
         std::fs::write(&config_path, render(template)).expect("write config");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = super::reaper::command(BIN);
         match workers {
             Some(n) => {
                 cmd.env("TOKIO_WORKER_THREADS", n.to_string());
@@ -560,7 +560,7 @@ fn pick_scheduler(cmd: &mut Command) {
 /// Runs `tollgate <args>` to completion (10 s deadline) and returns
 /// (exit code, stdout, stderr).
 pub fn run_cli(args: &[&str], envs: &[(&str, &str)], cwd: Option<&Path>) -> (i32, String, String) {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = super::reaper::command(BIN);
     cmd.args(args)
         .env_remove("TOLLGATE_CONFIG")
         .env("TOLLGATE_LOG", "info")

@@ -11,21 +11,16 @@ use http::{Method, Request};
 use serde_json::Value;
 
 use super::client::{self, HttpClient, Resp};
-use super::Gateway;
+use super::{Gateway, OneRoute};
 
-/// Limits and routes: `/` under `lk`, one request per minute per client
-/// address, and the first rejection locks the client out for 60 s.
-pub const ONE_STRIKE: &str = r#"
-limits:
-  lk:
-    algorithm: token_bucket
-    rate: 1/m
-    burst: 1
-    key: client_ip
-    lockout: { after: 1, duration: 60s }
-routes:
-  - { name: r, match: { path: / }, respond: { status: 200 }, limits: [lk] }
-"#;
+/// `/` under `lk`: one request per minute per client address, and the
+/// first rejection locks the client out for 60 s.
+pub fn one_strike() -> OneRoute {
+    OneRoute::new().limit(
+        "lk",
+        "{ algorithm: token_bucket, rate: 1/m, burst: 1, key: client_ip, lockout: { after: 1, duration: 60s } }",
+    )
+}
 
 /// `127.0.0.n`: one distinct client per `n` (Linux routes all of 127/8 to
 /// loopback).
@@ -492,28 +487,18 @@ pub async fn spread(callers: &[Caller], path: &'static str, n: usize) -> Vec<Res
     out
 }
 
-/// Three gateways on one shared store, whose one route (to an echo
-/// upstream `e`) has the one limit `x: <limit>`: 300 requests of `path` at
-/// once over the three admit exactly 100, the others are rejected by `x`,
-/// and only the admitted reach the upstream. `config` makes the gateways'
-/// config from the upstream and the `limits:`/`routes:` body.
-pub async fn exactly_100_of_300(
-    config: impl FnOnce(&super::Echo, &str) -> String,
-    limit: &str,
-    path: &'static str,
-) {
+/// Three gateways on one shared `store` (a flow map), whose one route (to
+/// an echo upstream `e`) has the one limit `x: <limit>`: 300 requests of
+/// `path` at once over the three admit exactly 100, the others are rejected
+/// by `x`, and only the admitted reach the upstream.
+pub async fn exactly_100_of_300(store: &str, limit: &str, path: &'static str) {
     let echo = super::Echo::start("e").await;
-    let t = config(
-        &echo,
-        &format!(
-            r#"
-            limits:
-              x: {limit}
-            routes:
-              - {{ name: r, match: {{ path: / }}, upstream: e, limits: [x] }}
-            "#
-        ),
-    );
+    let t = OneRoute::new()
+        .store(store)
+        .upstream(&echo)
+        .upstream_keys("retries: 0")
+        .limit("x", limit)
+        .config();
     let gateways = [
         Gateway::start(&t).await,
         Gateway::start(&t).await,

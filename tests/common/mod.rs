@@ -1,7 +1,9 @@
 //! Shared fixtures for the black-box tests: the real `tollgate` binary
-//! ([`gateway::Gateway`]), in-process echo upstreams ([`upstream::Echo`]),
+//! ([`gateway::Gateway`]) and the one-route config most tests give it
+//! ([`one_route::OneRoute`]), in-process echo upstreams ([`upstream::Echo`]),
 //! HTTP clients ([`client`]), a raw TCP helper ([`raw`]) for requests no
 //! well-behaved client would send, and a real `redis-server` ([`redis`]).
+//! Every process they start ends with the test binary ([`reaper`]).
 //!
 //! Every network call has a timeout so that a broken gateway fails a test
 //! instead of hanging it. Every listener binds port 0 itself and is asked
@@ -14,6 +16,7 @@ pub mod cluster;
 pub mod failover;
 pub mod gateway;
 pub mod limits;
+pub mod one_route;
 pub mod pattern;
 pub mod pki;
 pub mod raw;
@@ -30,7 +33,11 @@ pub use client::Resp;
 #[allow(unused_imports)]
 pub use gateway::Gateway;
 #[allow(unused_imports)]
+pub use one_route::OneRoute;
+#[allow(unused_imports)]
 pub use pattern::{matches_pattern, pattern_block, pattern_checksum, Checksum, PATTERN_LEN};
+#[allow(unused_imports)]
+pub use tollgate_testkit::reaper;
 #[allow(unused_imports)]
 pub use upstream::Echo;
 
@@ -98,32 +105,31 @@ pub fn config(rest: &str) -> String {
     config_with_server("", rest)
 }
 
-/// A gateway config with `store` (a flow map, the `store:` line's value),
-/// an upstream `e` on `echo` when given, then `body` (dedented).
-pub fn config_with_store(store: &str, echo: Option<&Echo>, body: &str) -> String {
-    let mut rest = format!("store: {store}\n");
-    if let Some(e) = echo {
-        rest.push_str(&format!(
-            "upstreams:\n  e: {{ targets: [\"{}\"], retries: 0 }}\n",
-            e.url()
-        ));
-    }
-    rest.push_str(&dedent(body));
-    config(&rest)
+/// Like [`config`], with `store` (a flow map, the `store:` line's value)
+/// before `rest`.
+pub fn config_with_store(store: &str, rest: &str) -> String {
+    config(&format!("store: {store}\n{}", dedent(rest)))
 }
 
 /// Like [`config`], with extra `server:` keys (dedented, then indented under
 /// `server:`).
 pub fn config_with_server(server_extra: &str, rest: &str) -> String {
-    let mut out = String::from("server:\n  listen: [\"@LISTEN@\"]\n");
-    for line in dedent(server_extra).lines() {
-        out.push_str("  ");
-        out.push_str(line);
-        out.push('\n');
-    }
-    out.push_str("admin:\n  listen: \"@ADMIN@\"\n");
-    out.push_str(&dedent(rest));
-    out
+    head("\"@LISTEN@\"", server_extra, "") + &dedent(rest)
+}
+
+/// `server:` listening on `listen` (a flow list's items) with `server_extra`
+/// keys, and `admin:` on `@ADMIN@` with `admin_extra` keys.
+fn head(listen: &str, server_extra: &str, admin_extra: &str) -> String {
+    format!(
+        "server:\n  listen: [{listen}]\n{}admin:\n  listen: \"@ADMIN@\"\n{}",
+        indent(&dedent(server_extra), 2),
+        indent(&dedent(admin_extra), 2)
+    )
+}
+
+/// `lines` with every line indented by `by` spaces.
+fn indent(lines: &str, by: usize) -> String {
+    lines.lines().map(|l| format!("{:by$}{l}\n", "")).collect()
 }
 
 /// Polls `f` every 25 ms until it returns `Some`, or panics with `what` after

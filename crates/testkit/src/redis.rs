@@ -79,7 +79,7 @@ impl RedisServer {
                 sentinel: true,
             };
             let conf = format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\nloglevel warning\n\
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\nloglevel warning\nset-proc-title no\n\
                  dir {dir}\n\
                  sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                  sentinel down-after-milliseconds {name} 1000\n\
@@ -228,7 +228,7 @@ impl Process {
     /// Spawns `redis-server` on the port and waits until this very process
     /// answers; false if it exited first (it could not bind the port).
     fn spawn(&self) -> bool {
-        let mut command = Command::new("redis-server");
+        let mut command = crate::reaper::command("redis-server");
         if self.sentinel {
             command.arg(self.conf()).arg("--sentinel");
         } else {
@@ -236,6 +236,9 @@ impl Process {
                 .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
                 .args(["--protected-mode", "no", "--loglevel", "warning"])
+                // A process title would be written over the environment,
+                // where tests/run looks for its mark (sentinels too).
+                .args(["--set-proc-title", "no"])
                 .arg("--dir")
                 .arg(&self.dir)
                 .args(&self.extra);
