@@ -1,12 +1,14 @@
 //! The process-wide state every connection and the admin API share.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
+use crate::server::{self, ConnSettings, Timeouts};
 
 /// State shared by the listeners, the pipeline, reloads and the admin API.
 pub struct Shared {
@@ -54,35 +56,25 @@ impl Shared {
     }
 }
 
-/// What a connection's watchdog needs to know to enforce the header-read
-/// and idle timeouts: requests in flight, and when the last one ended.
-#[derive(Debug, Default)]
-pub struct Activity {
-    in_flight: AtomicUsize,
-    requests: AtomicU64,
-    /// Milliseconds since the connection started, when the last response ended.
-    last_end_ms: AtomicU64,
-}
-
-impl Activity {
-    /// A request head arrived; returns its number on the connection (1-based).
-    pub fn begin(&self) -> u64 {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.requests.fetch_add(1, Ordering::Relaxed) + 1
+/// The server's settings are the config generation in force's, loaded per
+/// connection: a reload applies to the connections accepted after it.
+impl server::Settings for Shared {
+    fn connection(&self, addr: SocketAddr) -> ConnSettings {
+        let runtime = self.runtime.load();
+        let s = &runtime.config.server;
+        ConnSettings {
+            tls: runtime.tls_for(addr),
+            timeouts: Timeouts {
+                header_read: s.header_read_timeout,
+                idle: s.idle_timeout,
+                send: s.send_timeout,
+            },
+            max_header_bytes: s.max_header_bytes,
+            max_chunk_bytes: s.max_body_bytes.unwrap_or(u64::MAX),
+        }
     }
 
-    /// A response ended (sent or abandoned) at `now_ms` since the connection started.
-    pub fn end(&self, now_ms: u64) {
-        self.last_end_ms.store(now_ms, Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// (requests in flight, requests seen, when the last one ended).
-    pub fn snapshot(&self) -> (usize, u64, u64) {
-        (
-            self.in_flight.load(Ordering::Relaxed),
-            self.requests.load(Ordering::Relaxed),
-            self.last_end_ms.load(Ordering::Relaxed),
-        )
+    fn connections_changed(&self, delta: i64) {
+        self.metrics.connections.inc_by(delta);
     }
 }

@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -282,19 +283,49 @@ async fn a_connection_without_a_request_in_progress_lives_for_idle_not_header_re
         ("after a request", &mut after),
         ("h2c", &mut h2),
     ] {
-        assert!(
-            matches!(
-                c.wait_closed(Duration::from_secs(6)).await,
-                Closed::After(_)
-            ),
-            "{what}: closed at last"
-        );
-        let took = opened.elapsed();
-        assert!(
-            took >= Duration::from_millis(2700) && took < Duration::from_millis(4500),
-            "{what}: closed after {took:?}, not after idle"
-        );
+        let idle = Duration::from_millis(2700)..Duration::from_millis(4500);
+        closed_within(c, opened, idle, what).await;
     }
+}
+
+/// Waits for the gateway to close `c`, and checks that it did `within`
+/// that long after `since`.
+async fn closed_within(c: &mut raw::RawConn, since: Instant, within: Range<Duration>, what: &str) {
+    let wait = within.end.saturating_sub(since.elapsed()) + Duration::from_secs(1);
+    let closed = c.wait_closed(wait).await;
+    let took = since.elapsed();
+    assert!(
+        matches!(closed, Closed::After(_)) && within.contains(&took),
+        "{what}: {closed:?} after {took:?}, not closed within {within:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_times_the_connections_accepted_after_it_and_the_gauge_counts_them() {
+    const GAUGE: &str = "tollgate_connections_active";
+    let echo = Echo::start("e").await;
+    let idle = |secs: u64| patient(&echo).server(&format!("timeouts: {{ idle: {secs}s }}"));
+    let gw = idle(4).start().await;
+    let opened = Instant::now();
+    let mut before = raw::connect(gw.addr()).await;
+    let accepted = |n: f64| {
+        let gw = &gw;
+        move || async move { (gw.metric(GAUGE).await == Some(n)).then_some(()) }
+    };
+    eventually(Duration::from_secs(3), "one accepted", accepted(1.0)).await;
+    gw.rewrite_config(&idle(1).config());
+    let r = gw.admin_post("/reload").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let reopened = Instant::now();
+    let mut after = raw::connect(gw.addr()).await;
+    eventually(Duration::from_secs(3), "both accepted", accepted(2.0)).await;
+    // The new idle timeout for the new connection, the old for the old.
+    let ms = Duration::from_millis;
+    let what = "accepted after the reload (idle 1s)";
+    closed_within(&mut after, reopened, ms(800)..ms(2500), what).await;
+    let what = "accepted before the reload (idle 4s)";
+    closed_within(&mut before, opened, ms(3700)..ms(5500), what).await;
+    eventually(Duration::from_secs(3), "none open", accepted(0.0)).await;
 }
 
 #[tokio::test]

@@ -44,39 +44,36 @@ use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::settings::{ConnSettings, Timeouts};
 use super::sniff::SniffIo;
 use super::{ConnInfo, Handler};
-use crate::shared::Shared;
 
 /// hyper refuses read buffers smaller than this.
 const MIN_BUF: usize = 8192;
 
-/// Serve `stream` (over TLS with `tls`) until the client closes, a timeout
-/// fires, or shutdown.
+/// Serve `stream` (over TLS when `settings` say so) until the client
+/// closes, a timeout fires, or shutdown.
 pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    shared: Arc<Shared>,
+    mut settings: ConnSettings,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
     closing: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    shared.metrics.connections.inc();
-    match tls {
-        None => serve_io(stream, "http", peer, &shared, handler, shutdown, closing).await,
+    match settings.tls.take() {
+        None => serve_io(stream, "http", peer, &settings, handler, shutdown, closing).await,
         // Boxed: a TLS connection's state (rustls' connection, the
         // handshake) is several KiB, which every plain connection's task
         // would otherwise reserve too, idle or not.
         Some(config) => {
             Box::pin(serve_tls(
-                stream, config, peer, &shared, handler, shutdown, closing,
+                stream, config, peer, &settings, handler, shutdown, closing,
             ))
             .await
         }
     }
-    shared.metrics.connections.dec();
 }
 
 /// The TLS handshake within `header_read`, then HTTP over TLS.
@@ -84,16 +81,15 @@ async fn serve_tls(
     stream: TcpStream,
     config: Arc<rustls::ServerConfig>,
     peer: SocketAddr,
-    shared: &Arc<Shared>,
+    settings: &ConnSettings,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
     closing: CancellationToken,
 ) {
-    let header_read = shared.runtime.load().config.server.header_read_timeout;
     let handshake = TlsAcceptor::from(config).accept(stream);
-    match tokio::time::timeout(header_read, handshake).await {
+    match tokio::time::timeout(settings.timeouts.header_read, handshake).await {
         Ok(Ok(stream)) => {
-            serve_io(stream, "https", peer, shared, handler, shutdown, closing).await;
+            serve_io(stream, "https", peer, settings, handler, shutdown, closing).await;
         }
         Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "no TLS handshake within header_read: closing"),
@@ -105,27 +101,19 @@ async fn serve_io<IO>(
     io: IO,
     proto: &'static str,
     peer: SocketAddr,
-    shared: &Arc<Shared>,
+    settings: &ConnSettings,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
     closing: CancellationToken,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (timeouts, max_header_bytes, max_chunk) = {
-        let rt = shared.runtime.load();
-        let s = &rt.config.server;
-        let timeouts = Timeouts {
-            header_read: s.header_read_timeout,
-            idle: s.idle_timeout,
-            send: s.send_timeout,
-        };
-        (
-            timeouts,
-            s.max_header_bytes,
-            s.max_body_bytes.unwrap_or(u64::MAX),
-        )
-    };
+    let ConnSettings {
+        timeouts,
+        max_header_bytes,
+        max_chunk_bytes: max_chunk,
+        ..
+    } = *settings;
     let info = Arc::new(ConnInfo::new(peer, proto, closing));
     let io = SniffIo::new(
         io,
@@ -272,14 +260,6 @@ impl Watchdog {
         }
         Poll::Pending
     }
-}
-
-/// The connection timeouts the watchdog applies (`server.timeouts`).
-#[derive(Debug, Clone, Copy)]
-struct Timeouts {
-    header_read: Duration,
-    idle: Duration,
-    send: Duration,
 }
 
 /// What the watchdog knows of a connection when it looks; times in

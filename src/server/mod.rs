@@ -17,9 +17,12 @@
 //!
 //! The server knows nothing of what a request means: each one goes to the
 //! [`Handler`] it was built with (the gateway's pipeline; the binary wires
-//! them together in `app.rs`).
+//! them together in `app.rs`). Nor does it know the gateway's config: it
+//! reads each connection's timeouts and TLS config through [`Settings`],
+//! which the gateway implements.
 
 mod conn;
+mod settings;
 pub mod sniff;
 
 use std::collections::HashMap;
@@ -27,6 +30,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -39,9 +43,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::body::Body;
-use crate::identity::canonical_ip;
-use crate::proxy::headers::ip_value;
-use crate::shared::{Activity, Shared};
+use crate::identity::{canonical_ip, ip_value};
+pub use settings::{ConnSettings, Settings, Timeouts};
 use sniff::Framing;
 
 /// What a connection knows of itself, handed to the handler with each of
@@ -113,6 +116,39 @@ impl ConnInfo {
     }
 }
 
+/// What a connection's watchdog needs to know to enforce the header-read
+/// and idle timeouts: requests in flight, and when the last one ended.
+#[derive(Debug, Default)]
+pub struct Activity {
+    in_flight: AtomicUsize,
+    requests: AtomicU64,
+    /// Milliseconds since the connection started, when the last response ended.
+    last_end_ms: AtomicU64,
+}
+
+impl Activity {
+    /// A request head arrived; returns its number on the connection (1-based).
+    pub fn begin(&self) -> u64 {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A response ended (sent or abandoned) at `now_ms` since the connection started.
+    pub fn end(&self, now_ms: u64) {
+        self.last_end_ms.store(now_ms, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// (requests in flight, requests seen, when the last one ended).
+    pub fn snapshot(&self) -> (usize, u64, u64) {
+        (
+            self.in_flight.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
+            self.last_end_ms.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// A response on its way.
 pub type Responding = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
@@ -157,7 +193,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 
 /// The traffic listeners and the connections they accepted.
 pub struct Server {
-    shared: Arc<Shared>,
+    settings: Arc<dyn Settings>,
     handler: Arc<dyn Handler>,
     /// One permit per open connection: at `max_connections`, accepting waits.
     permits: Arc<Semaphore>,
@@ -177,14 +213,15 @@ struct Listening {
 }
 
 impl Server {
-    /// A server with no listeners yet, whose requests go to `handler`.
+    /// A server with no listeners yet, whose connections are served as
+    /// `settings` says and whose requests go to `handler`.
     pub fn new(
-        shared: Arc<Shared>,
+        settings: Arc<dyn Settings>,
         handler: Arc<dyn Handler>,
         max_connections: usize,
     ) -> Arc<Server> {
         Arc::new(Server {
-            shared,
+            settings,
             handler,
             permits: Arc::new(Semaphore::new(max_connections)),
             max_connections: Mutex::new(max_connections),
@@ -335,16 +372,19 @@ impl Server {
                 },
                 _ = stop.cancelled() => return,
             };
-            // TLS or not is the config in force's say, read per connection,
-            // so a reload that moves an address between the two needs no
-            // rebinding, and renewed certificates apply to new connections.
-            let tls = self.shared.runtime.load().tls_for(addr);
-            let shared = self.shared.clone();
+            // TLS or not, and the timeouts, are the config in force's say,
+            // read per connection, so a reload that moves an address between
+            // the two needs no rebinding, and renewed certificates and new
+            // timeouts apply to new connections.
+            let serving = self.settings.connection(addr);
+            let settings = self.settings.clone();
             let handler = self.handler.clone();
             let shutdown = self.shutdown.clone();
             let closing = self.closing.clone();
             self.connections.spawn(async move {
-                conn::serve(stream, peer, tls, shared, handler, shutdown, closing).await;
+                settings.connections_changed(1);
+                conn::serve(stream, peer, serving, handler, shutdown, closing).await;
+                settings.connections_changed(-1);
                 drop(permit);
             });
         }
