@@ -12,20 +12,13 @@
 //! atomics to pick a target and one to record a success; the mutex is taken
 //! on failures, probes and reads by the admin API.
 //!
-//! [`probe_loop`] is the active checker of one pool: one task, holding only
-//! a `Weak` to the pool between rounds, so it ends with the pool, or as soon
-//! as a reload retires the pool.
+//! This is the state alone: it knows nothing of pools. What sends the
+//! probes is the pool's (`pool.rs`), which records their outcomes here.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{header, HeaderValue, Request, Uri, Version};
-use http_body_util::BodyExt;
-
-use super::pool::UpstreamPool;
-use crate::body::{self, UpstreamBody};
-use crate::config::units::format_duration;
 use crate::config::{ActiveHealth, PassiveHealth};
 
 /// The start of [`now_ms`], on both clocks.
@@ -44,9 +37,6 @@ pub fn now_ms() -> u64 {
 pub fn wall_clock(at: u64) -> SystemTime {
     EPOCH.1 + Duration::from_millis(at)
 }
-
-/// The `User-Agent` of probes.
-const PROBE_AGENT: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"), " health-check");
 
 /// One target's health.
 #[derive(Debug)]
@@ -295,78 +285,6 @@ impl Health {
             probes: s.probes,
             last_error: s.last_error.clone(),
         }
-    }
-}
-
-/// The active checker of `pool`: every `active.interval` (the first round
-/// at once) probe each target, concurrently, and record the outcomes. Ends
-/// when the pool is dropped or retired.
-pub async fn probe_loop(pool: Weak<UpstreamPool>, active: ActiveHealth) {
-    let mut tick = tokio::time::interval(active.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(pool) = pool.upgrade() else {
-            return;
-        };
-        if pool.retired.load(Ordering::Relaxed) {
-            return;
-        }
-        let probes = (0..pool.targets.len()).map(|target| probe(&pool, target, &active));
-        let outcomes = futures_util::future::join_all(probes).await;
-        let now = now_ms();
-        for (target, outcome) in pool.targets.iter().zip(outcomes) {
-            let error = outcome.as_ref().err().cloned();
-            match target.health.probe(outcome, &active, now, &pool.retired) {
-                Some(Change::ProbedDown) => {
-                    tracing::warn!(upstream = %pool.name, target = %target.label, error = error.as_deref().unwrap_or_default(), "upstream target down (active health)");
-                }
-                Some(Change::ProbedUp) => {
-                    tracing::info!(upstream = %pool.name, target = %target.label, "upstream target up (active health)");
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-/// One probe: `GET <path>` to `target` through the pool's own client. `Ok`
-/// for a 2xx response head within the timeout; the body is then read (until
-/// the timeout) so the connection can serve again.
-async fn probe(pool: &UpstreamPool, target: usize, active: &ActiveHealth) -> Result<(), String> {
-    let t = &pool.targets[target];
-    let (uri, version) = if pool.config.http2 {
-        let uri = Uri::builder()
-            .scheme(t.scheme.clone())
-            .authority(t.authority.clone())
-            .path_and_query(active.path.clone())
-            .build()
-            .map_err(|e| e.to_string())?;
-        (uri, Version::HTTP_2)
-    } else {
-        (Uri::from(active.path.clone()), Version::HTTP_11)
-    };
-    let mut request = Request::new(UpstreamBody::new(body::empty()).0);
-    *request.uri_mut() = uri;
-    *request.version_mut() = version;
-    let headers = request.headers_mut();
-    headers.insert(header::HOST, t.host.clone());
-    headers.insert(header::USER_AGENT, HeaderValue::from_static(PROBE_AGENT));
-    let deadline = tokio::time::Instant::now() + active.timeout;
-    let response = tokio::time::timeout_at(deadline, pool.client.send(target, request))
-        .await
-        .map_err(|_| format!("no answer within {}", format_duration(active.timeout)))?
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let mut body = response.into_body();
-    let _ = tokio::time::timeout_at(deadline, async {
-        while let Some(Ok(_)) = body.frame().await {}
-    })
-    .await;
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(format!("status {}", status.as_u16()))
     }
 }
 

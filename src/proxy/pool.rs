@@ -1,22 +1,31 @@
 //! An upstream pool: its targets and their health ([`Health`]), the
 //! balancer, one pooled keep-alive client ([`Client`]) shared by every
-//! request to the pool, and its active health checker.
+//! request to the pool, and its active health checker (`probe_loop`:
+//! one task, holding only a `Weak` to the pool between rounds, so it ends
+//! with the pool, or as soon as a reload retires the pool).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use http::{header, HeaderValue, Request, Uri, Version};
+use http_body_util::BodyExt;
 
 use super::balance::Balancer;
 use super::client::{Client, Dial};
 use super::health::{self, Change, Health};
-use crate::config::UpstreamConfig;
+use crate::body::{self, UpstreamBody};
+use crate::config::units::format_duration;
+use crate::config::{ActiveHealth, UpstreamConfig};
 use crate::metrics::UpstreamMetrics;
 use crate::tls::{self, TlsError};
-use http::uri::{Authority, Scheme};
-use http::HeaderValue;
 
 /// How long an idle pooled upstream connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// The `User-Agent` of probes.
+const PROBE_AGENT: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"), " health-check");
 
 /// One upstream server of a pool.
 #[derive(Debug)]
@@ -54,7 +63,7 @@ pub struct UpstreamPool {
     probing: AtomicBool,
     /// Set when a reload put another pool in its place: its checker stops
     /// and records nothing more.
-    pub(super) retired: AtomicBool,
+    retired: AtomicBool,
     /// Its metric handles (one process-wide registry: a pool serves one).
     pub metrics: UpstreamMetrics,
 }
@@ -193,7 +202,7 @@ impl UpstreamPool {
         }
         if let Some(active) = &checks.active {
             if !self.probing.swap(true, Ordering::Relaxed) {
-                tokio::spawn(health::probe_loop(Arc::downgrade(self), active.clone()));
+                tokio::spawn(probe_loop(Arc::downgrade(self), active.clone()));
             }
         }
     }
@@ -231,5 +240,77 @@ impl Drop for InFlight {
         self.pool.targets[self.target]
             .in_flight
             .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The active checker of `pool`: every `active.interval` (the first round
+/// at once) probe each target, concurrently, and record the outcomes. Ends
+/// when the pool is dropped or retired.
+async fn probe_loop(pool: Weak<UpstreamPool>, active: ActiveHealth) {
+    let mut tick = tokio::time::interval(active.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        if pool.retired.load(Ordering::Relaxed) {
+            return;
+        }
+        let probes = (0..pool.targets.len()).map(|target| probe(&pool, target, &active));
+        let outcomes = futures_util::future::join_all(probes).await;
+        let now = health::now_ms();
+        for (target, outcome) in pool.targets.iter().zip(outcomes) {
+            let error = outcome.as_ref().err().cloned();
+            match target.health.probe(outcome, &active, now, &pool.retired) {
+                Some(Change::ProbedDown) => {
+                    tracing::warn!(upstream = %pool.name, target = %target.label, error = error.as_deref().unwrap_or_default(), "upstream target down (active health)");
+                }
+                Some(Change::ProbedUp) => {
+                    tracing::info!(upstream = %pool.name, target = %target.label, "upstream target up (active health)");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// One probe: `GET <path>` to `target` through the pool's own client. `Ok`
+/// for a 2xx response head within the timeout; the body is then read (until
+/// the timeout) so the connection can serve again.
+async fn probe(pool: &UpstreamPool, target: usize, active: &ActiveHealth) -> Result<(), String> {
+    let t = &pool.targets[target];
+    let (uri, version) = if pool.config.http2 {
+        let uri = Uri::builder()
+            .scheme(t.scheme.clone())
+            .authority(t.authority.clone())
+            .path_and_query(active.path.clone())
+            .build()
+            .map_err(|e| e.to_string())?;
+        (uri, Version::HTTP_2)
+    } else {
+        (Uri::from(active.path.clone()), Version::HTTP_11)
+    };
+    let mut request = Request::new(UpstreamBody::new(body::empty()).0);
+    *request.uri_mut() = uri;
+    *request.version_mut() = version;
+    let headers = request.headers_mut();
+    headers.insert(header::HOST, t.host.clone());
+    headers.insert(header::USER_AGENT, HeaderValue::from_static(PROBE_AGENT));
+    let deadline = tokio::time::Instant::now() + active.timeout;
+    let response = tokio::time::timeout_at(deadline, pool.client.send(target, request))
+        .await
+        .map_err(|_| format!("no answer within {}", format_duration(active.timeout)))?
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let mut body = response.into_body();
+    let _ = tokio::time::timeout_at(deadline, async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("status {}", status.as_u16()))
     }
 }
