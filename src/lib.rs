@@ -34,8 +34,8 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`simulate`]: `tollgate simulate`: replay a request log through the
 //!   routes and limits on a virtual clock, and report what would be throttled.
-//! - `fuzzing` (hidden): the fuzz targets' bodies and invariants, shared by
-//!   `fuzz/` and `tests/fuzz_regressions.rs`.
+//! - `fuzzing` (hidden, only with the `fuzzing` feature): the fuzz targets'
+//!   bodies and invariants, shared by `fuzz/` and `tests/fuzz_regressions.rs`.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -44,6 +44,7 @@ pub mod app;
 pub mod body;
 pub mod config;
 pub mod error;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod identity;
