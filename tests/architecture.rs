@@ -7,7 +7,10 @@
 //! - `server/` uses nothing above it: only leaves, modules that use no
 //!   other module of the crate (`body.rs`, `identity.rs`);
 //! - the binary's wiring (`app.rs`) is the one place that starts listeners,
-//!   so nothing below it may name it.
+//!   so nothing below it may name it;
+//! - the limiter crate (`crates/limit`) builds without any HTTP crate and
+//!   without the gateway (read from `Cargo.lock`, dev-dependencies
+//!   included, since `cargo test -p tollgate-limit` builds those too).
 //!
 //! A module uses another when its code (not its comments, strings or
 //! `#[cfg(test)]` items) names it by a `crate::`, `super::` or `self::`
@@ -733,4 +736,92 @@ fn only_the_binary_wires_listeners_to_handlers() {
         !graph.top_uses("reload").contains("admin"),
         "reload starts no admin API"
     );
+}
+
+/// The packages `package` builds with, itself and its dev-dependencies
+/// included (`cargo test -p package` compiles all of them), read from
+/// `Cargo.lock`: name -> the names it depends on.
+fn lock_closure(package: &str) -> BTreeSet<String> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).expect("read Cargo.lock");
+    let mut deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for block in lock.split("[[package]]").skip(1) {
+        let field = |key: &str| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().trim_matches('"').to_owned())
+        };
+        let name = field("name = ").expect("a package has a name");
+        let list = block
+            .split_once("dependencies = [")
+            .map_or("", |(_, rest)| rest.split(']').next().unwrap_or(""));
+        // An entry is "name" or "name version" (two versions of one crate).
+        let names = list
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .trim_end_matches(',')
+                    .trim_matches('"')
+                    .split(' ')
+                    .next()
+            })
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        deps.entry(name).or_default().extend(names);
+    }
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![package.to_owned()];
+    while let Some(p) = stack.pop() {
+        if seen.insert(p.clone()) {
+            stack.extend(deps.get(&p).into_iter().flatten().cloned());
+        }
+    }
+    seen
+}
+
+/// The limiter crate knows nothing of HTTP nor of the gateway: no HTTP
+/// crate (rustls only as the Redis client needs it) and no gateway crate
+/// among what `cargo test -p tollgate-limit` compiles, and no path of the
+/// gateway in its code.
+#[test]
+fn the_limiter_crate_builds_without_http_or_the_gateway() {
+    let closure = lock_closure("tollgate-limit");
+    assert!(
+        closure.contains("redis") && closure.contains("tokio"),
+        "read Cargo.lock: {closure:?}"
+    );
+    let forbidden = [
+        "hyper",
+        "hyper-util",
+        "h2",
+        "http",
+        "http-body",
+        "http-body-util",
+        "tollgate",
+    ];
+    let found: Vec<&str> = forbidden
+        .into_iter()
+        .filter(|c| closure.contains(*c))
+        .collect();
+    assert!(found.is_empty(), "tollgate-limit builds with {found:?}");
+    assert!(
+        lock_closure("tollgate").contains("hyper"),
+        "the reading sees the gateway's hyper"
+    );
+    let mut stack = vec![root().join("crates/limit/src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(
+                    !text.contains("tollgate::"),
+                    "{} names the gateway",
+                    path.display()
+                );
+            }
+        }
+    }
 }
