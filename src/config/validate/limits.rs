@@ -1,0 +1,233 @@
+//! `limits:` and a route's inline limits: the key, cost, mode, lockout and
+//! overrides around an algorithm's parameters (`params`).
+
+use super::params::{micros, Written};
+use super::{Ctx, Result, DAY, SECOND};
+use crate::config::model::{
+    AlgoParams, KeySource, LimitConfig, LockParams, Mode, OnMissingKey, Override,
+};
+use crate::config::raw::{AlgorithmKind, Ordered, RawLimit, RawLockout, RawOverride};
+use crate::config::units::{format_duration, Window};
+
+impl Ctx<'_> {
+    /// `limits:` (the named limits, or policies), in file order.
+    pub(super) fn policies(&mut self, raw: Ordered<RawLimit>) -> Result<Vec<LimitConfig>> {
+        let mut out: Vec<LimitConfig> = Vec::new();
+        for (name, raw) in raw.0 {
+            let path = format!("limits.{name}");
+            self.name(&path, "limit", &name)?;
+            if out.iter().any(|l| l.name == name) {
+                return Err(self.err(&path, format!("duplicate limit name \"{name}\"")));
+            }
+            if raw.name.is_some() {
+                return Err(self.err(
+                    &format!("{path}.name"),
+                    "a policy is named by its key under `limits:`; `name` is only for inline limits",
+                ));
+            }
+            let limit = self.limit(&path, name, raw)?;
+            out.push(limit);
+        }
+        Ok(out)
+    }
+
+    /// The limit `name` at `path` (a policy, or a route's inline limit).
+    pub(super) fn limit(&mut self, path: &str, name: String, raw: RawLimit) -> Result<LimitConfig> {
+        let kind = raw.algorithm;
+        let written = Written {
+            limit: raw.limit,
+            window: raw.window,
+            rate: raw.rate,
+            burst: raw.burst,
+            max_delay: raw.max_delay.map(|d| d.0),
+            lease: raw.lease.map(|d| d.0),
+        };
+        for param in written.given() {
+            if !kind.params().contains(&param) {
+                return Err(self.err(
+                    &format!("{path}.{param}"),
+                    format!(
+                        "`{param}` is not a parameter of {} (it takes {})",
+                        kind.name(),
+                        kind.params().join(", ")
+                    ),
+                ));
+            }
+        }
+        let params = self.params(path, kind, &written, None)?;
+        let key = raw.key.map_or_else(|| vec![KeySource::ClientIp], |k| k.0);
+        if key.is_empty() {
+            return Err(self.err(
+                &format!("{path}.key"),
+                "key needs at least one source (client_ip, header:NAME, ...)",
+            ));
+        }
+        let cost = self.at_least_one(&format!("{path}.cost"), raw.cost, 1)?;
+        self.cost_fits(&format!("{path}.cost"), cost, &params, None)?;
+        let lockout = match raw.lockout {
+            None => None,
+            Some(_) if kind == AlgorithmKind::Concurrency => {
+                return Err(self.err(
+                    &format!("{path}.lockout"),
+                    "a lockout is not supported on a concurrency limit",
+                ));
+            }
+            Some(l) => Some(self.lockout(&format!("{path}.lockout"), l, &written)?),
+        };
+        let overrides = self.overrides(
+            path,
+            raw.overrides.unwrap_or_default(),
+            kind,
+            &written,
+            cost,
+        )?;
+        Ok(LimitConfig {
+            name,
+            params,
+            key,
+            on_missing_key: raw.on_missing_key.unwrap_or(OnMissingKey::ClientIp),
+            cost,
+            mode: raw.mode.unwrap_or(Mode::Enforce),
+            lockout,
+            exempt: raw.exempt.unwrap_or_default(),
+            overrides,
+        })
+    }
+
+    /// The overrides of the limit at `path`, each with the parameters it
+    /// gives its clients, on which `cost` must still fit.
+    fn overrides(
+        &self,
+        path: &str,
+        raw: Vec<RawOverride>,
+        kind: AlgorithmKind,
+        written: &Written,
+        cost: u64,
+    ) -> Result<Vec<Override>> {
+        let mut overrides = Vec::with_capacity(raw.len());
+        for (i, o) in raw.into_iter().enumerate() {
+            let opath = format!("{path}.overrides[{i}]");
+            let params = self.override_(path, &opath, o.limit_params(), kind, written)?;
+            self.cost_fits(&format!("{path}.cost"), cost, &params, Some(&opath))?;
+            overrides.push(Override {
+                matcher: o.matcher,
+                params,
+            });
+        }
+        Ok(overrides)
+    }
+
+    /// An override of the limit at `path`: only parameters an override may
+    /// set, at least one, validated on top of the limit's own.
+    fn override_(
+        &self,
+        path: &str,
+        opath: &str,
+        over: Written,
+        kind: AlgorithmKind,
+        written: &Written,
+    ) -> Result<AlgoParams> {
+        let allowed = kind.override_params();
+        let given = over.given();
+        if let Some(param) = given.iter().find(|p| !allowed.contains(p)) {
+            return Err(self.err(
+                &format!("{opath}.{param}"),
+                format!(
+                    "`{param}` is not a parameter of {} (an override may set {})",
+                    kind.name(),
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        if given.is_empty() {
+            return Err(self.err(
+                opath,
+                format!("an override needs at least one of {}", allowed.join(", ")),
+            ));
+        }
+        self.params(path, kind, written, Some((opath, &over)))
+    }
+
+    /// A request costing more than the limit can ever hold would be
+    /// rejected every time: an error, at `field` (or at the override that
+    /// lowers the capacity).
+    fn cost_fits(
+        &self,
+        field: &str,
+        cost: u64,
+        params: &AlgoParams,
+        over: Option<&str>,
+    ) -> Result<()> {
+        match params.capacity() {
+            Some(capacity) if cost > capacity => {
+                let whose = over.map_or(String::new(), |o| format!(" for the clients of {o}"));
+                Err(self.err(
+                    over.unwrap_or(field),
+                    format!(
+                        "cost {cost} is more than the limit's capacity {capacity}{whose}: every request would be rejected; raise `{}` or lower `cost`",
+                        capacity_param(params)
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A limit's `lockout` at `path`, with the SPEC's defaults.
+    fn lockout(&self, path: &str, raw: RawLockout, written: &Written) -> Result<LockParams> {
+        let duration = raw
+            .duration
+            .ok_or_else(|| self.err(path, "missing field `duration`"))?
+            .0;
+        if duration.is_zero() {
+            return Err(self.err(
+                &format!("{path}.duration"),
+                "duration must be greater than 0",
+            ));
+        }
+        // Strikes are counted over the limit's own window (or rate period).
+        let default_within = match (written.window, written.rate, written.lease) {
+            (Some(Window::Fixed(d)), _, _) => d,
+            (Some(Window::Month), _, _) => 31 * DAY,
+            (None, Some(rate), _) => rate.period,
+            (None, None, lease) => lease.unwrap_or(5 * 60 * SECOND),
+        };
+        let max_duration = raw.max_duration.map_or(duration.max(DAY), |d| d.0);
+        if max_duration < duration {
+            return Err(self.err(
+                &format!("{path}.max_duration"),
+                format!(
+                    "max_duration ({}) must be at least duration ({})",
+                    format_duration(max_duration),
+                    format_duration(duration)
+                ),
+            ));
+        }
+        let within = self.positive(
+            &format!("{path}.within"),
+            raw.within.map(|d| d.0),
+            default_within,
+        )?;
+        let forget_after = self.positive(
+            &format!("{path}.forget_after"),
+            raw.forget_after.map(|d| d.0),
+            DAY,
+        )?;
+        Ok(LockParams {
+            after: u64::from(self.at_least_one(&format!("{path}.after"), raw.after, 1)?),
+            within: micros(within),
+            duration: micros(duration),
+            escalate: u64::from(self.at_least_one(&format!("{path}.escalate"), raw.escalate, 1)?),
+            max_duration: micros(max_duration),
+            forget_after: micros(forget_after),
+        })
+    }
+}
+
+/// The parameter that sets a limit's capacity.
+fn capacity_param(params: &AlgoParams) -> &'static str {
+    match params {
+        AlgoParams::TokenBucket(_) | AlgoParams::Gcra(_) | AlgoParams::LeakyBucket(_) => "burst",
+        _ => "limit",
+    }
+}
