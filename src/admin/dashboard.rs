@@ -32,8 +32,11 @@ use tollgate_limit::{Limiter, LockedClient, Micros, StoreError};
 
 use super::{Admin, Query};
 use crate::body::{self, Body};
-use crate::metrics::stats::{epoch_ms, History, Sample, DECISIONS, HISTORY_LEN};
+use crate::metrics::stats::{
+    epoch_ms, History, ReloadEvent, Sample, Snapshot, DECISIONS, HISTORY_LEN,
+};
 use crate::reload::Gateway;
+use crate::runtime::Runtime;
 
 /// Lockouts listed by `/api/stats` unless `?lockouts=` says otherwise.
 pub const DEFAULT_LOCKOUTS_SHOWN: usize = 200;
@@ -237,15 +240,80 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
     let now = SystemTime::now();
     let stats = &shared.metrics.stats;
     let totals = stats.snapshot();
-    let since = query.number::<u64>("since").unwrap_or(0);
-    let (all, seq) = admin.dashboard.history.since(0);
+    let (samples, seq) = admin.dashboard.history.since(0);
+    let filter = LockoutFilter {
+        limit: query
+            .get("limit")
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned),
+        key: query
+            .get("key")
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned),
+        max: query
+            .number("lockouts")
+            .unwrap_or(DEFAULT_LOCKOUTS_SHOWN)
+            .min(MAX_LOCKOUTS_SHOWN),
+    };
+    let lockouts = admin.dashboard.lockouts(gateway, &filter, true).await;
+    let sources = Sources {
+        rt: &rt,
+        now,
+        started: stats.started,
+        draining: shared.is_draining(),
+        last_error: shared.last_error(),
+        reloads: stats.reloads(),
+        last_reload: stats.last_reload(),
+        totals,
+        samples,
+        seq,
+        since: query.number::<u64>("since").unwrap_or(0),
+        series: query.get("series") != Some("0"),
+        lockouts: lockouts.map_err(|e| e.to_string()),
+        upstreams: super::upstreams(&rt),
+    };
+    let mut response = super::json(StatusCode::OK, stats_json(&sources));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// What `/api/stats` is made of, read at one moment.
+struct Sources<'a> {
+    rt: &'a Runtime,
+    now: SystemTime,
+    started: SystemTime,
+    draining: bool,
+    last_error: Option<String>,
+    reloads: (u64, u64),
+    last_reload: Option<ReloadEvent>,
+    totals: Snapshot,
+    /// Every sample of the history, oldest first.
+    samples: Vec<Sample>,
+    seq: u64,
+    /// `?since=`: the series holds the samples after this one.
+    since: u64,
+    /// Whether the series is wanted (not `?series=0`).
+    series: bool,
+    lockouts: Result<LockoutView, String>,
+    upstreams: Value,
+}
+
+/// The body of `/api/stats`.
+fn stats_json(src: &Sources<'_>) -> Value {
+    let rt = src.rt;
+    let now = src.now;
+    let totals = &src.totals;
+    let since = src.since;
+    let (all, seq) = (&src.samples, src.seq);
     let recent = &all[all.len().saturating_sub(RATE_SAMPLES)..];
     let recent_ms: u64 = recent.iter().map(|s| s.interval_ms).sum();
     let latest = all.last();
 
     // The config in force and the reloads.
-    let (succeeded, failed) = stats.reloads();
-    let last_reload = stats.last_reload().map(|r| {
+    let (succeeded, failed) = src.reloads;
+    let last_reload = src.last_reload.as_ref().map(|r| {
         json!({
             "at": humantime::format_rfc3339_millis(r.at).to_string(),
             "result": if r.ok { "success" } else { "failure" },
@@ -256,12 +324,11 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         "generation": rt.generation,
         "loaded_at": humantime::format_rfc3339_millis(rt.loaded_at).to_string(),
         "sha256": rt.sha256,
-        "last_error": shared.last_error(),
+        "last_error": src.last_error,
         "last_reload": last_reload,
         "reloads": {"success": succeeded, "failure": failed},
         "store": backend,
     });
-
     // Routes, in config order, then unmatched requests if there were any.
     let mut names: Vec<(Arc<str>, Vec<&str>)> = rt
         .routes
@@ -303,22 +370,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         })
         .collect();
 
-    // The lockouts, capped.
-    let filter = LockoutFilter {
-        limit: query
-            .get("limit")
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned),
-        key: query
-            .get("key")
-            .filter(|k| !k.is_empty())
-            .map(str::to_owned),
-        max: query
-            .number("lockouts")
-            .unwrap_or(DEFAULT_LOCKOUTS_SHOWN)
-            .min(MAX_LOCKOUTS_SHOWN),
-    };
-    let (lockouts, view) = match admin.dashboard.lockouts(gateway, &filter, true).await {
+    let (lockouts, view) = match &src.lockouts {
         Ok(view) => {
             let items: Vec<Value> = view
                 .shown
@@ -341,7 +393,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
                 "items": items,
                 "error": null,
             });
-            (value, Some(view))
+            (value, Some(view.clone()))
         }
         Err(error) => (
             json!({"total": null, "matching": null, "shown": 0, "by_limit": {},
@@ -389,7 +441,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         })
         .collect();
 
-    let series = if query.get("series") == Some("0") {
+    let series = if !src.series {
         Value::Null
     } else {
         let newer: Vec<&Sample> = all.iter().filter(|s| s.seq > since).collect();
@@ -399,10 +451,10 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
     let all_requests: u64 = recent.iter().map(|s| s.total.counts.requests).sum();
     let all_rejected: u64 = recent.iter().map(|s| s.total.counts.rejected).sum();
     let all_locked: u64 = recent.iter().map(|s| s.total.counts.locked_out).sum();
-    let body = json!({
+    json!({
         "now_ms": epoch_ms(now),
-        "started_ms": epoch_ms(stats.started),
-        "draining": shared.is_draining(),
+        "started_ms": epoch_ms(src.started),
+        "draining": src.draining,
         "interval_ms": SAMPLE_INTERVAL.as_millis() as u64,
         "history": HISTORY_LEN,
         "seq": seq,
@@ -417,14 +469,9 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         "routes": routes,
         "limits": limits,
         "lockouts": lockouts,
-        "upstreams": super::upstreams(&rt),
+        "upstreams": src.upstreams,
         "series": series,
-    });
-    let mut response = super::json(StatusCode::OK, body);
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    })
 }
 
 /// The samples as columns: `t` (ms since the epoch), then per route and
@@ -629,4 +676,150 @@ mod tests {
             ["x", "yz"]
         );
     }
+}
+
+/// `/api/stats` on fixed figures, against the JSON it answered before its
+/// sections became typed structs, so their shape cannot drift.
+#[cfg(test)]
+mod stats_tests {
+    use std::time::UNIX_EPOCH;
+
+    use tollgate_limit::DecisionKind as Kind;
+
+    use super::*;
+    use crate::metrics::stats::Stats;
+
+    const CONFIG: &str = "\
+limits:
+  per_ip: { algorithm: fixed_window, limit: 5, window: 1s, lockout: { duration: 1m } }
+  trial: { algorithm: gcra, rate: 5/s, mode: shadow }
+  unused: { algorithm: sliding_window, limit: 3, window: 10s }
+routes:
+  - name: api
+    match: { path: /api }
+    limits: [per_ip, trial, { algorithm: token_bucket, rate: 2/s }]
+    respond: {}
+  - name: open
+    respond: {}
+";
+
+    fn at(secs: u64, ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs) + Duration::from_millis(ms)
+    }
+
+    fn runtime() -> Runtime {
+        let config = crate::config::parse(CONFIG, "gateway.yaml")
+            .expect("config")
+            .config;
+        let mut rt = Runtime::build(config, "ab12".into(), 3, None).expect("runtime");
+        rt.loaded_at = at(0, 250);
+        rt
+    }
+
+    /// Seven samples of traffic on both routes, unmatched requests and
+    /// every decision, one interval a little long.
+    fn history(stats: &Stats) -> History {
+        let history = History::default();
+        let (api, open, none) = (Arc::from("api"), Arc::from("open"), Arc::from(""));
+        let (per_ip, trial, inline) = (Arc::from("per_ip"), Arc::from("trial"), Arc::from("api.2"));
+        for k in 1..=7u64 {
+            for i in 0..k {
+                stats.request(&api, Duration::from_micros(300 + 700 * i));
+                stats.decision(&per_ip, if i < 5 { Kind::Allowed } else { Kind::Rejected });
+                stats.decision(
+                    &trial,
+                    if i % 3 == 0 {
+                        Kind::ShadowRejected
+                    } else {
+                        Kind::Allowed
+                    },
+                );
+                stats.decision(&inline, if i == 2 { Kind::Delayed } else { Kind::Allowed });
+            }
+            if k >= 5 {
+                stats.rejection(&api, false);
+            }
+            if k == 6 {
+                stats.rejection(&api, true);
+                stats.decision(&per_ip, Kind::LockedOut);
+                stats.lockout(&per_ip);
+            }
+            stats.request(&open, Duration::from_millis(40 * k));
+            if k % 2 == 0 {
+                stats.request(&none, Duration::from_micros(90));
+            }
+            let skew = if k == 4 { 3 } else { 0 };
+            history.record(stats.snapshot(), at(k, skew + 2 * (k - 1)));
+        }
+        history
+    }
+
+    fn lockouts() -> LockoutView {
+        LockoutView {
+            total: 3,
+            by_limit: [("per_ip".to_owned(), 2), (String::new(), 1)].into(),
+            matching: 2,
+            shown: vec![
+                Locked {
+                    limit: "per_ip".into(),
+                    key: "10.0.0.1".into(),
+                    remaining: 59_500_001,
+                    known: true,
+                },
+                Locked {
+                    limit: String::new(),
+                    key: "0a1b".into(),
+                    remaining: 999,
+                    known: false,
+                },
+            ],
+        }
+    }
+
+    fn sources<'a>(rt: &'a Runtime, stats: &Stats, history: &History) -> Sources<'a> {
+        let (samples, seq) = history.since(0);
+        Sources {
+            rt,
+            now: at(8, 7),
+            started: at(0, 0),
+            draining: false,
+            last_error: Some("gateway.yaml:3:5: routes[0]: nope".into()),
+            reloads: (3, 1),
+            last_reload: Some(ReloadEvent {
+                at: at(5, 120),
+                ok: false,
+            }),
+            totals: stats.snapshot(),
+            samples,
+            seq,
+            since: 4,
+            series: true,
+            lockouts: Ok(lockouts()),
+            upstreams: json!([]),
+        }
+    }
+
+    #[test]
+    fn api_stats_answers_the_json_it_always_has() {
+        // Byte for byte: key order, `1.0` against `1`, nulls.
+        let rt = runtime();
+        let stats = Stats::new();
+        let history = history(&stats);
+        let src = sources(&rt, &stats, &history);
+        assert_eq!(stats_json(&src).to_string(), GOLDEN_FULL);
+        let src = Sources {
+            lockouts: Err("redis: no answer within the timeout".into()),
+            series: false,
+            last_reload: None,
+            last_error: None,
+            draining: true,
+            ..sources(&rt, &stats, &History::default())
+        };
+        assert_eq!(stats_json(&src).to_string(), GOLDEN_DEGRADED);
+    }
+
+    /// Seven samples, lockouts listed, the series after sample 4.
+    const GOLDEN_FULL: &str = include_str!("testdata/api_stats_full.json");
+    /// No samples, the store unreachable, no series, draining.
+    const GOLDEN_DEGRADED: &str = include_str!("testdata/api_stats_degraded.json");
 }
