@@ -20,23 +20,20 @@
 //! [`LOCKOUTS_MAX_AGE`] whatever the number of open dashboards, and
 //! forgotten at once after an unlock (`DELETE /limits/...`).
 
+mod stats;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use http::{header, HeaderValue, Response, StatusCode};
-use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
-use tollgate_limit::headers::secs_ceil;
 use tollgate_limit::{Limiter, LockedClient, Micros, StoreError};
 
 use super::{Admin, Query};
 use crate::body::{self, Body};
-use crate::metrics::stats::{
-    epoch_ms, History, ReloadEvent, Sample, Snapshot, DECISIONS, HISTORY_LEN,
-};
+use crate::metrics::stats::History;
 use crate::reload::Gateway;
-use crate::runtime::Runtime;
 
 /// Lockouts listed by `/api/stats` unless `?lockouts=` says otherwise.
 pub const DEFAULT_LOCKOUTS_SHOWN: usize = 200;
@@ -77,6 +74,27 @@ pub struct LockoutFilter {
     pub key: Option<String>,
     /// At most this many.
     pub max: usize,
+}
+
+impl LockoutFilter {
+    /// The dashboard's: `?limit=`, `?key=` (a substring), `?lockouts=N`
+    /// (default [`DEFAULT_LOCKOUTS_SHOWN`], at most [`MAX_LOCKOUTS_SHOWN`]).
+    fn of_dashboard(query: &Query) -> LockoutFilter {
+        LockoutFilter {
+            limit: query
+                .get("limit")
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+            key: query
+                .get("key")
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned),
+            max: query
+                .number("lockouts")
+                .unwrap_or(DEFAULT_LOCKOUTS_SHOWN)
+                .min(MAX_LOCKOUTS_SHOWN),
+        }
+    }
 }
 
 /// One locked-out client.
@@ -214,24 +232,6 @@ pub fn start_sampler(admin: &Arc<Admin>) {
     });
 }
 
-/// Round to `places` decimals, for compact JSON.
-fn round(x: f64, places: i32) -> f64 {
-    let f = 10f64.powi(places);
-    (x * f).round() / f
-}
-
-/// `count` over `ms` milliseconds, per second.
-fn per_second(count: u64, ms: u64) -> f64 {
-    if ms == 0 {
-        return 0.0;
-    }
-    round(count as f64 * 1000.0 / ms as f64, 2)
-}
-
-fn opt_ms(v: Option<f64>) -> Value {
-    v.map_or(Value::Null, |x| json!(round(x, 3)))
-}
-
 /// `GET /api/stats` (see the module doc for the query).
 pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
     let gateway = &admin.gateway;
@@ -241,22 +241,9 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
     let stats = &shared.metrics.stats;
     let totals = stats.snapshot();
     let (samples, seq) = admin.dashboard.history.since(0);
-    let filter = LockoutFilter {
-        limit: query
-            .get("limit")
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned),
-        key: query
-            .get("key")
-            .filter(|k| !k.is_empty())
-            .map(str::to_owned),
-        max: query
-            .number("lockouts")
-            .unwrap_or(DEFAULT_LOCKOUTS_SHOWN)
-            .min(MAX_LOCKOUTS_SHOWN),
-    };
+    let filter = LockoutFilter::of_dashboard(query);
     let lockouts = admin.dashboard.lockouts(gateway, &filter, true).await;
-    let sources = Sources {
+    let sources = stats::Sources {
         rt: &rt,
         now,
         started: stats.started,
@@ -272,257 +259,19 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         lockouts: lockouts.map_err(|e| e.to_string()),
         upstreams: super::upstreams(&rt),
     };
-    let mut response = super::json(StatusCode::OK, stats_json(&sources));
+    // Through a `Value`, whose objects sort their keys: the body reads as
+    // it always has, whatever the order of the structs' fields.
+    let mut response = match serde_json::to_value(stats::ApiStats::new(&sources)) {
+        Ok(body) => super::json(StatusCode::OK, body),
+        Err(e) => super::json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            serde_json::json!({ "error": e.to_string() }),
+        ),
+    };
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-/// What `/api/stats` is made of, read at one moment.
-struct Sources<'a> {
-    rt: &'a Runtime,
-    now: SystemTime,
-    started: SystemTime,
-    draining: bool,
-    last_error: Option<String>,
-    reloads: (u64, u64),
-    last_reload: Option<ReloadEvent>,
-    totals: Snapshot,
-    /// Every sample of the history, oldest first.
-    samples: Vec<Sample>,
-    seq: u64,
-    /// `?since=`: the series holds the samples after this one.
-    since: u64,
-    /// Whether the series is wanted (not `?series=0`).
-    series: bool,
-    lockouts: Result<LockoutView, String>,
-    upstreams: Value,
-}
-
-/// The body of `/api/stats`.
-fn stats_json(src: &Sources<'_>) -> Value {
-    let rt = src.rt;
-    let now = src.now;
-    let totals = &src.totals;
-    let since = src.since;
-    let (all, seq) = (&src.samples, src.seq);
-    let recent = &all[all.len().saturating_sub(RATE_SAMPLES)..];
-    let recent_ms: u64 = recent.iter().map(|s| s.interval_ms).sum();
-    let latest = all.last();
-
-    // The config in force and the reloads.
-    let (succeeded, failed) = src.reloads;
-    let last_reload = src.last_reload.as_ref().map(|r| {
-        json!({
-            "at": humantime::format_rfc3339_millis(r.at).to_string(),
-            "result": if r.ok { "success" } else { "failure" },
-        })
-    });
-    let backend = rt.config.store.backend.name();
-    let config = json!({
-        "generation": rt.generation,
-        "loaded_at": humantime::format_rfc3339_millis(rt.loaded_at).to_string(),
-        "sha256": rt.sha256,
-        "last_error": src.last_error,
-        "last_reload": last_reload,
-        "reloads": {"success": succeeded, "failure": failed},
-        "store": backend,
-    });
-    // Routes, in config order, then unmatched requests if there were any.
-    let mut names: Vec<(Arc<str>, Vec<&str>)> = rt
-        .routes
-        .iter()
-        .map(|r| {
-            (
-                r.name.clone(),
-                r.limits.iter().map(|p| p.name.as_ref()).collect(),
-            )
-        })
-        .collect();
-    if totals.routes.get("").is_some_and(|c| c.requests > 0) {
-        names.push((Arc::from(""), Vec::new()));
-    }
-    let routes: Vec<Value> = names
-        .iter()
-        .map(|(name, limits)| {
-            let t = totals.routes.get(name).copied().unwrap_or_default();
-            let sum = |f: fn(&crate::metrics::stats::RouteCounts) -> u64| -> u64 {
-                recent
-                    .iter()
-                    .filter_map(|s| s.routes.get(name))
-                    .map(|r| f(&r.counts))
-                    .sum()
-            };
-            let last = latest.and_then(|s| s.routes.get(name));
-            json!({
-                "name": name.as_ref(),
-                "limits": limits,
-                "requests": t.requests,
-                "rejected": t.rejected,
-                "locked_out": t.locked_out,
-                "rps": per_second(sum(|c| c.requests), recent_ms),
-                "rejected_ps": per_second(sum(|c| c.rejected), recent_ms),
-                "locked_out_ps": per_second(sum(|c| c.locked_out), recent_ms),
-                "p50_ms": opt_ms(last.and_then(|r| r.p50_ms)),
-                "p99_ms": opt_ms(last.and_then(|r| r.p99_ms)),
-            })
-        })
-        .collect();
-
-    let (lockouts, view) = match &src.lockouts {
-        Ok(view) => {
-            let items: Vec<Value> = view
-                .shown
-                .iter()
-                .map(|l| {
-                    json!({
-                        "limit": l.limit,
-                        "key": l.key,
-                        "remaining": secs_ceil(l.remaining),
-                        "remaining_ms": l.remaining / 1000,
-                        "known": l.known,
-                    })
-                })
-                .collect();
-            let value = json!({
-                "total": view.total,
-                "matching": view.matching,
-                "shown": items.len(),
-                "by_limit": view.by_limit,
-                "items": items,
-                "error": null,
-            });
-            (value, Some(view.clone()))
-        }
-        Err(error) => (
-            json!({"total": null, "matching": null, "shown": 0, "by_limit": {},
-                   "items": [], "error": error.to_string()}),
-            None,
-        ),
-    };
-
-    // Limits, in config order.
-    let limits: Vec<Value> = rt
-        .config
-        .limits
-        .iter()
-        .map(|l| {
-            let name = l.name.as_str();
-            let t = totals.limits.get(name).copied().unwrap_or_default();
-            let decisions: Map<String, Value> = DECISIONS
-                .iter()
-                .zip(t.decisions)
-                .map(|(d, n)| ((*d).to_owned(), json!(n)))
-                .collect();
-            let rates: Map<String, Value> = DECISIONS
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    let n = recent
-                        .iter()
-                        .filter_map(|s| s.limits.get(name))
-                        .map(|c| c.decisions[i])
-                        .sum();
-                    ((*d).to_owned(), json!(per_second(n, recent_ms)))
-                })
-                .collect();
-            let policy = rt.policies.get(name);
-            json!({
-                "name": name,
-                "algorithm": policy.map(|p| p.params.name()),
-                "shadow": policy.is_some_and(|p| p.shadow),
-                "lockout": policy.is_some_and(|p| p.lockout.is_some()),
-                "decisions": decisions,
-                "rates": rates,
-                "lockouts": t.lockouts,
-                "locked_now": view.as_ref().map(|v| v.by_limit.get(name).copied().unwrap_or(0)),
-            })
-        })
-        .collect();
-
-    let series = if !src.series {
-        Value::Null
-    } else {
-        let newer: Vec<&Sample> = all.iter().filter(|s| s.seq > since).collect();
-        series_json(&newer, &names, &rt.config.limits)
-    };
-    let total = latest.map(|s| s.total).unwrap_or_default();
-    let all_requests: u64 = recent.iter().map(|s| s.total.counts.requests).sum();
-    let all_rejected: u64 = recent.iter().map(|s| s.total.counts.rejected).sum();
-    let all_locked: u64 = recent.iter().map(|s| s.total.counts.locked_out).sum();
-    json!({
-        "now_ms": epoch_ms(now),
-        "started_ms": epoch_ms(src.started),
-        "draining": src.draining,
-        "interval_ms": SAMPLE_INTERVAL.as_millis() as u64,
-        "history": HISTORY_LEN,
-        "seq": seq,
-        "config": config,
-        "total": {
-            "rps": per_second(all_requests, recent_ms),
-            "rejected_ps": per_second(all_rejected, recent_ms),
-            "locked_out_ps": per_second(all_locked, recent_ms),
-            "p50_ms": opt_ms(total.p50_ms),
-            "p99_ms": opt_ms(total.p99_ms),
-        },
-        "routes": routes,
-        "limits": limits,
-        "lockouts": lockouts,
-        "upstreams": src.upstreams,
-        "series": series,
-    })
-}
-
-/// The samples as columns: `t` (ms since the epoch), then per route and
-/// per limit one array per count, aligned with `t`.
-fn series_json(
-    samples: &[&Sample],
-    routes: &[(Arc<str>, Vec<&str>)],
-    limits: &[crate::config::LimitConfig],
-) -> Value {
-    let column = |f: &dyn Fn(&Sample) -> Value| -> Value {
-        Value::Array(samples.iter().map(|s| f(s)).collect())
-    };
-    let mut route_series = Map::new();
-    for (name, _) in routes {
-        let get = |s: &Sample| s.routes.get(name).copied().unwrap_or_default();
-        route_series.insert(
-            name.to_string(),
-            json!({
-                "requests": column(&|s| json!(get(s).counts.requests)),
-                "rejected": column(&|s| json!(get(s).counts.rejected)),
-                "locked_out": column(&|s| json!(get(s).counts.locked_out)),
-                "p50_ms": column(&|s| opt_ms(get(s).p50_ms)),
-                "p99_ms": column(&|s| opt_ms(get(s).p99_ms)),
-            }),
-        );
-    }
-    let mut limit_series = Map::new();
-    for limit in limits {
-        let name = limit.name.as_str();
-        let get = |s: &Sample| s.limits.get(name).copied().unwrap_or_default();
-        let mut m = Map::new();
-        for (i, d) in DECISIONS.iter().enumerate() {
-            m.insert((*d).to_owned(), column(&|s| json!(get(s).decisions[i])));
-        }
-        m.insert("lockouts".into(), column(&|s| json!(get(s).lockouts)));
-        limit_series.insert(name.to_owned(), Value::Object(m));
-    }
-    json!({
-        "seq": column(&|s| json!(s.seq)),
-        "t": column(&|s| json!(s.at_ms)),
-        "interval_ms": column(&|s| json!(s.interval_ms)),
-        "total": {
-            "requests": column(&|s| json!(s.total.counts.requests)),
-            "rejected": column(&|s| json!(s.total.counts.rejected)),
-            "locked_out": column(&|s| json!(s.total.counts.locked_out)),
-            "p50_ms": column(&|s| opt_ms(s.total.p50_ms)),
-            "p99_ms": column(&|s| opt_ms(s.total.p99_ms)),
-        },
-        "routes": route_series,
-        "limits": limit_series,
-    })
 }
 
 /// The dashboard page, with its style and script inlined.
@@ -676,150 +425,4 @@ mod tests {
             ["x", "yz"]
         );
     }
-}
-
-/// `/api/stats` on fixed figures, against the JSON it answered before its
-/// sections became typed structs, so their shape cannot drift.
-#[cfg(test)]
-mod stats_tests {
-    use std::time::UNIX_EPOCH;
-
-    use tollgate_limit::DecisionKind as Kind;
-
-    use super::*;
-    use crate::metrics::stats::Stats;
-
-    const CONFIG: &str = "\
-limits:
-  per_ip: { algorithm: fixed_window, limit: 5, window: 1s, lockout: { duration: 1m } }
-  trial: { algorithm: gcra, rate: 5/s, mode: shadow }
-  unused: { algorithm: sliding_window, limit: 3, window: 10s }
-routes:
-  - name: api
-    match: { path: /api }
-    limits: [per_ip, trial, { algorithm: token_bucket, rate: 2/s }]
-    respond: {}
-  - name: open
-    respond: {}
-";
-
-    fn at(secs: u64, ms: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs) + Duration::from_millis(ms)
-    }
-
-    fn runtime() -> Runtime {
-        let config = crate::config::parse(CONFIG, "gateway.yaml")
-            .expect("config")
-            .config;
-        let mut rt = Runtime::build(config, "ab12".into(), 3, None).expect("runtime");
-        rt.loaded_at = at(0, 250);
-        rt
-    }
-
-    /// Seven samples of traffic on both routes, unmatched requests and
-    /// every decision, one interval a little long.
-    fn history(stats: &Stats) -> History {
-        let history = History::default();
-        let (api, open, none) = (Arc::from("api"), Arc::from("open"), Arc::from(""));
-        let (per_ip, trial, inline) = (Arc::from("per_ip"), Arc::from("trial"), Arc::from("api.2"));
-        for k in 1..=7u64 {
-            for i in 0..k {
-                stats.request(&api, Duration::from_micros(300 + 700 * i));
-                stats.decision(&per_ip, if i < 5 { Kind::Allowed } else { Kind::Rejected });
-                stats.decision(
-                    &trial,
-                    if i % 3 == 0 {
-                        Kind::ShadowRejected
-                    } else {
-                        Kind::Allowed
-                    },
-                );
-                stats.decision(&inline, if i == 2 { Kind::Delayed } else { Kind::Allowed });
-            }
-            if k >= 5 {
-                stats.rejection(&api, false);
-            }
-            if k == 6 {
-                stats.rejection(&api, true);
-                stats.decision(&per_ip, Kind::LockedOut);
-                stats.lockout(&per_ip);
-            }
-            stats.request(&open, Duration::from_millis(40 * k));
-            if k % 2 == 0 {
-                stats.request(&none, Duration::from_micros(90));
-            }
-            let skew = if k == 4 { 3 } else { 0 };
-            history.record(stats.snapshot(), at(k, skew + 2 * (k - 1)));
-        }
-        history
-    }
-
-    fn lockouts() -> LockoutView {
-        LockoutView {
-            total: 3,
-            by_limit: [("per_ip".to_owned(), 2), (String::new(), 1)].into(),
-            matching: 2,
-            shown: vec![
-                Locked {
-                    limit: "per_ip".into(),
-                    key: "10.0.0.1".into(),
-                    remaining: 59_500_001,
-                    known: true,
-                },
-                Locked {
-                    limit: String::new(),
-                    key: "0a1b".into(),
-                    remaining: 999,
-                    known: false,
-                },
-            ],
-        }
-    }
-
-    fn sources<'a>(rt: &'a Runtime, stats: &Stats, history: &History) -> Sources<'a> {
-        let (samples, seq) = history.since(0);
-        Sources {
-            rt,
-            now: at(8, 7),
-            started: at(0, 0),
-            draining: false,
-            last_error: Some("gateway.yaml:3:5: routes[0]: nope".into()),
-            reloads: (3, 1),
-            last_reload: Some(ReloadEvent {
-                at: at(5, 120),
-                ok: false,
-            }),
-            totals: stats.snapshot(),
-            samples,
-            seq,
-            since: 4,
-            series: true,
-            lockouts: Ok(lockouts()),
-            upstreams: json!([]),
-        }
-    }
-
-    #[test]
-    fn api_stats_answers_the_json_it_always_has() {
-        // Byte for byte: key order, `1.0` against `1`, nulls.
-        let rt = runtime();
-        let stats = Stats::new();
-        let history = history(&stats);
-        let src = sources(&rt, &stats, &history);
-        assert_eq!(stats_json(&src).to_string(), GOLDEN_FULL);
-        let src = Sources {
-            lockouts: Err("redis: no answer within the timeout".into()),
-            series: false,
-            last_reload: None,
-            last_error: None,
-            draining: true,
-            ..sources(&rt, &stats, &History::default())
-        };
-        assert_eq!(stats_json(&src).to_string(), GOLDEN_DEGRADED);
-    }
-
-    /// Seven samples, lockouts listed, the series after sample 4.
-    const GOLDEN_FULL: &str = include_str!("testdata/api_stats_full.json");
-    /// No samples, the store unreachable, no series, draining.
-    const GOLDEN_DEGRADED: &str = include_str!("testdata/api_stats_degraded.json");
 }
