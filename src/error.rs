@@ -199,7 +199,13 @@ impl GatewayError {
 impl Rejection {
     /// `rate_limited` or `locked_out`.
     pub fn code(&self) -> &'static str {
-        if self.locked_out {
+        Rejection::code_for(self.locked_out)
+    }
+
+    /// The code of a rejection, `locked_out` or `rate_limited`, for
+    /// whoever names one without a `Rejection` at hand (`simulate`).
+    pub fn code_for(locked_out: bool) -> &'static str {
+        if locked_out {
             "locked_out"
         } else {
             "rate_limited"
