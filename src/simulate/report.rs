@@ -8,6 +8,8 @@ use serde::Serialize;
 
 use tollgate_limit::Micros;
 
+use super::BUSIEST;
+
 /// Everything a replay found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -200,11 +202,44 @@ fn n(v: u64) -> String {
     v.to_string()
 }
 
+/// What the tables' columns mean, below them.
+const LEGEND: &str = concat!(
+    "\nALLOWED includes DELAYED (held for max_delay) and SHADOW_REJ (a shadow limit\n",
+    "would have rejected); a limit's ALLOWED also includes EXEMPT (exempt clients, and\n",
+    "keys skipped by on_missing_key: skip). LOCKED_OUT includes the rejections that\n",
+    "started a lockout; LOCKOUTS counts lockouts started.\n",
+);
+
 impl Report {
     /// The report as text: a summary, then aligned tables of routes,
     /// limits, and the busiest clients.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
+        self.summary(&mut out);
+        out.push('\n');
+        self.route_table().render(&mut out);
+        if !self.limits.is_empty() {
+            out.push('\n');
+            self.limit_table().render(&mut out);
+        }
+        let clients = self.routes.iter().map(|r| (&r.name, &r.busiest));
+        let clients = busy_table(["ROUTE", "CLIENT"], clients);
+        if !clients.rows.is_empty() {
+            let _ = write!(out, "\nBusiest clients per route (top {BUSIEST})\n");
+            clients.render(&mut out);
+        }
+        let keys = self.limits.iter().map(|l| (&l.name, &l.busiest));
+        let keys = busy_table(["LIMIT", "CLIENT KEY"], keys);
+        if !keys.rows.is_empty() {
+            let _ = write!(out, "\nBusiest client keys per limit (top {BUSIEST})\n");
+            keys.render(&mut out);
+        }
+        out.push_str(LEGEND);
+        out
+    }
+
+    /// What was replayed, over which virtual time.
+    fn summary(&self, out: &mut String) {
         let _ = write!(
             out,
             "Replayed {} requests from {} ({} lines",
@@ -227,8 +262,10 @@ impl Report {
                 self.out_of_order, self.out_of_order_max_seconds
             );
         }
+    }
 
-        out.push('\n');
+    /// A line per route, then the requests answered before any route.
+    fn route_table(&self) -> Table {
         let mut routes = Table::new(
             vec![
                 "ROUTE",
@@ -267,87 +304,64 @@ impl Report {
                 routes.row(row);
             }
         }
-        routes.render(&mut out);
-
-        if !self.limits.is_empty() {
-            out.push('\n');
-            let mut limits = Table::new(
-                vec![
-                    "LIMIT",
-                    "ALGORITHM",
-                    "MODE",
-                    "REQUESTS",
-                    "ALLOWED",
-                    "EXEMPT",
-                    "DELAYED",
-                    "SHADOW_REJ",
-                    "REJECTED",
-                    "LOCKED_OUT",
-                    "LOCKOUTS",
-                    "CLIENTS",
-                    "CLIENTS_LOCKED",
-                ],
-                3,
-            );
-            for l in &self.limits {
-                limits.row(vec![
-                    l.name.clone(),
-                    l.algorithm.clone(),
-                    l.mode.clone(),
-                    n(l.requests),
-                    n(l.allowed),
-                    n(l.exempt + l.skipped),
-                    n(l.delayed),
-                    n(l.shadow_rejected),
-                    n(l.rejected),
-                    n(l.locked_out),
-                    n(l.lockouts),
-                    n(l.clients),
-                    n(l.clients_locked_out),
-                ]);
-            }
-            limits.render(&mut out);
-        }
-
-        let mut clients = Table::new(
-            vec!["ROUTE", "CLIENT", "REQUESTS", "REJECTED", "LOCKED_OUT"],
-            2,
-        );
-        for r in self.routes.iter().filter(|r| !r.busiest.is_empty()) {
-            busy_rows(&mut clients, &r.name, &r.busiest);
-        }
-        if !clients.rows.is_empty() {
-            let _ = write!(
-                out,
-                "\nBusiest clients per route (top {})\n",
-                super::BUSIEST
-            );
-            clients.render(&mut out);
-        }
-        let mut keys = Table::new(
-            vec!["LIMIT", "CLIENT KEY", "REQUESTS", "REJECTED", "LOCKED_OUT"],
-            2,
-        );
-        for l in self.limits.iter().filter(|l| !l.busiest.is_empty()) {
-            busy_rows(&mut keys, &l.name, &l.busiest);
-        }
-        if !keys.rows.is_empty() {
-            let _ = write!(
-                out,
-                "\nBusiest client keys per limit (top {})\n",
-                super::BUSIEST
-            );
-            keys.render(&mut out);
-        }
-
-        out.push_str(concat!(
-            "\nALLOWED includes DELAYED (held for max_delay) and SHADOW_REJ (a shadow limit\n",
-            "would have rejected); a limit's ALLOWED also includes EXEMPT (exempt clients, and\n",
-            "keys skipped by on_missing_key: skip). LOCKED_OUT includes the rejections that\n",
-            "started a lockout; LOCKOUTS counts lockouts started.\n",
-        ));
-        out
+        routes
     }
+
+    /// A line per limit.
+    fn limit_table(&self) -> Table {
+        let mut limits = Table::new(
+            vec![
+                "LIMIT",
+                "ALGORITHM",
+                "MODE",
+                "REQUESTS",
+                "ALLOWED",
+                "EXEMPT",
+                "DELAYED",
+                "SHADOW_REJ",
+                "REJECTED",
+                "LOCKED_OUT",
+                "LOCKOUTS",
+                "CLIENTS",
+                "CLIENTS_LOCKED",
+            ],
+            3,
+        );
+        for l in &self.limits {
+            limits.row(vec![
+                l.name.clone(),
+                l.algorithm.clone(),
+                l.mode.clone(),
+                n(l.requests),
+                n(l.allowed),
+                n(l.exempt + l.skipped),
+                n(l.delayed),
+                n(l.shadow_rejected),
+                n(l.rejected),
+                n(l.locked_out),
+                n(l.lockouts),
+                n(l.clients),
+                n(l.clients_locked_out),
+            ]);
+        }
+        limits
+    }
+}
+
+/// The busiest clients of each owner (a route or a limit), the owner named
+/// on its first row.
+fn busy_table<'a>(
+    columns: [&'static str; 2],
+    owners: impl Iterator<Item = (&'a String, &'a Vec<Busy>)>,
+) -> Table {
+    let mut table = Table::new(
+        vec![columns[0], columns[1], "REQUESTS", "REJECTED", "LOCKED_OUT"],
+        2,
+    );
+    for (owner, busiest) in owners {
+        busy_rows(&mut table, owner, busiest);
+    }
+    table
 }
 
 fn busy_rows(table: &mut Table, owner: &str, busiest: &[Busy]) {
