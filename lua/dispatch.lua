@@ -1,5 +1,5 @@
 --[[ dispatch.lua: decide requests' limits, each request in one atomic step,
-all or nothing (SPEC §5.1, §5.3). Mirrors decide::decide (crates/limit/src/decide.rs).
+all or nothing (docs/configuration/limits.md). Mirrors decide::decide (crates/limit/src/decide.rs).
 
 Called as `FCALL tollgate_<hash>_dispatch <number of KEYS> KEYS... ARGV...`
 (see common.lua for the library). One call carries one request or several:

@@ -1,4 +1,4 @@
---[[ lockout.lua: lockout penalties (SPEC §5.3).
+--[[ lockout.lua: lockout penalties (docs/configuration/limits.md).
 Mirrors crates/limit/src/algorithm/lockout.rs line for line.
 
 A function library over common.lua:

@@ -1,5 +1,5 @@
 --[[ refund.lua: give back what a Redis Cluster call took for a request that
-a call on another slot rejected, so the request consumes nothing (SPEC §5.1,
+a call on another slot rejected, so the request consumes nothing (docs/configuration/limits.md
 §6). On one Redis a request's limits are one dispatch call and this is never
 needed.
 

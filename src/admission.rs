@@ -1,4 +1,4 @@
-//! Admission (SPEC §3, §4): everything the gateway decides about a request
+//! Admission (docs/protocols.md): everything the gateway decides about a request
 //! from its head alone, in order:
 //!
 //! ```text
@@ -80,7 +80,7 @@ pub fn admit<'rt, 'req, B>(
     Ok(Admitted { route, path, host })
 }
 
-/// `;params` (SPEC §3): a servlet container (Tomcat, Jetty) drops each
+/// `;params` (docs/protocols.md): a servlet container (Tomcat, Jetty) drops each
 /// segment's `;...` before it resolves dot segments, so `/x/..;/admin` and
 /// `/admin;v=1` are `/admin` to it. A path whose `;params` would take it to
 /// another route than the one it matched (and past that route's limits) is
@@ -131,7 +131,7 @@ pub fn head_size<B>(req: &Request<B>, max_header_bytes: usize) -> Result<(), Gat
     Ok(())
 }
 
-/// `TRACE` and `CONNECT` are answered 405 (SPEC §3), never forwarded.
+/// `TRACE` and `CONNECT` are answered 405 (docs/protocols.md), never forwarded.
 pub fn method(method: &Method) -> Result<(), GatewayError> {
     if method == Method::TRACE || method == Method::CONNECT {
         return Err(GatewayError::MethodNotAllowed(method.clone()));
@@ -139,7 +139,7 @@ pub fn method(method: &Method) -> Result<(), GatewayError> {
     Ok(())
 }
 
-/// HTTP/1 framing (SPEC §4): one `chunked` transfer coding and no
+/// HTTP/1 framing (docs/protocols.md): one `chunked` transfer coding and no
 /// Content-Length beside it.
 pub fn framing(headers: &HeaderMap) -> Result<(), GatewayError> {
     let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
@@ -256,7 +256,7 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// The request-target's path, normalised under `escaped_slashes` (SPEC §3):
+/// The request-target's path, normalised under `escaped_slashes` (docs/protocols.md):
 /// an origin-form target only (HTTP/1; HTTP/2 carries `:path`), `OPTIONS *`
 /// is about the server and matches no route (404), a path that cannot be
 /// normalised is a 400.

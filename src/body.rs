@@ -97,7 +97,7 @@ pub enum ClientBodyError {
     /// No frame came for `timeouts.body_read`.
     #[error("no request body bytes within timeouts.body_read")]
     Stalled,
-    /// A chunk-size line announced more than allowed (SPEC §4).
+    /// A chunk-size line announced more than allowed (docs/protocols.md).
     #[error("a chunk larger than the gateway accepts")]
     BadChunk,
 }
@@ -123,7 +123,7 @@ pub trait ChunkWatch: Send + Sync {
     fn bad_chunk(&self, n: u64) -> bool;
 }
 
-/// A client's request body as the gateway reads it (SPEC §4): a reader that
+/// A client's request body as the gateway reads it (docs/protocols.md): a reader that
 /// waits longer than `body_read` for the next frame gets
 /// [`ClientBodyError::Stalled`], and an HTTP/1 body whose framing watcher
 /// saw a bad chunk-size line gets [`ClientBodyError::BadChunk`] before any

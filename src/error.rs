@@ -5,10 +5,10 @@
 //! [`GatewayError`]; [`GatewayError::response`] alone picks its status, its
 //! body, its headers, and whether the connection must close. A gRPC
 //! request gets each one as HTTP 200 with `grpc-status` and `grpc-message`
-//! (SPEC §4): gRPC's HTTP-to-gRPC table (`400` → 13, `403` → 7, `404` → 12,
+//! (docs/protocols.md): gRPC's HTTP-to-gRPC table (`400` → 13, `403` → 7, `404` → 12,
 //! `502`/`503` → 14, anything else → 2), except `504` → 4
-//! (DEADLINE_EXCEEDED) and rate limits → 8 (RESOURCE_EXHAUSTED), as SPEC
-//! §4 and §5.4 say.
+//! (DEADLINE_EXCEEDED) and rate limits → 8 (RESOURCE_EXHAUSTED), as
+//! docs/protocols.md and docs/configuration/limit-response.md say.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub enum GatewayError {
         /// Whether the connection must be closed after the answer.
         close: bool,
     },
-    /// `TRACE` or `CONNECT` (SPEC §3): never forwarded.
+    /// `TRACE` or `CONNECT` (docs/protocols.md): never forwarded.
     #[error("method {0} is not allowed")]
     MethodNotAllowed(http::Method),
     /// A transfer coding other than `chunked`.
@@ -75,7 +75,7 @@ pub enum GatewayError {
     UpstreamTimeout,
 }
 
-/// A request a limit rejected, with what its route answers (SPEC §5.4).
+/// A request a limit rejected, with what its route answers (docs/configuration/limit-response.md).
 #[derive(Debug, Clone)]
 pub struct Rejection {
     /// `locked_out` rather than `rate_limited`.
@@ -92,13 +92,13 @@ pub struct Rejection {
 
 /// gRPC status codes the gateway answers with.
 mod grpc {
-    pub const UNKNOWN: u8 = 2;
-    pub const DEADLINE_EXCEEDED: u8 = 4;
-    pub const PERMISSION_DENIED: u8 = 7;
-    pub const RESOURCE_EXHAUSTED: u8 = 8;
-    pub const UNIMPLEMENTED: u8 = 12;
-    pub const INTERNAL: u8 = 13;
-    pub const UNAVAILABLE: u8 = 14;
+    pub(super) const UNKNOWN: u8 = 2;
+    pub(super) const DEADLINE_EXCEEDED: u8 = 4;
+    pub(super) const PERMISSION_DENIED: u8 = 7;
+    pub(super) const RESOURCE_EXHAUSTED: u8 = 8;
+    pub(super) const UNIMPLEMENTED: u8 = 12;
+    pub(super) const INTERNAL: u8 = 13;
+    pub(super) const UNAVAILABLE: u8 = 14;
 }
 
 /// `grpc-status`.
@@ -171,7 +171,7 @@ impl GatewayError {
     }
 
     /// The answer to this error: its status and a JSON body
-    /// `{"error": ..., "request_id": ...}` (a rejection: SPEC §5.4, or the
+    /// `{"error": ..., "request_id": ...}` (a rejection: docs/configuration/limit-response.md or the
     /// route's own message), or for a gRPC request HTTP 200 with
     /// `grpc-status` and `grpc-message`; `Connection: close` when the
     /// connection can't be reused.
@@ -212,7 +212,7 @@ impl Rejection {
         }
     }
 
-    /// SPEC §5.4: the route's status with its message (by default the JSON
+    /// docs/configuration/limit-response.md: the route's status with its message (by default the JSON
     /// body `{"error", "limit", "retry_after", "request_id"}`), or for gRPC
     /// HTTP 200 with `grpc-status: 8` and the same message in
     /// `grpc-message`; `Retry-After` (whole seconds, rounded up, at least
@@ -339,7 +339,7 @@ fn grpc_percent_encode(message: &str) -> String {
     out
 }
 
-/// The default body of a rejection (SPEC §5.4).
+/// The default body of a rejection (docs/configuration/limit-response.md).
 #[derive(serde::Serialize)]
 struct RejectionBody<'a> {
     error: &'a str,
@@ -416,7 +416,7 @@ mod tests {
     }
 
     /// Every error: its status, its `error` string, whether the connection
-    /// closes, and its `grpc-status` (SPEC §4).
+    /// closes, and its `grpc-status` (docs/protocols.md).
     #[tokio::test]
     async fn every_error_maps_to_its_status_code_string_and_grpc_status() {
         let id = HeaderValue::from_static("abc");

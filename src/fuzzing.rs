@@ -143,7 +143,7 @@ pub fn config(data: &[u8]) {
 
 /// `path`: the input is a request path, normalised in each
 /// `escaped_slashes` mode. The normaliser accepts exactly what a plain
-/// reference reading of SPEC §3 accepts (segment by segment with a stack),
+/// reference reading of docs/protocols.md accepts (segment by segment with a stack),
 /// and returns what it returns; what it returns is canonical: it starts
 /// with `/`, has no empty, `.` or `..` segment, only characters a path may
 /// hold, uppercase escapes of reserved bytes only (never `%2F` or `%5C`
@@ -217,7 +217,7 @@ fn pchar(b: u8) -> bool {
     unreserved(b) || b"!$&'()*+,;=:@".contains(&b)
 }
 
-/// SPEC §3 read plainly. First, over the whole path: a `%` without two hex
+/// docs/protocols.md read plainly. First, over the whole path: a `%` without two hex
 /// digits, an encoded control byte, a raw `\\`, and decoded bytes that are
 /// not UTF-8 are errors; `%2F`/`%5C` are an error (`reject`), become `/`
 /// (`decode`) or stay (`keep`); outside `keep`, `%25` before two hex digits
@@ -339,7 +339,7 @@ fn reference_segment(raw: &[u8]) -> Result<String, NormaliseError> {
 /// further line one `X-Forwarded-For` field. The client is always the peer
 /// or an address of the chain; an untrusted peer is always the client; and
 /// the walk never skips an untrusted hop: every hop right of the client is
-/// a trusted address (SPEC §5.2).
+/// a trusted address (docs/configuration/limits.md).
 pub fn xff(data: &[u8]) {
     let mut lines = Lines::new(data);
     let peer = ip_of(lines.bytes()).unwrap_or(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
@@ -439,7 +439,7 @@ const STORE_PREFIX: &str = "tg";
 /// line a header `name: value`. The three ways of building a key agree,
 /// the display form reads back to the same store key, holds no control
 /// bytes and one `|` between components, and the Redis keys hold only the
-/// prefix and hex: never a byte the client sent (SPEC §5.2).
+/// prefix and hex: never a byte the client sent (docs/configuration/limits.md).
 pub fn client_key(data: &[u8]) {
     let mut lines = Lines::new(data);
     let client = ip_of(lines.bytes()).unwrap_or(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));

@@ -1,5 +1,5 @@
 //! Who the client is: the TCP peer, or what trusted proxies say in
-//! `X-Forwarded-For` (SPEC §5.2).
+//! `X-Forwarded-For` (docs/configuration/limits.md).
 //!
 //! Addresses are compared in one form: IPv4-mapped IPv6 (`::ffff:a.b.c.d`,
 //! what a dual-stack socket reports for an IPv4 peer) counts as IPv4

@@ -37,6 +37,7 @@
 //! - `fuzzing` (hidden, only with the `fuzzing` feature): the fuzz targets'
 //!   bodies and invariants, shared by `fuzz/` and `tests/fuzz_regressions.rs`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod admin;
 pub mod admission;

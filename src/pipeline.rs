@@ -217,7 +217,7 @@ fn admit<B>(req: &Request<B>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, Ga
     Ok(admitted.route.clone())
 }
 
-/// Stage: the route's limits (SPEC §5), decided by the limiter (planned by
+/// Stage: the route's limits (docs/configuration/limits.md), decided by the limiter (planned by
 /// [`crate::limit::plan`], shared with `tollgate simulate`). An admitted
 /// request keeps its concurrency leases in `ctx` and gives back the figures
 /// for its rate-limit headers; a rejected one is a [`GatewayError::Limited`].
@@ -345,7 +345,7 @@ async fn forward(
         if has_body && body.size_hint().exact().is_none() {
             // hyper sends a GET, HEAD or CONNECT body of unknown length as
             // no body at all unless the framing is set: a body is forwarded
-            // whatever the method (SPEC §4).
+            // whatever the method (docs/protocols.md).
             headers.insert(
                 header::TRANSFER_ENCODING,
                 HeaderValue::from_static("chunked"),
@@ -555,7 +555,7 @@ fn finish(mut response: Response<Reply>, ctx: Ctx<'_>) -> Response<Body> {
 }
 
 /// A response to HEAD answered by the gateway itself: the headers of the
-/// response a GET would get, no body (SPEC §4, on every protocol: hyper
+/// response a GET would get, no body (docs/protocols.md on every protocol: hyper
 /// drops it on HTTP/1.1, but would send it as DATA on HTTP/2).
 fn without_body(response: &mut Response<Reply>) {
     if let Some(len) = response.body().size_hint().exact() {

@@ -113,7 +113,7 @@ pub enum BuildError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     /// A route's `path` or `exact` is not a path a request normalises to,
-    /// so the route could never match (SPEC §3).
+    /// so the route could never match (docs/configuration/routes.md).
     #[error("route {route:?}: {path:?} is not a normalised path ({why}), so the route could never match")]
     RoutePath {
         /// The route's name.

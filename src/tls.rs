@@ -1,4 +1,4 @@
-//! TLS with rustls (SPEC §2 `server.tls`, §4): the listeners' server
+//! TLS with rustls (docs/configuration/, docs/protocols.md `server.tls`): the listeners' server
 //! config (certificates chosen by SNI, ALPN `h2` and `http/1.1`) and the
 //! upstreams' client config (system roots plus `tls.ca`, `server_name`,
 //! `verify: false`, a client certificate).

@@ -1,7 +1,7 @@
 //! What the gateway answers by itself, through the real binary: custom
-//! rejection messages (SPEC §5.4 `limit_response.body`, `content_type`,
+//! rejection messages (docs/configuration/limit-response.md `limit_response.body` `content_type`,
 //! `locked_body`, per route and server-wide), gRPC requests getting every
-//! gateway error as `grpc-status` (SPEC §4), `TRACE` and `CONNECT` (405),
+//! gateway error as `grpc-status` (docs/protocols.md), `TRACE` and `CONNECT` (405),
 //! and `limiter_unavailable` (503) when the store is down under
 //! `on_error: deny`.
 

@@ -1,4 +1,4 @@
-//! The dashboard and what it polls (SPEC §8): `GET /api/stats` counts
+//! The dashboard and what it polls (docs/operations.md): `GET /api/stats` counts
 //! exactly what happened, stays small and quick with 100 routes and 10,000
 //! lockouts, and everything but `/healthz` and `/readyz` keeps behind the
 //! admin token, the page included. The page itself is driven in a real

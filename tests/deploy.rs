@@ -153,7 +153,7 @@ fn is_loopback(addr: &str) -> bool {
 fn admin_listen(gw: &Gateway) -> Result<Option<String>, String> {
     let config = yaml_docs(&gw.config)?.pop().unwrap_or(Value::Null);
     match at(&config, &["admin", "listen"]) {
-        None => Ok(Some("127.0.0.1:9901".to_owned())), // the SPEC's default
+        None => Ok(Some("127.0.0.1:9901".to_owned())), // the documented default
         Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => match expand(s, &gw.env) {
             Some(s) if s.is_empty() => Ok(None),

@@ -1,5 +1,5 @@
 //! Differential test: the running gateway and `tollgate simulate` must make
-//! the same decision for every request of generated sequences (SPEC §3, §5,
+//! the same decision for every request of generated sequences (docs/protocols.md, docs/configuration/limits.md
 //! §9).
 //!
 //! A seeded generator writes 500 requests per seed: odd path spellings

@@ -1,4 +1,4 @@
-//! gRPC end to end through the real binary (SPEC §4): a real gRPC server
+//! gRPC end to end through the real binary (docs/protocols.md): a real gRPC server
 //! (tonic's server-side codec on hyper's HTTP/2, over h2c and over TLS) and
 //! a real gRPC client (tonic's `Channel`, over h2c and over the gateway's
 //! TLS listener). Unary and bidirectional streaming calls (interleaved, so

@@ -1,4 +1,4 @@
-//! HTTP/2 and proxying conformance (SPEC §4), the cases an outside
+//! HTTP/2 and proxying conformance (docs/protocols.md), the cases an outside
 //! conformance run found: a HEAD answered by the gateway carries no body on
 //! HTTP/2 (curl `-I --http2-prior-knowledge`), `cookie` crumbs joined for an
 //! HTTP/1.1 upstream, request trailers reaching an HTTP/1.1 upstream

@@ -1,4 +1,4 @@
-//! Limits under stress (issue 14, SPEC §5.4 and §6): a concurrency slot
+//! Limits under stress (issue 14, docs/configuration/limit-response.md, docs/scaling-out.md): a concurrency slot
 //! whose release meets a Redis stall is released once Redis answers again
 //! (not at the end of its 5-minute lease), and a rejection answered from the
 //! local deny cache carries the figures of the store decision that put the
@@ -14,7 +14,7 @@ use common::redis::RedisServer;
 use common::{Echo, Gateway, OneRoute};
 
 // ---------------------------------------------------------------------------
-// Concurrency release during a Redis stall (SPEC §6)
+// Concurrency release during a Redis stall (docs/scaling-out.md)
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,7 +158,7 @@ async fn a_slot_taken_by_a_call_that_timed_out_is_given_back() {
 }
 
 // ---------------------------------------------------------------------------
-// Deny-cache rejections carry the deciding figures (SPEC §5.4)
+// Deny-cache rejections carry the deciding figures (docs/configuration/limit-response.md)
 // ---------------------------------------------------------------------------
 
 /// Limits of 10 units at `cost: 3`: three requests pass (r = 7, 4, 1), the

@@ -1,4 +1,4 @@
-//! Target health (SPEC §4): passive ejection and return after `eject`,
+//! Target health (docs/protocols.md): passive ejection and return after `eject`,
 //! active probes taking a target down after `unhealthy` failures and back
 //! after `healthy` successes, balancing around down targets, 503
 //! `no_healthy_upstream` when none is up, health kept across reloads, one

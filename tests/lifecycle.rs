@@ -1,6 +1,6 @@
 //! The process: hot reload (admin and SIGHUP, valid and invalid, listeners,
 //! under load), the admin API, graceful shutdown, and the command line
-//! (SPEC §1, §7, §8).
+//! (docs/operations.md).
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! The memory store stays bounded under a million distinct clients and
-//! gives the memory back once their entries expire (SPEC §6 `memory`).
+//! gives the memory back once their entries expire (docs/scaling-out.md `memory`).
 //!
 //! The load: keep-alive connections each pipelining batches of requests,
 //! every request with its own `x-client` value, on a `token_bucket` keyed

@@ -1,4 +1,4 @@
-//! Path parity (SPEC §3, `server.escaped_slashes`): no spelling of a
+//! Path parity (docs/protocols.md `server.escaped_slashes`): no spelling of a
 //! limited path reaches an upstream without being counted by that path's
 //! limit.
 //!
@@ -773,7 +773,7 @@ async fn every_spelling_of_a_limited_path_is_counted_or_rejected() {
     );
 }
 
-/// SPEC §3's example in each mode: `reject` answers 400; `decode` counts
+/// docs/protocols.md's example in each mode: `reject` answers 400; `decode` counts
 /// it against `/api/admin`'s limit and forwards `/api/admin`; `keep`
 /// forwards `/api%2Fadmin` to the catch-all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

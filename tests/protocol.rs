@@ -1,6 +1,6 @@
 //! Connection-level protection: head and body size limits, header-read and
 //! idle timeouts, `max_connections`, and request smuggling / malformed
-//! framing over raw TCP (SPEC §2 server, §4).
+//! framing over raw TCP (docs/configuration/server.md, docs/protocols.md).
 
 mod common;
 

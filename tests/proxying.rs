@@ -1,7 +1,8 @@
 //! Proxying: upstream errors and timeouts, retries, balancing, header hygiene,
 //! X-Forwarded-* and trusted proxies, the other identity headers (underscore
 //! spellings, vendor client-address headers), `server.deny`, the access log
-//! (SPEC §2 upstreams, §4, §5.2 client address).
+//! (docs/configuration/upstreams.md, docs/protocols.md, and the client
+//! address of docs/configuration/limits.md).
 
 mod common;
 
@@ -575,14 +576,14 @@ async fn trusted_proxy_chain_is_extended_and_client_is_rightmost_untrusted() {
     }
 }
 
-// Identity headers beyond X-Forwarded-* (SPEC §4): from an untrusted peer
+// Identity headers beyond X-Forwarded-* (docs/protocols.md): from an untrusted peer
 // the underscore spellings of the managed headers and the vendor
 // client-address headers are dropped, over HTTP/1.1 as written on the wire
 // and HTTP/2; a trusted peer's pass. A forwarded chain with empty elements
 // is forwarded without empty members, and the client read from the same
 // elements.
 
-/// Every name SPEC §4 has an untrusted peer's request lose, as a client
+/// Every name docs/protocols.md has an untrusted peer's request lose, as a client
 /// might spell it.
 const SPOOFS: [&str; 21] = [
     "X_Forwarded_For",

@@ -610,7 +610,7 @@ async fn a_limit_whose_slot_cannot_answer_is_left_out_of_a_rejection() {
 }
 
 // ---------------------------------------------------------------------------
-// A refund that fails leaves no concurrency slot taken (SPEC §6)
+// A refund that fails leaves no concurrency slot taken (docs/scaling-out.md)
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! The Redis store against a real `redis-server` (SPEC §5.1 atomicity, §5.2
+//! The Redis store against a real `redis-server` (docs/configuration/limits.md atomicity, §5.2
 //! store keys, §5.3 deny cache and resets across instances, §6 failures):
 //! exactness under concurrency over several instances for every algorithm,
 //! unlocking through another instance, all-or-nothing, `on_error` while
@@ -193,12 +193,13 @@ async fn all_or_nothing_on_redis() {
 }
 
 // ---------------------------------------------------------------------------
-// Redis down, frozen, back (SPEC §6 failures)
+// Redis down, frozen, back (docs/scaling-out.md failures)
 // ---------------------------------------------------------------------------
 
 /// The store timeout of these tests, and the margin allowed on top of it
 /// for this 2-core machine running gateways, Redis and the client at once
-/// (SPEC says `timeout` + 50 ms; measured, and asserted with this margin).
+/// (the store answers within `timeout`; measured, and asserted with this
+/// margin).
 /// 100 ms rather than 50: with several tests in parallel on debug builds a
 /// healthy Redis sometimes took over 50 ms to answer, which `on_error`
 /// rightly turned into a fallback decision.
@@ -659,7 +660,7 @@ fn other(sent: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
 }
 
 // ---------------------------------------------------------------------------
-// Key hygiene (SPEC §5.2)
+// Key hygiene (docs/configuration/limits.md)
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! Routing: every matcher, the path normaliser end to end, `respond` routes,
 //! `strip_prefix`, `preserve_host`, h2c clients, the 404 and request ids
-//! (SPEC §3, §4).
+//! (docs/configuration/routes.md, docs/protocols.md).
 
 mod common;
 

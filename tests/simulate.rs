@@ -1,6 +1,6 @@
-//! `tollgate simulate` (SPEC §9), through the real binary: logs whose
+//! `tollgate simulate` (docs/simulation.md), through the real binary: logs whose
 //! outcome each test computes independently (per-minute counts under a
-//! fixed window, an escalating lockout replayed by a model of SPEC §5.3),
+//! fixed window, an escalating lockout replayed by a model of docs/configuration/limits.md),
 //! the gateway's access-log format, the `--json` document checked whole,
 //! malformed lines, and the failures that exit 1.
 
@@ -251,7 +251,7 @@ fn fixed_window_counts_per_minute_exactly() {
     assert_eq!(busy, ["198.51.100.4", "52", "32", "0"], "{text}");
 }
 
-/// SPEC §5.3 lockouts over a fixed window, as a model independent of the
+/// docs/configuration/limits.md lockouts over a fixed window, as a model independent of the
 /// gateway's code: per request, `Ok`, `Rejected` or `LockedOut` (with
 /// whether it started the lock).
 #[derive(Debug, Default)]

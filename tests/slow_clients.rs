@@ -1,5 +1,5 @@
-//! Slow clients, idle connections and framing edges (SPEC §2 `timeouts`,
-//! §4): a stalled request body ends at `body_read`, a response that makes
+//! Slow clients, idle connections and framing edges (`server.timeouts`,
+//! docs/protocols.md): a stalled request body ends at `body_read`, a response that makes
 //! no progress ends at `send` (HTTP/1.1 and HTTP/2), and neither pins an
 //! upstream request; a connection with no request in progress lives for
 //! `idle`, whatever `header_read` is; chunk sizes past `max_body_bytes` or

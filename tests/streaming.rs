@@ -1,5 +1,5 @@
 //! Streaming: 256 MiB both ways through the gateway with its memory watched,
-//! trailers over h2c and chunked HTTP/1.1 (SPEC §4), plus a self-check of
+//! trailers over h2c and chunked HTTP/1.1 (docs/protocols.md), plus a self-check of
 //! the echo fixture these tests rely on.
 
 mod common;

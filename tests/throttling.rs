@@ -1,4 +1,4 @@
-//! Throttling end to end on the memory store (SPEC §5, §7 limit state
+//! Throttling end to end on the memory store (docs/configuration/limits.md, docs/operations.md limit state
 //! across reloads, §8 `/limits` and `/lockouts`): every algorithm with real
 //! sleeps and margins, cost, shadow mode, keys, exemptions and overrides,
 //! the client address behind proxies, lockouts, all-or-nothing, the
@@ -1318,7 +1318,7 @@ async fn admin_limits_get_delete_and_lockouts() {
 }
 
 // ---------------------------------------------------------------------------
-// Limit state across reloads (SPEC §7)
+// Limit state across reloads (docs/operations.md)
 // ---------------------------------------------------------------------------
 
 fn reload_config(second: bool) -> String {

@@ -1,4 +1,4 @@
-//! TLS through the real binary (SPEC §2 `server.tls`, §4): certificates
+//! TLS through the real binary (docs/configuration/, docs/protocols.md `server.tls`): certificates
 //! made here (rcgen, plus openssl for PKCS#1 and SEC1 keys), SNI over two
 //! certificates (a wildcard one), the default certificate without SNI,
 //! ALPN `h2` and `http/1.1` on one listener, TLS 1.2 and 1.3,

@@ -1,4 +1,4 @@
-//! WebSocket and other HTTP/1.1 upgrades through the gateway (SPEC §4): a
+//! WebSocket and other HTTP/1.1 upgrades through the gateway (docs/protocols.md): a
 //! real WebSocket client (tokio-tungstenite) and a real WebSocket echo
 //! server behind the real binary. The 101 is relayed and both directions
 //! tunnelled; the route's limits decide the upgrade request and a

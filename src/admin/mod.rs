@@ -1,4 +1,4 @@
-//! The admin listener (SPEC §8): health, readiness, config status, reload,
+//! The admin listener (docs/operations.md): health, readiness, config status, reload,
 //! metrics, limit state and lockouts, upstream health, and the dashboard.
 //! Never on a traffic port.
 //!

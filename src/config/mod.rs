@@ -18,7 +18,7 @@
 //!   share a traffic listener's address.
 //! - `match.path`/`exact` must be in normalised form, or they could never
 //!   match; `regex` is compiled anchored (`\A(?:...)\z`), so it must match
-//!   the whole normalised path, as SPEC §3 says.
+//!   the whole normalised path, as docs/configuration/routes.md says.
 //! - `respond.status` is 200..=599, `limit_response.status` 400..=599.
 
 mod error;
@@ -162,7 +162,7 @@ pub enum PathMatch {
 
 impl PathMatch {
     /// A route's `regex:`, compiled so that it must match the whole path
-    /// (`\A(?:pattern)\z`), as SPEC §3 says.
+    /// (`\A(?:pattern)\z`), as docs/configuration/routes.md says.
     pub fn regex(pattern: &str) -> Result<PathMatch, regex::Error> {
         regex::Regex::new(&format!(r"\A(?:{pattern})\z")).map(PathMatch::Regex)
     }

@@ -89,7 +89,7 @@ pub struct ServerConfig {
     pub escaped_slashes: EscapedSlashes,
 }
 
-/// `server.escaped_slashes` (SPEC §3): what an encoded slash or backslash
+/// `server.escaped_slashes` (docs/protocols.md): what an encoded slash or backslash
 /// (`%2F`, `%5C`, either case) in a request path does. See
 /// [`crate::route::normalise`] for the rules of each mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
@@ -232,7 +232,7 @@ pub struct ActiveHealth {
 pub struct LimitConfig {
     /// Its name: the policy's key, an inline limit's `name`, or `<route>.<index>`.
     pub name: String,
-    /// The algorithm and its validated parameters (SPEC §5.1).
+    /// The algorithm and its validated parameters (docs/configuration/limits.md).
     pub params: AlgoParams,
     /// The client key's components (at least one).
     pub key: Vec<KeySource>,
@@ -242,7 +242,7 @@ pub struct LimitConfig {
     pub cost: u64,
     /// Enforce or only observe.
     pub mode: Mode,
-    /// Lockout penalty after rejections (SPEC §5.3), defaults applied.
+    /// Lockout penalty after rejections (docs/configuration/limits.md), defaults applied.
     pub lockout: Option<LockParams>,
     /// Clients this limit never counts.
     pub exempt: Vec<ClientMatch>,
@@ -460,7 +460,7 @@ pub struct RespondConfig {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
-/// `limit_response:` (SPEC §5.4): a route's, or the server-wide default
+/// `limit_response:` (docs/configuration/limit-response.md): a route's, or the server-wide default
 /// for what a route leaves out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitResponse {
@@ -468,7 +468,7 @@ pub struct LimitResponse {
     pub status: StatusCode,
     /// Which rate-limit headers are sent.
     pub headers: HeaderStyle,
-    /// The body of a rejection; `None`: the JSON body of SPEC §5.4.
+    /// The body of a rejection; `None`: the JSON body of docs/configuration/limit-response.md.
     pub body: Option<Template>,
     /// The body of a `locked_out` rejection; `None`: `body`.
     pub locked_body: Option<Template>,

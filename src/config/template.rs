@@ -1,4 +1,4 @@
-//! Rejection messages with placeholders (SPEC §5.4, `limit_response.body`
+//! Rejection messages with placeholders (docs/configuration/limit-response.md `limit_response.body`
 //! and `locked_body`): `{error}`, `{limit}`, `{retry_after}` and
 //! `{request_id}` are replaced when a request is rejected.
 //!

@@ -1,4 +1,4 @@
-//! End-to-end tests of `parse`: the SPEC example, defaults, naming, and one
+//! End-to-end tests of `parse`: the full example config, defaults, naming, and one
 //! test per kind of error, each pinning the field path and line.
 
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ limits:
 routes:
 ";
 
-// ----- the SPEC example -----
+// ----- the full example config -----
 
 /// `text` without the line `line` (1-based) and the block under it.
 fn without_block(text: &str, line: usize) -> String {
@@ -88,7 +88,7 @@ fn without_block(text: &str, line: usize) -> String {
     out.join("\n") + "\n"
 }
 
-/// The fields of the SPEC's example that are refused, in file order, with
+/// The fields of the full example config that are refused, in file order, with
 /// how their message starts: the example's Sentinel and TLS fields, which
 /// its `backend: memory` has no use for (refused, never accepted and
 /// ignored).
@@ -103,7 +103,7 @@ const NOT_IN_THIS_BUILD: [(&str, &str); 2] = [
     ),
 ];
 
-/// The SPEC's example with the fields of [`NOT_IN_THIS_BUILD`] taken out,
+/// The full example config with the fields of [`NOT_IN_THIS_BUILD`] taken out,
 /// checking on the way that each is refused, by its path and line.
 fn spec_example_supported() -> String {
     let mut text = SPEC_EXAMPLE.to_owned();

@@ -1,4 +1,4 @@
-//! Rate-limit response fields (SPEC §5.4) on a response: the values
+//! Rate-limit response fields (docs/configuration/limit-response.md) on a response: the values
 //! `tollgate_limit::headers` writes for a decision's figures, as
 //! `RateLimit-Policy` / `RateLimit` (standard), `X-RateLimit-*` (legacy),
 //! both or none. The gateway's fields replace any of the same name from the

@@ -1,4 +1,4 @@
-//! Client keys (SPEC §5.2): what a limit counts a request against.
+//! Client keys (docs/configuration/limits.md): what a limit counts a request against.
 //!
 //! A limit's `key` is a list of sources; each gives one component of the
 //! request's key. The store never sees a component: [`client_key`] hashes

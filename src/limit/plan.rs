@@ -1,4 +1,4 @@
-//! A request's limits, planned (SPEC §5.1, §5.2): which of its route's
+//! A request's limits, planned (docs/configuration/limits.md): which of its route's
 //! limits apply to this client, under which key and parameters ([`plan`]).
 //!
 //! A plain function of the request and the limits, with no I/O: the

@@ -2,7 +2,7 @@
 //! were validated with it): its hashed key prefix, and the namespace its
 //! state lives under.
 //!
-//! The namespace is what SPEC §7 hangs state survival on: it is derived from
+//! The namespace is what docs/operations.md hangs state survival on: it is derived from
 //! the limit's name, its algorithm and its key sources, so a reload that
 //! changes only a rate or a size keeps the state (the algorithms re-read it
 //! under the new parameters), while one that changes the algorithm or the key

@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §8): one registry per process, rendered at
+//! Prometheus metrics (docs/operations.md): one registry per process, rendered at
 //! admin `GET /metrics` by the `prometheus-client` crate.
 //!
 //! Label values are only route, limit, upstream, target, backend and outcome

@@ -1,4 +1,4 @@
-//! Header hygiene on the way through the gateway (SPEC §4): hop-by-hop
+//! Header hygiene on the way through the gateway (docs/protocols.md): hop-by-hop
 //! headers, the `X-Forwarded-*` set and `X-Request-Id`.
 //!
 //! Order matters on a request going upstream: call [`strip_hop_by_hop`]
@@ -218,8 +218,8 @@ fn drop_forwarding_headers(headers: &mut HeaderMap) {
     }
 }
 
-/// Headers that say who the client is, other than `X-Forwarded-*` (SPEC
-/// §4): the ones the gateway manages and the vendor client-address ones
+/// Headers that say who the client is, other than `X-Forwarded-*`
+/// (docs/protocols.md): the ones the gateway manages and the vendor client-address ones
 /// (what a CDN or load balancer in front would set, and an application
 /// behind might believe).
 const IDENTITY_HEADERS: [&[u8]; 12] = [
@@ -237,7 +237,7 @@ const IDENTITY_HEADERS: [&[u8]; 12] = [
     b"forwarded-for",
 ];
 
-/// Whether a header from an untrusted peer is dropped (SPEC §4): any
+/// Whether a header from an untrusted peer is dropped (docs/protocols.md): any
 /// `X-Forwarded-*`, or one of [`IDENTITY_HEADERS`], also when spelt with
 /// `_` for `-` (`X_Forwarded_For`, `X-Real_IP`): servers such as NGINX and
 /// CGI/WSGI gateways make both spellings the same variable. `X-Request-Id`
@@ -336,7 +336,7 @@ pub struct LocationView<'a> {
     pub preserve_host: bool,
 }
 
-/// Upstream redirects in the client's view (SPEC §4 `rewrite_location`):
+/// Upstream redirects in the client's view (docs/protocols.md `rewrite_location`):
 /// a `Location` or `Content-Location` that points at the upstream (a path,
 /// or an absolute URL on the target's authority, or on the Host the
 /// upstream was sent) gets the route's stripped prefix back, and an
@@ -616,7 +616,7 @@ mod tests {
         assert_eq!(all(&h, "x-request-id"), ["kept-id"]);
     }
 
-    /// Every spelling SPEC §4 has an untrusted peer's request lose.
+    /// Every spelling docs/protocols.md has an untrusted peer's request lose.
     const SPOOFS: [&str; 19] = [
         "X_Forwarded_For",
         "x-forwarded_for",

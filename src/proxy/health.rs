@@ -1,4 +1,4 @@
-//! Target health (SPEC §4): passive (consecutive failed requests eject a
+//! Target health (docs/protocols.md): passive (consecutive failed requests eject a
 //! target for `eject`) and active (a probe of `path` on every target every
 //! `interval`; `unhealthy` failed probes in a row take it down, `healthy`
 //! passing ones bring it back). A target is up only when neither says it is

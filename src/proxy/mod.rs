@@ -1,6 +1,6 @@
 //! Forwarding to upstreams: pools, balancing and target health ([`pool`],
 //! [`balance`], [`health`]), header hygiene ([`headers`]), and [`forward`],
-//! which sends one request with the retry rules of SPEC §4.
+//! which sends one request with the retry rules of docs/protocols.md.
 
 pub mod balance;
 pub mod client;

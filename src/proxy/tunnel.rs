@@ -1,5 +1,5 @@
 //! HTTP/1.1 upgrades (WebSocket and any other `Upgrade` protocol but h2c),
-//! tunnelled after the upstream's `101 Switching Protocols` (SPEC §4).
+//! tunnelled after the upstream's `101 Switching Protocols` (docs/protocols.md).
 //!
 //! The upgrade request goes through the pipeline like any other (admission,
 //! the route's limits, then forwarding with its `Upgrade` and

@@ -1,4 +1,4 @@
-//! Route matchers: hosts, paths, methods and headers (SPEC §3).
+//! Route matchers: hosts, paths, methods and headers (docs/configuration/routes.md).
 //!
 //! Everything here is compiled once per config generation and then only
 //! compared against, without allocating, on every request.

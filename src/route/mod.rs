@@ -1,4 +1,4 @@
-//! Routing: the path normaliser and the route table (SPEC §3).
+//! Routing: the path normaliser and the route table (docs/configuration/routes.md).
 //!
 //! The pipeline normalises the path first ([`normalise::normalise_path`]),
 //! then asks the [`Router`] for the first route whose matchers all hold.

@@ -1,6 +1,6 @@
 //! Path normalisation: the one spelling of a request path that routes are
 //! matched against, that limits see, and that is forwarded upstream
-//! (SPEC §3).
+//! (docs/protocols.md).
 //!
 //! First, in every mode, these are errors (each answered with a 400):
 //!

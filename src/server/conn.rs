@@ -53,7 +53,7 @@ const MIN_BUF: usize = 8192;
 
 /// Serve `stream` (over TLS when `settings` say so) until the client
 /// closes, a timeout fires, or shutdown.
-pub async fn serve(
+pub(super) async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     mut settings: ConnSettings,

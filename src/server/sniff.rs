@@ -3,7 +3,7 @@
 //! hyper resolves a request that has both `Content-Length` and
 //! `Transfer-Encoding` safely (chunked wins, the length is dropped from the
 //! header map, the connection closes after it) but gives the service no way
-//! to see that it happened, and SPEC §4 wants such a request answered 400.
+//! to see that it happened, and docs/protocols.md wants such a request answered 400.
 //! [`SniffIo`] reads the same bytes hyper reads, follows request heads and
 //! body framing (Content-Length and chunked) just enough to find each head,
 //! and records the number of the first head that carried both fields. The
@@ -42,7 +42,7 @@ const MAX_HEADERS: usize = 128;
 /// chunk-size line that long is a bad chunk).
 const MAX_LINE: usize = 4096;
 
-/// The largest chunk size any request may announce: 2^63 (SPEC §4), past
+/// The largest chunk size any request may announce: 2^63 (docs/protocols.md), past
 /// which sizes overflow the signed lengths some upstreams parse them into.
 pub const MAX_CHUNK: u64 = 1 << 63;
 

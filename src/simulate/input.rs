@@ -1,4 +1,4 @@
-//! Reading one line of a request log (SPEC §9).
+//! Reading one line of a request log (docs/simulation.md).
 //!
 //! Two formats, detected per line:
 //!

@@ -1,4 +1,4 @@
-//! `tollgate simulate` (SPEC §9): replay a request log through a config's
+//! `tollgate simulate` (docs/simulation.md): replay a request log through a config's
 //! routes and limits on a virtual clock, and report what the config would
 //! have throttled, before it goes live.
 //!
@@ -10,8 +10,8 @@
 //! ([`plan::plan`]: exemptions, client keys, `on_missing_key`, overrides),
 //! decided by a fresh [`MemoryStore`] in one all-or-nothing step and read
 //! back by [`plan::verdict`]. Whatever `store:` the config names, the
-//! replay uses the memory store: both stores give the same decisions (SPEC
-//! §6).
+//! replay uses the memory store: both stores give the same decisions
+//! (docs/scaling-out.md).
 //!
 //! A line becomes an HTTP/1.1 request with its `host` as `Host` (HTTP/1.0,
 //! which may omit it, when the line has none), its `path` as the

@@ -143,7 +143,7 @@ pub struct Busy {
 }
 
 /// A virtual time as RFC 3339 UTC, with microseconds only when it has some.
-pub fn format_time(t: Micros) -> String {
+pub(super) fn format_time(t: Micros) -> String {
     let at = UNIX_EPOCH + Duration::from_micros(t);
     if t.is_multiple_of(1_000_000) {
         humantime::format_rfc3339_seconds(at).to_string()

@@ -1,7 +1,7 @@
 //! Helpers for the throttling tests: clients bound to `127.0.0.x`, the
 //! rate-limit fields parsed as RFC 9651 structured fields (the `sfv` crate),
-//! the rejection shape (SPEC §5.4), window alignment on the wall clock, and
-//! the admin `/limits` and `/lockouts` endpoints (SPEC §8).
+//! the rejection shape (docs/configuration/limit-response.md), window alignment on the wall clock, and
+//! the admin `/limits` and `/lockouts` endpoints (docs/operations.md).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -242,7 +242,7 @@ pub fn assert_ok(r: &Resp) {
     );
 }
 
-/// Asserts a rejection (SPEC §5.4): 429, JSON `{error, limit, retry_after,
+/// Asserts a rejection (docs/configuration/limit-response.md): 429, JSON `{error, limit, retry_after,
 /// request_id}`, `Retry-After` = `retry_after` (whole seconds, >= 1),
 /// `Cache-Control: no-store`, and, when the standard fields name the
 /// limit, `Retry-After >= t`. Returns `Retry-After`.

@@ -1,4 +1,4 @@
-//! The all-or-nothing decision over a request's limits (SPEC §5.1, §5.3):
+//! The all-or-nothing decision over a request's limits (docs/configuration/limits.md):
 //! the reference procedure. The memory store runs it inside one critical
 //! section over the request's keys; `lua/dispatch.lua` mirrors it inside one
 //! script call.

@@ -1,4 +1,4 @@
-//! The local deny cache (SPEC §5.3).
+//! The local deny cache (docs/configuration/limits.md).
 //!
 //! While a (limit, client) is locked out, or was rejected by a limit with no
 //! lockout policy, this instance answers that client itself until the retry

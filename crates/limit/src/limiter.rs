@@ -221,7 +221,7 @@ impl Drop for Leases {
         let checks = std::mem::take(&mut self.checks);
         match (&self.limiter.releases, self.local) {
             // Off this task, and retried while the store cannot answer
-            // (SPEC §6: a Redis stall never keeps slots taken).
+            // (docs/scaling-out.md: a Redis stall never keeps slots taken).
             (Some(releases), false) => {
                 let pending = checks
                     .iter()
@@ -437,7 +437,7 @@ impl Limiter {
     /// A decision call that failed once it may have been sent (it timed
     /// out, or its connection broke) may still be applied when Redis
     /// catches up, taking its `concurrency` leases with no response left to
-    /// end them (SPEC §6: a stall must not keep slots taken). So those
+    /// end them (docs/scaling-out.md: a stall must not keep slots taken). So those
     /// leases are given back through the release queue, which retries until
     /// a release goes through or the lease ends; a release of a lease that
     /// was never taken changes nothing. It is sent after the store's

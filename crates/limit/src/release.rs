@@ -1,4 +1,4 @@
-//! Concurrency releases that did not reach the store, tried again (SPEC §6).
+//! Concurrency releases that did not reach the store, tried again (docs/scaling-out.md).
 //!
 //! A `concurrency` slot is given back when the response ends or the client
 //! goes. If that release call fails (Redis stalled, the breaker open, a

@@ -1,5 +1,5 @@
-//! One conformance suite for both stores (SPEC §6: "both stores give the
-//! same decisions for the same sequence of requests and times"): scripted
+//! One conformance suite for both stores (both give the same decisions for
+//! the same sequence of requests and times, docs/scaling-out.md): scripted
 //! sequences with hand-derived figures, and random traces, run through the
 //! memory store and through a real Redis with a driven clock (`clock:
 //! local`, the gateway passes `now`).

@@ -173,7 +173,7 @@ impl Ctx<'_> {
         }
     }
 
-    /// A limit's `lockout` at `path`, with the SPEC's defaults.
+    /// A limit's `lockout` at `path`, with the documented defaults.
     fn lockout(&self, path: &str, raw: RawLockout, written: &Written) -> Result<LockParams> {
         let duration = raw
             .duration

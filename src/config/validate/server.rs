@@ -12,7 +12,7 @@ use crate::config::units::{Addr, Cidr, Size};
 use crate::config::Template;
 
 impl Ctx<'_> {
-    /// `server:`, with the SPEC's defaults.
+    /// `server:`, with the documented defaults.
     pub(super) fn server(&mut self, raw: RawServer) -> Result<ServerConfig> {
         let (listen, tls) = self.listeners(raw.listen, raw.tls)?;
         let ipv6_prefix = raw.ipv6_prefix.unwrap_or(64);

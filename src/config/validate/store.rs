@@ -9,7 +9,7 @@ use crate::config::model::{OnError, StoreBackend, StoreConfig, StoreTls, TimeSou
 use crate::config::raw::{RawBackend, RawStore, RawStoreTls};
 
 impl Ctx<'_> {
-    /// `store:`, with the SPEC's defaults.
+    /// `store:`, with the documented defaults.
     pub(super) fn store(&mut self, mut raw: RawStore) -> Result<StoreConfig> {
         let kind = raw.backend.unwrap_or(RawBackend::Memory);
         let urls = self.redis_urls(raw.url.as_deref(), raw.urls.take())?;

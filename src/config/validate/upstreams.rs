@@ -149,7 +149,7 @@ impl Ctx<'_> {
         })
     }
 
-    /// `health.passive` at `path`, with the SPEC's defaults.
+    /// `health.passive` at `path`, with the documented defaults.
     fn passive_health(&self, path: &str, raw: RawPassive) -> Result<PassiveHealth> {
         Ok(PassiveHealth {
             failures: self.at_least_one(&format!("{path}.failures"), raw.failures, 5)?,
@@ -161,7 +161,7 @@ impl Ctx<'_> {
         })
     }
 
-    /// `health.active` at `path`, with the SPEC's defaults.
+    /// `health.active` at `path`, with the documented defaults.
     fn active_health(&self, path: &str, raw: RawActive) -> Result<ActiveHealth> {
         let probe = raw.path.unwrap_or_else(|| "/healthz".to_owned());
         let field = format!("{path}.path");

@@ -37,7 +37,7 @@
 //! With `max_delay = 0` this is redis-cell's algorithm exactly. The `max`
 //! in `tat` is redis-cell's "a missing key means `tat = now`" (its key
 //! expires when `tat` passes); the `min` only acts after the parameters
-//! changed (SPEC §7), clamping a schedule longer than the new tolerance.
+//! changed (docs/operations.md), clamping a schedule longer than the new tolerance.
 
 use super::{at_most, nonzero, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION};
 

@@ -1,4 +1,4 @@
-//! Lockout penalties (SPEC §5.3), as pure maths on a small state. The Lua
+//! Lockout penalties (docs/configuration/limits.md), as pure maths on a small state. The Lua
 //! script `lua/lockout.lua` mirrors these functions line for line.
 //!
 //! # Formulas

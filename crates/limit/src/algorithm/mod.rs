@@ -1,4 +1,4 @@
-//! The rate-limiting algorithms (SPEC §5.1): pure maths on (params, stored
+//! The rate-limiting algorithms (docs/configuration/limits.md): pure maths on (params, stored
 //! state, now, cost).
 //!
 //! Every algorithm module has the same shape:
@@ -10,14 +10,14 @@
 //!   a fresh key. Its field names are short because they are the Redis hash
 //!   fields the Lua scripts use.
 //! - `effective(p, state, now) -> State`: the stored state brought to `now`
-//!   and made sane under `p` (SPEC §7: a limit whose rate or size changed
+//!   and made sane under `p` (docs/operations.md: a limit whose rate or size changed
 //!   keeps its state under the new parameters, so e.g. a backlog larger than
 //!   the new bucket is clamped). `check` starts with it; with unchanged
 //!   parameters it only moves time forward.
 //! - `check(p, state, now, cost) -> Verdict<State>`: the decision. Nothing is
 //!   stored by `check`: the caller commits [`Verdict::state`] (with
 //!   [`Verdict::ttl`]) only if every limit of the request allowed it
-//!   (all-or-nothing, SPEC §5.1). A `cost` of 0 is treated as 1 (config
+//!   (all-or-nothing, docs/configuration/limits.md). A `cost` of 0 is treated as 1 (config
 //!   validation rejects it before it gets here).
 //!
 //! `concurrency` differs: `acquire` / `release` a lease instead of `check`.
@@ -134,7 +134,7 @@ impl<S> Verdict<S> {
         self.retry_after.unwrap_or(self.window)
     }
 
-    /// The `t` to report for this limit (SPEC §5.4): `reset_after` when
+    /// The `t` to report for this limit (docs/configuration/limit-response.md): `reset_after` when
     /// allowed; on a rejection the time until this request could pass,
     /// [`Verdict::retry_hint`] (so `t` and `Retry-After` agree), capped at
     /// `window` so that `t <= w` holds. `Retry-After` is never earlier than

@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn burst_then_refill() {
-        // 10/s, burst 20: the SPEC's `per_client` (q=20;w=2).
+        // 10/s, burst 20: the documented `per_client` (q=20;w=2).
         let p = p(10, s(1), 20, 0);
         assert_eq!(p.window(), s(2));
         let mut st = State::default();

@@ -1,4 +1,4 @@
-//! The in-memory store (SPEC §6 `memory`): the default backend, and what
+//! The in-memory store (docs/scaling-out.md `memory`): the default backend, and what
 //! `on_error: local` falls back to.
 //!
 //! Entries live in [`SHARDS`] shards, each a `Mutex<HashMap>`, so there is no

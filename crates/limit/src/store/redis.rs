@@ -1,4 +1,4 @@
-//! The Redis store (SPEC §6, `backend: redis`): limit state shared by every
+//! The Redis store (docs/scaling-out.md `backend: redis`): limit state shared by every
 //! gateway instance, decided by atomic Lua functions.
 //!
 //! - At most one `FCALL` round trip per request decides all of its limits
@@ -328,7 +328,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl RedisStore {
     /// Hand the concurrency leases that a failed cluster refund left taken
     /// to `retry` (the limiter's release queue, which releases them again
-    /// until they go or their leases end: SPEC §6). Releasing a lease is
+    /// until they go or their leases end: docs/scaling-out.md). Releasing a lease is
     /// idempotent, so unlike a counter's refund it may be repeated. Set
     /// once; later calls change nothing.
     pub fn on_unreleased(&self, retry: impl Fn(Vec<Unreleased>) + Send + Sync + 'static) {
@@ -348,7 +348,7 @@ impl RedisStore {
     /// `TIME` is.
     ///
     /// Connects lazily: a Redis that is down at start-up is not an error
-    /// (SPEC §1), calls fail until it is back. Only a malformed URL is.
+    /// (docs/operations.md), calls fail until it is back. Only a malformed URL is.
     /// Must be called inside a Tokio runtime.
     pub fn new(
         url: &str,

@@ -11,7 +11,7 @@
 //! - GCRA answers redis-cell's documented `CL.THROTTLE` figures.
 //! - `refund.lua` (Redis Cluster): a request allowed and then refunded
 //!   leaves every later outcome as if it had never come, per algorithm on
-//!   random histories; and by hand, the SPEC's rules where a refund cannot
+//!   random histories; and by hand, the documented rules where a refund cannot
 //!   be exact (a rolled window, a drained bucket, GCRA's tat, one log entry,
 //!   one lease, the key's TTL, a key that is gone).
 //! - Arity errors are clear error replies.
@@ -980,7 +980,7 @@ fn any_limit() -> impl Strategy<Value = (AlgoParams, Option<LockParams>, bool)> 
         prop::bool::weighted(0.2),
     )
         .prop_map(|(p, l, shadow)| {
-            // SPEC §2: no lockout on a concurrency limit.
+            // docs/configuration/: no lockout on a concurrency limit.
             let l = if matches!(p, AlgoParams::Concurrency(_)) {
                 None
             } else {
@@ -1529,7 +1529,7 @@ const REFUNDED_LEASE: u64 = 99;
 ///
 /// With calls in between (the cluster's refund comes after other requests
 /// on the key may have been decided), no refund can be exact; the tests
-/// after this one check the SPEC's rules there: a window that rolled gets
+/// after this one check the documented rules there: a window that rolled gets
 /// nothing back, a bucket never goes below empty, gcra's tat never before
 /// now. (A clock that steps back is not exact either: the call moved a
 /// bucket's `ts` forward, the refund cannot move it back.)

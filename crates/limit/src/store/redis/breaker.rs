@@ -1,6 +1,6 @@
-//! The circuit breaker in front of Redis (SPEC §6: "after repeated failures
-//! the gateway stops calling the store for a short, growing back-off and
-//! probes it again").
+//! The circuit breaker in front of Redis (docs/scaling-out.md): after
+//! repeated failures the gateway stops calling the store for a short,
+//! growing back-off and probes it again.
 //!
 //! ```text
 //! closed --TRIP_AFTER consecutive failures--> open (back-off MIN_BACKOFF)

@@ -1,4 +1,4 @@
-//! Redis Cluster decisions (SPEC §5.1, §6): a request's checks grouped by
+//! Redis Cluster decisions (docs/configuration/limits.md, docs/scaling-out.md): a request's checks grouped by
 //! slot, one call per slot, run concurrently; when one slot's call rejects
 //! (or fails), what the others took is given back by a refund call
 //! (`lua/refund.lua`), so a request that does not pass consumes nothing.

@@ -1,4 +1,4 @@
-//! Coalescing (SPEC §6): while a decision call to Redis is in flight, the
+//! Coalescing (docs/scaling-out.md): while a decision call to Redis is in flight, the
 //! decisions of requests that arrive wait here, and go together as the next
 //! call: one `FCALL` carrying several requests' checks, which `dispatch.lua`
 //! decides one request after another, each all or nothing, in arrival

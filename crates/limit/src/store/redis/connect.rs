@@ -1,4 +1,4 @@
-//! How the Redis store reaches Redis (SPEC §6): one server (`redis`), the
+//! How the Redis store reaches Redis (docs/scaling-out.md): one server (`redis`), the
 //! master that Sentinel names (`redis_sentinel`), or a Redis Cluster
 //! (`redis_cluster`), over TCP or TLS (`rediss://`, rustls, `store.tls`).
 //!
