@@ -417,6 +417,9 @@ mod tests {
 
     /// Every error: its status, its `error` string, whether the connection
     /// closes, and its `grpc-status` (docs/protocols.md).
+    ///
+    /// Why one function: one table, a row per error variant, so a variant
+    /// missing from it is seen at a glance.
     #[tokio::test]
     async fn every_error_maps_to_its_status_code_string_and_grpc_status() {
         let id = HeaderValue::from_static("abc");

@@ -537,45 +537,7 @@ pub fn client_key(data: &[u8]) {
 /// others are left alone. Returns the two standard field values written,
 /// for a second, independent RFC 9651 parser to check.
 pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
-    let mut lines = Lines::new(data);
-    let style = match lines.text().trim() {
-        "standard" => HeaderStyle::Standard,
-        "legacy" => HeaderStyle::Legacy,
-        "none" => HeaderStyle::None,
-        _ => HeaderStyle::Both,
-    };
-    let mut rows = Vec::new();
-    for line in lines.0.take(16) {
-        let line = String::from_utf8_lossy(line);
-        let mut f = line.split('\t');
-        let name = f.next().unwrap_or_default().to_owned();
-        let mut num = || {
-            f.next()
-                .and_then(|n| n.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let outcome = Outcome {
-            status: Status::Allowed,
-            lock_started: false,
-            delay: 0,
-            limit: num(),
-            window: num(),
-            remaining: num(),
-            reset: num(),
-            retry_after: 0,
-        };
-        let concurrency = f.next().is_some_and(|c| !c.trim().is_empty());
-        rows.push((name, outcome, concurrency));
-    }
-    let limits: Vec<Figure> = rows
-        .iter()
-        .map(|(name, outcome, concurrency)| Figure {
-            name: name.as_str().into(),
-            outcome: *outcome,
-            concurrency: *concurrency,
-        })
-        .collect();
-
+    let (style, limits) = ratelimit_input(data);
     let all = [
         RATELIMIT_POLICY,
         RATELIMIT,
@@ -598,68 +560,129 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
         let count = headers.get_all(name).iter().count();
         assert_eq!(count, if written { 1 } else { 2 }, "{name} lines");
     }
-    const MAX: u64 = 999_999_999_999_999;
-    const SECOND: u64 = 1_000_000;
-    let w = |o: &Outcome| o.window.div_ceil(SECOND).clamp(1, MAX);
-    let t = |o: &Outcome| o.reset.div_ceil(SECOND).min(w(o));
     let mut fields = Vec::new();
     if standard {
-        let policy = headers.get(RATELIMIT_POLICY).expect("written");
-        let state = headers.get(RATELIMIT).expect("written");
-        let policy_items = parse_sf_list(policy.as_bytes())
-            .unwrap_or_else(|| panic!("RateLimit-Policy {policy:?} is an RFC 9651 List"));
-        let state_items = parse_sf_list(state.as_bytes())
-            .unwrap_or_else(|| panic!("RateLimit {state:?} is an RFC 9651 List"));
-        assert_eq!(policy_items.len(), limits.len());
-        assert_eq!(state_items.len(), limits.len());
-        for ((l, p), s) in limits.iter().zip(&policy_items).zip(&state_items) {
-            let o = &l.outcome;
-            let name: String = l
-                .name
-                .chars()
-                .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
-                .collect();
-            let mut want_policy = vec![
-                ("q".to_owned(), SfValue::Int(o.limit.min(MAX))),
-                ("w".to_owned(), SfValue::Int(w(o))),
-            ];
-            if l.concurrency {
-                want_policy.push((
-                    "qu".to_owned(),
-                    SfValue::Str("concurrent-requests".to_owned()),
-                ));
-            }
-            assert_eq!(*p, (name.clone(), want_policy));
-            let want_state = vec![
-                ("r".to_owned(), SfValue::Int(o.remaining.min(MAX))),
-                ("t".to_owned(), SfValue::Int(t(o))),
-            ];
-            assert_eq!(*s, (name, want_state));
-            assert!(t(o) <= w(o));
-        }
-        fields.extend([policy.clone(), state.clone()]);
+        fields.extend(check_standard_fields(&headers, &limits));
     }
     if legacy {
-        // The most restrictive: least remaining, then longest reset, then
-        // the first.
-        let mut most = &limits[0].outcome;
-        for l in &limits[1..] {
-            let o = &l.outcome;
-            if o.remaining < most.remaining
-                || (o.remaining == most.remaining && o.reset > most.reset)
-            {
-                most = o;
-            }
-        }
-        let int = |name: &HeaderName| {
-            let v = headers.get(name).expect("written").to_str().expect("ASCII");
-            v.parse::<u64>().unwrap_or_else(|_| panic!("{name}: {v:?}"))
-        };
-        assert_eq!(int(&X_RATELIMIT_LIMIT), most.limit.min(MAX));
-        assert_eq!(int(&X_RATELIMIT_REMAINING), most.remaining.min(MAX));
-        assert_eq!(int(&X_RATELIMIT_RESET), t(most));
+        check_legacy_fields(&headers, &limits);
     }
     fields
+}
+
+/// The largest RFC 9651 Integer.
+const SF_MAX: u64 = 999_999_999_999_999;
+
+/// `w` as the fields show it: whole seconds, rounded up, at least 1.
+fn shown_window(o: &Outcome) -> u64 {
+    o.window
+        .div_ceil(tollgate_limit::algorithm::SECOND)
+        .clamp(1, SF_MAX)
+}
+
+/// `t` as the fields show it: whole seconds, rounded up, at most `w`.
+fn shown_reset(o: &Outcome) -> u64 {
+    o.reset
+        .div_ceil(tollgate_limit::algorithm::SECOND)
+        .min(shown_window(o))
+}
+
+/// [`ratelimit_headers`]'s input: the style (line 1) and one limit per
+/// further line (16 at most).
+fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
+    let mut lines = Lines::new(data);
+    let style = match lines.text().trim() {
+        "standard" => HeaderStyle::Standard,
+        "legacy" => HeaderStyle::Legacy,
+        "none" => HeaderStyle::None,
+        _ => HeaderStyle::Both,
+    };
+    let mut limits = Vec::new();
+    for line in lines.0.take(16) {
+        let line = String::from_utf8_lossy(line);
+        let mut f = line.split('\t');
+        let name = f.next().unwrap_or_default().to_owned();
+        let mut num = || {
+            f.next()
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let outcome = Outcome {
+            status: Status::Allowed,
+            lock_started: false,
+            delay: 0,
+            limit: num(),
+            window: num(),
+            remaining: num(),
+            reset: num(),
+            retry_after: 0,
+        };
+        let concurrency = f.next().is_some_and(|c| !c.trim().is_empty());
+        limits.push(Figure {
+            name: name.as_str().into(),
+            outcome,
+            concurrency,
+        });
+    }
+    (style, limits)
+}
+
+/// `RateLimit-Policy` and `RateLimit` are RFC 9651 Lists with one item per
+/// limit, in order, carrying exactly its figures; returns the two values.
+fn check_standard_fields(headers: &HeaderMap, limits: &[Figure]) -> [HeaderValue; 2] {
+    let policy = headers.get(RATELIMIT_POLICY).expect("written");
+    let state = headers.get(RATELIMIT).expect("written");
+    let policy_items = parse_sf_list(policy.as_bytes())
+        .unwrap_or_else(|| panic!("RateLimit-Policy {policy:?} is an RFC 9651 List"));
+    let state_items = parse_sf_list(state.as_bytes())
+        .unwrap_or_else(|| panic!("RateLimit {state:?} is an RFC 9651 List"));
+    assert_eq!(policy_items.len(), limits.len());
+    assert_eq!(state_items.len(), limits.len());
+    for ((l, p), s) in limits.iter().zip(&policy_items).zip(&state_items) {
+        let o = &l.outcome;
+        let name: String = l
+            .name
+            .chars()
+            .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+            .collect();
+        let mut want_policy = vec![
+            ("q".to_owned(), SfValue::Int(o.limit.min(SF_MAX))),
+            ("w".to_owned(), SfValue::Int(shown_window(o))),
+        ];
+        if l.concurrency {
+            want_policy.push((
+                "qu".to_owned(),
+                SfValue::Str("concurrent-requests".to_owned()),
+            ));
+        }
+        assert_eq!(*p, (name.clone(), want_policy));
+        let want_state = vec![
+            ("r".to_owned(), SfValue::Int(o.remaining.min(SF_MAX))),
+            ("t".to_owned(), SfValue::Int(shown_reset(o))),
+        ];
+        assert_eq!(*s, (name, want_state));
+        assert!(shown_reset(o) <= shown_window(o));
+    }
+    [policy.clone(), state.clone()]
+}
+
+/// `X-RateLimit-*` are the most restrictive limit's: least remaining, then
+/// longest reset, then the first.
+fn check_legacy_fields(headers: &HeaderMap, limits: &[Figure]) {
+    let mut most = &limits[0].outcome;
+    for l in &limits[1..] {
+        let o = &l.outcome;
+        if o.remaining < most.remaining || (o.remaining == most.remaining && o.reset > most.reset) {
+            most = o;
+        }
+    }
+    let int = |name: &HeaderName| {
+        let v = headers.get(name).expect("written").to_str().expect("ASCII");
+        v.parse::<u64>().unwrap_or_else(|_| panic!("{name}: {v:?}"))
+    };
+    assert_eq!(int(&X_RATELIMIT_LIMIT), most.limit.min(SF_MAX));
+    assert_eq!(int(&X_RATELIMIT_REMAINING), most.remaining.min(SF_MAX));
+    assert_eq!(int(&X_RATELIMIT_RESET), shown_reset(most));
 }
 
 /// A parameter value of the RFC 9651 subset the rate-limit fields use.

@@ -825,3 +825,93 @@ fn the_limiter_crate_builds_without_http_or_the_gateway() {
         }
     }
 }
+
+/// The longest a function may be (its lines from `fn` to its closing
+/// brace) without saying why in its doc comment.
+const LONG_FUNCTION: usize = 100;
+
+/// What a longer function's doc comment says, followed by the reason.
+const LONG_REASON: &str = "Why one function:";
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Each function of `text` over [`LONG_FUNCTION`] lines whose doc comment
+/// gives no reason: (line of its `fn`, name, length).
+fn long_functions(text: &str) -> Vec<(usize, String, usize)> {
+    let code = blank_comments_and_strings(text);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for at in keywords(&code, &["fn"]) {
+        let name = word_at(&code, skip_space(&code, at + 2));
+        // A body, not a declaration (`fn f();` in a trait) nor a type.
+        let Some(open) = code[at..].find(['{', ';']).map(|i| at + i) else {
+            continue;
+        };
+        if !code[open..].starts_with('{') || name.is_empty() {
+            continue;
+        }
+        let first = code[..at].matches('\n').count();
+        let last = code[..block_end(&code, open)].matches('\n').count();
+        let length = last - first + 1;
+        if length <= LONG_FUNCTION {
+            continue;
+        }
+        // The doc comment: the `///` lines above, past attributes.
+        let doc: String = lines[..first]
+            .iter()
+            .rev()
+            .map(|l| l.trim())
+            .skip_while(|l| l.starts_with("#["))
+            .take_while(|l| l.starts_with("///"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if !doc.contains(LONG_REASON) {
+            found.push((first + 1, name.to_owned(), length));
+        }
+    }
+    found
+}
+
+/// Functions of one concern: none over [`LONG_FUNCTION`] lines in either
+/// crate (tests included) unless its doc comment says why, after
+/// [`LONG_REASON`].
+#[test]
+fn no_function_is_long_without_a_reason() {
+    let sample = format!(
+        "/// Short.\nfn a() {{\n}}\n/// {LONG_REASON} a table.\n#[test]\nfn b() {{\n{}}}\nfn c() {{\n{}}}\n",
+        "    x();\n".repeat(LONG_FUNCTION),
+        "    let s = \"}\";\n".repeat(LONG_FUNCTION)
+    );
+    assert_eq!(
+        long_functions(&sample),
+        [(LONG_FUNCTION + 8, "c".to_owned(), LONG_FUNCTION + 2)],
+        "the reader measures functions and reads their reasons"
+    );
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    rust_files(&root().join("crates"), &mut files);
+    let mut long = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (line, name, length) in long_functions(&text) {
+            let file = path.strip_prefix(root()).unwrap().display();
+            long.push(format!("{file}:{line}: fn {name}, {length} lines"));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {LONG_FUNCTION} lines whose doc comment gives no reason \
+         (\"{LONG_REASON} ...\"):\n{}",
+        long.join("\n")
+    );
+}

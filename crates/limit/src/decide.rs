@@ -43,6 +43,10 @@ pub(crate) struct Writes {
 }
 
 /// Decide `checks` at `now` from their `loaded` states (same order).
+///
+/// Why one function: it is the reference `lua/dispatch.lua` mirrors line
+/// for line (the module doc's procedure, in its order); in pieces the two
+/// could no longer be read side by side.
 pub(crate) fn decide(
     checks: &[Check],
     loaded: &[Loaded<'_>],

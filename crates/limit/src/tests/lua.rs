@@ -998,6 +998,12 @@ fn any_request() -> impl Strategy<Value = Request> {
     (1u8..16, 0u8..2, 0u64..4, 0u64..4, 0u64..3_000)
 }
 
+/// `dispatch.lua` gives the outcomes and writes `decide::decide` gives, on
+/// random multi-limit requests over a pool of limits.
+///
+/// Why one function: the model, the pool of limits and the replay share
+/// one proptest case's state (the keys, the driven clock, the reference
+/// states), which closures over it read most plainly.
 #[test]
 fn dispatch_matches_decide() {
     let _busy = CPU.blocking_read();
@@ -1320,6 +1326,10 @@ fn batch_as_one_by_one(
     Ok(())
 }
 
+/// Every entry point answers a call with the wrong number of keys or
+/// arguments with a clear error reply, and runs nothing.
+///
+/// Why one function: one table, a row per malformed call.
 #[test]
 fn arity_errors_are_clear() {
     let _busy = CPU.blocking_read();
