@@ -409,7 +409,14 @@ fn lint_dockerfile(text: &str, dockerignore: &str) -> (Image, Vec<String>) {
             "src/main.rs",
             "lua/common.lua",
             "vendor/hyper/Cargo.toml",
-            "benches/decision.rs",
+            "benches/route.rs",
+            // The workspace's other members, and the bench the limiter's
+            // manifest names.
+            "crates/limit/Cargo.toml",
+            "crates/limit/src/lib.rs",
+            "crates/limit/benches/decision.rs",
+            "crates/testkit/Cargo.toml",
+            "crates/testkit/src/lib.rs",
         ]
         .map(String::from),
     );
