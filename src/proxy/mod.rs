@@ -64,6 +64,11 @@ fn idempotent(method: &Method) -> bool {
 /// made) or the method is idempotent and the request no upgrade (no response
 /// byte came). A timeout is never retried: the request may be running
 /// upstream.
+///
+/// Why one function: each attempt builds its request in place and sends
+/// it within the retry loop, on the hot path of every proxied request;
+/// building it in a helper moved the request and its headers (see
+/// `pipeline::forward`, measured with it).
 pub async fn forward(
     pool: &Arc<UpstreamPool>,
     out: Outbound,
@@ -82,6 +87,11 @@ pub async fn forward(
     } = out;
     // Each attempt goes to a target not tried yet.
     let attempts = (pool.config.retries as usize + 1).min(pool.targets.len());
+    let version = if pool.config.http2 {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
     let (body, mut slot) = UpstreamBody::new(body);
     let mut body = Some(body);
     let mut tried: SmallVec<[usize; 4]> = SmallVec::new();
@@ -96,25 +106,38 @@ pub async fn forward(
         };
         tried.push(target);
         let t = &pool.targets[target];
+        // HTTP/1.1 sends the origin form; HTTP/2 needs `:scheme` and
+        // `:authority`.
+        let uri = if pool.config.http2 {
+            Uri::builder()
+                .scheme(t.scheme.clone())
+                .authority(t.authority.clone())
+                .path_and_query(path_and_query.clone())
+                .build()
+                .map_err(|_| GatewayError::BadRequest {
+                    reason: "request target",
+                    close: false,
+                })?
+        } else {
+            Uri::from(path_and_query.clone())
+        };
+        let host_value = match (&host, preserve_host) {
+            (Some(h), true) => h.clone(),
+            _ => t.host.clone(),
+        };
         // Keep the headers for a possible retry only when one could happen.
-        let request_headers = if tried.len() == attempts {
+        let last_chance = tried.len() == attempts;
+        let mut request_headers = if last_chance {
             std::mem::take(&mut headers)
         } else {
             headers.clone()
         };
-        let target_host = match (&host, preserve_host) {
-            (Some(h), true) => h.clone(),
-            _ => t.host.clone(),
-        };
-        let request = attempt(
-            pool.config.http2,
-            t,
-            &method,
-            &path_and_query,
-            target_host,
-            request_headers,
-            this_body,
-        )?;
+        request_headers.insert(header::HOST, host_value);
+        let mut request = Request::new(this_body);
+        *request.method_mut() = method.clone();
+        *request.uri_mut() = uri;
+        *request.version_mut() = version;
+        *request.headers_mut() = request_headers;
 
         let guard = InFlight::new(pool.clone(), target);
         let started = Instant::now();
@@ -132,9 +155,16 @@ pub async fn forward(
                 return Ok((response, guard));
             }
             Ok(Err(error)) => {
-                // The client's body failed the attempt: no retry helps.
-                if let Some(fault) = slot.client_fault() {
-                    return Err(client_fault(fault));
+                match slot.client_fault() {
+                    Some(ClientFault::Broken) => {
+                        return Err(GatewayError::BadRequest {
+                            reason: "malformed request body",
+                            close: true,
+                        })
+                    }
+                    Some(ClientFault::TooLarge) => return Err(GatewayError::BodyTooLarge),
+                    Some(ClientFault::TimedOut) => return Err(GatewayError::BodyTimeout),
+                    None => {}
                 }
                 pool.record(target, false);
                 tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
@@ -158,51 +188,4 @@ pub async fn forward(
         }
     }
     Err(last_error)
-}
-
-/// The request of one attempt at target `t`: HTTP/1.1 sends the origin
-/// form, HTTP/2 (`http2`) needs `:scheme` and `:authority`; `host` is the
-/// client's (`preserve_host`) or the target's.
-fn attempt(
-    http2: bool,
-    t: &pool::Target,
-    method: &Method,
-    path_and_query: &PathAndQuery,
-    host: HeaderValue,
-    mut headers: HeaderMap,
-    body: UpstreamBody,
-) -> Result<Request<UpstreamBody>, GatewayError> {
-    let (uri, version) = if http2 {
-        let uri = Uri::builder()
-            .scheme(t.scheme.clone())
-            .authority(t.authority.clone())
-            .path_and_query(path_and_query.clone())
-            .build()
-            .map_err(|_| GatewayError::BadRequest {
-                reason: "request target",
-                close: false,
-            })?;
-        (uri, Version::HTTP_2)
-    } else {
-        (Uri::from(path_and_query.clone()), Version::HTTP_11)
-    };
-    headers.insert(header::HOST, host);
-    let mut request = Request::new(body);
-    *request.method_mut() = method.clone();
-    *request.uri_mut() = uri;
-    *request.version_mut() = version;
-    *request.headers_mut() = headers;
-    Ok(request)
-}
-
-/// The answer to an attempt the client's own body failed.
-fn client_fault(fault: ClientFault) -> GatewayError {
-    match fault {
-        ClientFault::Broken => GatewayError::BadRequest {
-            reason: "malformed request body",
-            close: true,
-        },
-        ClientFault::TooLarge => GatewayError::BodyTooLarge,
-        ClientFault::TimedOut => GatewayError::BodyTimeout,
-    }
 }

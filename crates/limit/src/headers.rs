@@ -110,21 +110,24 @@ fn shown(figures: &[Figure]) -> impl Iterator<Item = &Figure> {
 /// figure is shown. Both values share one buffer: one allocation for the
 /// text and one for the handle.
 pub fn standard(figures: &[Figure]) -> Option<(Bytes, Bytes)> {
-    let names: usize = shown(figures).map(|f| f.name.len() + 4).sum();
-    if names == 0 {
-        return None;
-    }
+    // Room for every figure's name twice, and the numbers.
+    let names: usize = figures.iter().map(|f| f.name.len() + 4).sum();
     let mut buf = Vec::with_capacity(2 * names + figures.len() * 96);
-    for (i, f) in shown(figures).enumerate() {
+    let mut shown_count = 0;
+    for f in shown(figures) {
         push_item(
             &mut buf,
-            i,
+            shown_count,
             &f.name,
             [(b";q=", quota(f)), (b";w=", window(f))],
         );
         if f.concurrency {
             buf.extend_from_slice(b";qu=\"concurrent-requests\"");
         }
+        shown_count += 1;
+    }
+    if shown_count == 0 {
+        return None;
     }
     let policy_len = buf.len();
     for (i, f) in shown(figures).enumerate() {

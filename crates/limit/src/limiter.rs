@@ -482,15 +482,6 @@ impl Limiter {
         now: Micros,
         local: bool,
     ) -> Decision {
-        let figures: Vec<Figure> = outcomes
-            .iter()
-            .zip(&checks)
-            .map(|(outcome, check)| Figure {
-                name: check.name.clone(),
-                outcome: *outcome,
-                concurrency: check.is_concurrency(),
-            })
-            .collect();
         for (i, (outcome, check)) in outcomes.iter().zip(&checks).enumerate() {
             if !matches!(outcome.status, Status::Rejected | Status::LockedOut) {
                 continue;
@@ -502,7 +493,11 @@ impl Limiter {
                 || (check.lockout.is_none() && !check.is_concurrency());
             if cacheable && outcome.retry_after > 0 {
                 let cached = Cached {
-                    figure: figures[i].clone(),
+                    figure: Figure {
+                        name: check.name.clone(),
+                        outcome: *outcome,
+                        concurrency: check.is_concurrency(),
+                    },
                     params: check.params.clone(),
                 };
                 self.deny.insert_with(
@@ -517,14 +512,35 @@ impl Limiter {
                 self.label(check.key, &check.name, &display, now, outcome.retry_after);
             }
         }
-        match verdict(&outcomes) {
+        let verdict = verdict(&outcomes);
+        let allowed = matches!(verdict, Verdict::Allow { .. });
+        // The figures take the checks' names (no count to bump); an
+        // admitted request's concurrency checks become its leases.
+        let mut lease_checks = Vec::new();
+        let mut figures = Vec::with_capacity(checks.len());
+        for (outcome, check) in outcomes.iter().zip(checks) {
+            let concurrency = check.is_concurrency();
+            let name = if allowed && check.lease != 0 {
+                let name = check.name.clone();
+                lease_checks.push(check);
+                name
+            } else {
+                check.name
+            };
+            figures.push(Figure {
+                name,
+                outcome: *outcome,
+                concurrency,
+            });
+        }
+        match verdict {
             Verdict::Reject {
                 index,
                 locked_out,
                 retry_after,
             } => Decision::Reject {
                 locked_out,
-                limit: checks[index].name.clone(),
+                limit: figures[index].name.clone(),
                 retry_after,
                 figures,
             },
@@ -532,8 +548,6 @@ impl Limiter {
                 delay,
                 shadow_rejected,
             } => {
-                let lease_checks: Vec<Check> =
-                    checks.into_iter().filter(|c| c.lease != 0).collect();
                 let leases = (!lease_checks.is_empty()).then(|| Leases {
                     limiter: self.clone(),
                     checks: lease_checks,
