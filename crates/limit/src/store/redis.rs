@@ -113,7 +113,7 @@ fn write_tagged(w: &mut impl std::io::Write, prefix: &str, key: &StoreKey, suffi
 /// `dispatch.lua`'s `KEYS` for one request or a batch: each check's state
 /// key, then its lockout key if it has a lockout; last, the lockout index
 /// if any check has one. Written straight into the command.
-pub struct DispatchKeys<'a, R> {
+pub(crate) struct DispatchKeys<'a, R> {
     /// The key prefix.
     pub prefix: &'a str,
     /// Each request's checks, in order.
@@ -129,18 +129,13 @@ impl<R: AsRef<[Check]>> DispatchKeys<'_, R> {
     }
 
     /// How many keys there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let (mut keys, mut locks) = (0, false);
         for c in self.checks() {
             keys += 1 + usize::from(c.lockout.is_some());
             locks |= c.lockout.is_some();
         }
         keys + usize::from(locks && self.index)
-    }
-
-    /// Whether there are none (no checks).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -176,7 +171,7 @@ pub fn label_key(prefix: &str, key: &StoreKey) -> String {
 /// hash tag: on Redis Cluster it lives on a slot of its own, so decision
 /// calls leave it out and the store enters lockouts in it with a separate
 /// call ([`RedisStore::index_lockouts`]).
-pub fn index_key(prefix: &str) -> String {
+pub(crate) fn index_key(prefix: &str) -> String {
     let mut s = Vec::with_capacity(prefix.len() + 9);
     write_index_key(&mut s, prefix);
     String::from_utf8(s).expect("a prefix and ASCII")
@@ -192,7 +187,7 @@ fn write_index_key(w: &mut impl std::io::Write, prefix: &str) {
 
 /// The pub/sub channel of admin resets. A message is the 32 hex of a store
 /// key, or `*` for everything.
-pub fn reset_channel(prefix: &str) -> String {
+pub(crate) fn reset_channel(prefix: &str) -> String {
     format!("{prefix}:reset")
 }
 
@@ -284,7 +279,7 @@ struct Inner {
 
 /// A lease a failed refund left taken: its key, its id, and when it ends
 /// by itself.
-pub type Unreleased = (StoreKey, u64, Micros);
+pub(crate) type Unreleased = (StoreKey, u64, Micros);
 
 /// The hook [`RedisStore::on_unreleased`] sets.
 struct UnreleasedLeases(Box<dyn Fn(Vec<Unreleased>) + Send + Sync>);
@@ -331,7 +326,7 @@ impl RedisStore {
     /// until they go or their leases end: docs/scaling-out.md). Releasing a lease is
     /// idempotent, so unlike a counter's refund it may be repeated. Set
     /// once; later calls change nothing.
-    pub fn on_unreleased(&self, retry: impl Fn(Vec<Unreleased>) + Send + Sync + 'static) {
+    pub(crate) fn on_unreleased(&self, retry: impl Fn(Vec<Unreleased>) + Send + Sync + 'static) {
         let _ = self.inner.unreleased.set(UnreleasedLeases(Box::new(retry)));
     }
 
@@ -496,11 +491,6 @@ impl RedisStore {
         });
     }
 
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
     /// Whether calls go to Redis (the breaker is closed). While false, calls
     /// fail fast with [`StoreError::Unavailable`], but for an occasional
     /// probe.
@@ -527,7 +517,7 @@ impl RedisStore {
     }
 
     /// Whether the store is a Redis Cluster.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         self.inner.source.is_cluster()
     }
 
@@ -731,7 +721,7 @@ impl RedisStore {
 
     /// Record who `key` is (`"<limit>\t<display>"`) for `ttl`: written when
     /// a lockout starts, read by [`RedisStore::labels`].
-    pub async fn set_label(
+    pub(crate) async fn set_label(
         &self,
         key: &StoreKey,
         label: &str,
@@ -753,7 +743,10 @@ impl RedisStore {
     }
 
     /// The labels of `keys` (see [`RedisStore::set_label`]), in order.
-    pub async fn labels(&self, keys_: &[StoreKey]) -> Result<Vec<Option<String>>, StoreError> {
+    pub(crate) async fn labels(
+        &self,
+        keys_: &[StoreKey],
+    ) -> Result<Vec<Option<String>>, StoreError> {
         if keys_.is_empty() {
             return Ok(Vec::new());
         }
@@ -771,7 +764,7 @@ impl RedisStore {
     }
 
     /// Tell every instance (through `<prefix>:reset`) that `key` was reset.
-    pub async fn publish_reset(&self, key: &StoreKey) -> Result<(), StoreError> {
+    pub(crate) async fn publish_reset(&self, key: &StoreKey) -> Result<(), StoreError> {
         self.publish(hex::encode(key)).await
     }
 
@@ -793,7 +786,7 @@ impl RedisStore {
     /// any gap it yields `None`, since resets may have been missed. The task
     /// ends when the receiver is dropped. Must be called inside a Tokio
     /// runtime.
-    pub fn subscribe_resets(&self) -> mpsc::Receiver<Option<StoreKey>> {
+    pub(crate) fn subscribe_resets(&self) -> mpsc::Receiver<Option<StoreKey>> {
         let (tx, rx) = mpsc::channel(64);
         let channel = reset_channel(&self.inner.prefix);
         tokio::spawn(subscriber(self.clone(), channel, tx));
