@@ -30,7 +30,7 @@
 //! thread.
 //!
 //! **Threads.** Idle HTTP/1.1 connections are kept per worker thread (up to
-//! [`IDLE_LISTS`] lists): a connection's task runs on the thread that opened
+//! `IDLE_LISTS` lists): a connection's task runs on the thread that opened
 //! it, so a request on another thread would cross threads twice per
 //! exchange; each thread takes back only what it opened.
 

@@ -238,7 +238,7 @@ const IDENTITY_HEADERS: [&[u8]; 12] = [
 ];
 
 /// Whether a header from an untrusted peer is dropped (docs/protocols.md): any
-/// `X-Forwarded-*`, or one of [`IDENTITY_HEADERS`], also when spelt with
+/// `X-Forwarded-*`, or one of `IDENTITY_HEADERS`, also when spelt with
 /// `_` for `-` (`X_Forwarded_For`, `X-Real_IP`): servers such as NGINX and
 /// CGI/WSGI gateways make both spellings the same variable. `X-Request-Id`
 /// itself is replaced rather than dropped; its underscore spellings go.

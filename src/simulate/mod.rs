@@ -1,17 +1,20 @@
-//! `tollgate simulate` (docs/simulation.md): replay a request log through a config's
-//! routes and limits on a virtual clock, and report what the config would
-//! have throttled, before it goes live.
+//! `tollgate simulate` (docs/simulation.md): replay a request log through
+//! a config's routes and limits on a virtual clock, and report what the
+//! config would have throttled, before it goes live.
 //!
 //! Each request of the log goes through the gateway's own functions, not a
-//! copy of them: the client's identity ([`Client::identify`]: trusted
-//! proxies, `X-Forwarded-For`), admission ([`admission::admit`]: deny list,
-//! Host, method, request-target, path normalisation, the route), the
-//! declared body size, then the route's limits as the limiter plans them
-//! ([`plan::plan`]: exemptions, client keys, `on_missing_key`, overrides),
-//! decided by a fresh [`MemoryStore`] in one all-or-nothing step and read
-//! back by [`plan::verdict`]. Whatever `store:` the config names, the
-//! replay uses the memory store: both stores give the same decisions
-//! (docs/scaling-out.md).
+//! copy of them: the client's identity
+//! ([`Client::identify`](crate::identity::Client::identify): trusted
+//! proxies, `X-Forwarded-For`), admission
+//! ([`admit`](crate::admission::admit): deny list, Host, method,
+//! request-target, path normalisation, the route), the declared body size,
+//! then the route's limits as the limiter plans them
+//! ([`plan`](crate::limit::plan::plan): exemptions, client keys,
+//! `on_missing_key`, overrides), decided by a fresh [`MemoryStore`] in one
+//! all-or-nothing step and read back by
+//! [`verdict`](tollgate_limit::verdict::verdict). Whatever `store:` the
+//! config names, the replay uses the memory store: both stores give the
+//! same decisions (docs/scaling-out.md).
 //!
 //! A line becomes an HTTP/1.1 request with its `host` as `Host` (HTTP/1.0,
 //! which may omit it, when the line has none), its `path` as the

@@ -5,7 +5,7 @@
 //! global lock on the hot path. A request's checks are decided inside one
 //! critical section: the shards of all its keys are locked together, in
 //! shard order so two requests can never deadlock, and the whole
-//! [`decide`] runs under them. Entries carry
+//! `decide` runs under them. Entries carry
 //! their expiry; an expired entry reads as a fresh key, and a sweeper removes
 //! expired entries and gives the memory back.
 

@@ -2,9 +2,9 @@
 //! gateway instance, decided by atomic Lua functions.
 //!
 //! - At most one `FCALL` round trip per request decides all of its limits
-//!   (`lua/dispatch.lua`, mirroring [`decide`](crate::decide::decide));
+//!   (`lua/dispatch.lua`, mirroring `decide`);
 //!   the requests that arrive while a call is in flight share the next one
-//!   ([`coalesce`]), each still decided on its own, all or nothing, in
+//!   (`coalesce`), each still decided on its own, all or nothing, in
 //!   arrival order.
 //!   The code lives in `lua/`, one file per concern, embedded at build time
 //!   and registered as one Redis Functions library ([`lua::Library`]): by
@@ -18,12 +18,12 @@
 //! - Every call has a hard deadline (`timeout`): the connection manager
 //!   queues commands while it reconnects, and a request must never wait on
 //!   that longer.
-//! - A circuit breaker ([`breaker`]) fails calls fast after repeated
+//! - A circuit breaker (`breaker`) fails calls fast after repeated
 //!   failures and lets one probe through after a growing back-off; when it
 //!   opens, the connection is replaced, because a stalled server or a dead
 //!   peer may never close the old one.
 //! - Resets reach every instance through the pub/sub channel
-//!   `<prefix>:reset` ([`RedisStore::subscribe_resets`]).
+//!   `<prefix>:reset` (`RedisStore::subscribe_resets`).
 //!
 //! Time: with `clock: local` the gateway's `now` travels in `ARGV` (tests
 //! drive it); with `clock: store` the scripts read Redis `TIME`, so
@@ -501,11 +501,11 @@ impl RedisStore {
     /// Decide a request's `checks` at `now`, all or nothing: one
     /// [`Outcome`] per check, in order. At most one round trip: sent at
     /// once when no decision call is in flight, else with the requests that
-    /// arrived meanwhile as the next call ([`coalesce`]); either way the
+    /// arrived meanwhile as the next call (`coalesce`); either way the
     /// wait is bounded by the store's `timeout`.
     ///
     /// On a cluster, the checks are grouped by slot, one call per slot, run
-    /// concurrently ([`cluster::decide`]).
+    /// concurrently (`cluster::decide`).
     pub async fn decide(&self, checks: &[Check], now: Micros) -> Result<Vec<Outcome>, StoreError> {
         if checks.is_empty() {
             return Ok(Vec::new());
@@ -644,7 +644,7 @@ impl RedisStore {
 
     /// Forget everything about one (limit, client): its state, its lockout
     /// and its place in the lockout index. (Other instances' local caches are
-    /// told by [`RedisStore::publish_reset`].)
+    /// told by `RedisStore::publish_reset`.)
     pub async fn reset(&self, key: &StoreKey) -> Result<(), StoreError> {
         let prefix = &self.inner.prefix;
         let (s, l) = keys(prefix, key);
