@@ -170,9 +170,9 @@ impl GatewayError {
         }
     }
 
-    /// The answer to this error: its status and a JSON body
-    /// `{"error": ..., "request_id": ...}` (a rejection: docs/configuration/limit-response.md or the
-    /// route's own message), or for a gRPC request HTTP 200 with
+    /// The answer to this error: its status and a JSON body `{"error": ...,
+    /// "request_id": ...}` (a rejection: docs/configuration/limit-response.md
+    /// or the route's own message), or for a gRPC request HTTP 200 with
     /// `grpc-status` and `grpc-message`; `Connection: close` when the
     /// connection can't be reused.
     pub fn response(&self, request_id: &HeaderValue, grpc: bool) -> Response<Body> {
@@ -212,11 +212,11 @@ impl Rejection {
         }
     }
 
-    /// docs/configuration/limit-response.md: the route's status with its message (by default the JSON
-    /// body `{"error", "limit", "retry_after", "request_id"}`), or for gRPC
-    /// HTTP 200 with `grpc-status: 8` and the same message in
-    /// `grpc-message`; `Retry-After` (whole seconds, rounded up, at least
-    /// 1), `Cache-Control: no-store` and the route's rate-limit fields.
+    /// docs/configuration/limit-response.md: the route's status with its
+    /// message (by default the JSON body `{"error", "limit", "retry_after",
+    /// "request_id"}`), or for gRPC HTTP 200 with `grpc-status: 8` and the same
+    /// message in `grpc-message`; `Retry-After` (whole seconds, rounded up, at
+    /// least 1), `Cache-Control: no-store` and the route's rate-limit fields.
     ///
     /// `retry_after` is the rejecting outcome's, which is never less than
     /// its `reset`, so `Retry-After` is never earlier than the `t` reported

@@ -1,6 +1,6 @@
-//! Differential test: the running gateway and `tollgate simulate` must make
-//! the same decision for every request of generated sequences (docs/protocols.md, docs/configuration/limits.md
-//! §9).
+//! Differential test: the running gateway and `tollgate simulate` must make the
+//! same decision for every request of generated sequences (docs/protocols.md,
+//! docs/configuration/limits.md §9).
 //!
 //! A seeded generator writes 500 requests per seed: odd path spellings
 //! (`//`, `/./`, `/a/../b`, `%2e%2e`, encoded unreserved characters, `%2F`

@@ -1,9 +1,9 @@
-//! Limits under stress (issue 14, docs/configuration/limit-response.md, docs/scaling-out.md): a concurrency slot
-//! whose release meets a Redis stall is released once Redis answers again
-//! (not at the end of its 5-minute lease), and a rejection answered from the
-//! local deny cache carries the figures of the store decision that put the
-//! client there (its `r`, not 0), its wait counting down, on the memory
-//! store and on Redis.
+//! Limits under stress (issue 14, docs/configuration/limit-response.md,
+//! docs/scaling-out.md): a concurrency slot whose release meets a Redis stall
+//! is released once Redis answers again (not at the end of its 5-minute lease),
+//! and a rejection answered from the local deny cache carries the figures of
+//! the store decision that put the client there (its `r`, not 0), its wait
+//! counting down, on the memory store and on Redis.
 
 mod common;
 

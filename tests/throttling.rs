@@ -1,8 +1,9 @@
-//! Throttling end to end on the memory store (docs/configuration/limits.md, docs/operations.md limit state
-//! across reloads, §8 `/limits` and `/lockouts`): every algorithm with real
-//! sleeps and margins, cost, shadow mode, keys, exemptions and overrides,
-//! the client address behind proxies, lockouts, all-or-nothing, the
-//! rate-limit fields and the rejection, the admin API, and reloads.
+//! Throttling end to end on the memory store (docs/configuration/limits.md,
+//! docs/operations.md limit state across reloads, §8 `/limits` and
+//! `/lockouts`): every algorithm with real sleeps and margins, cost, shadow
+//! mode, keys, exemptions and overrides, the client address behind proxies,
+//! lockouts, all-or-nothing, the rate-limit fields and the rejection, the admin
+//! API, and reloads.
 //!
 //! Each test runs its own gateway, so the tests run in parallel. Clients are
 //! told apart by their source address (`127.0.0.x`).

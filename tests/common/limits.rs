@@ -1,7 +1,8 @@
 //! Helpers for the throttling tests: clients bound to `127.0.0.x`, the
 //! rate-limit fields parsed as RFC 9651 structured fields (the `sfv` crate),
-//! the rejection shape (docs/configuration/limit-response.md), window alignment on the wall clock, and
-//! the admin `/limits` and `/lockouts` endpoints (docs/operations.md).
+//! the rejection shape (docs/configuration/limit-response.md), window alignment
+//! on the wall clock, and the admin `/limits` and `/lockouts` endpoints
+//! (docs/operations.md).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -242,10 +243,10 @@ pub fn assert_ok(r: &Resp) {
     );
 }
 
-/// Asserts a rejection (docs/configuration/limit-response.md): 429, JSON `{error, limit, retry_after,
-/// request_id}`, `Retry-After` = `retry_after` (whole seconds, >= 1),
-/// `Cache-Control: no-store`, and, when the standard fields name the
-/// limit, `Retry-After >= t`. Returns `Retry-After`.
+/// Asserts a rejection (docs/configuration/limit-response.md): 429, JSON
+/// `{error, limit, retry_after, request_id}`, `Retry-After` = `retry_after`
+/// (whole seconds, >= 1), `Cache-Control: no-store`, and, when the standard
+/// fields name the limit, `Retry-After >= t`. Returns `Retry-After`.
 #[track_caller]
 pub fn assert_rejected(r: &Resp, error: &str, limit: &str) -> u64 {
     assert_rejected_status(r, 429, error, limit)

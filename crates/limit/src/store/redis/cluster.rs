@@ -1,7 +1,8 @@
-//! Redis Cluster decisions (docs/configuration/limits.md, docs/scaling-out.md): a request's checks grouped by
-//! slot, one call per slot, run concurrently; when one slot's call rejects
-//! (or fails), what the others took is given back by a refund call
-//! (`lua/refund.lua`), so a request that does not pass consumes nothing.
+//! Redis Cluster decisions (docs/configuration/limits.md, docs/scaling-out.md):
+//! a request's checks grouped by slot, one call per slot, run concurrently;
+//! when one slot's call rejects (or fails), what the others took is given back
+//! by a refund call (`lua/refund.lua`), so a request that does not pass
+//! consumes nothing.
 //!
 //! All keys of one (limit, client) share a hash tag (the 32 hex of its
 //! store key), so one check never spans slots. The store key hashes the
