@@ -418,7 +418,7 @@ routes:
         access(t + 5.0, "10.0.0.2", "", "/"),
         access(t + 6.0, "10.0.0.2", "www.example.com", "/x"),
         json!({"timestamp": rfc3339(t + 7.0), "level": "WARN", "message": "limit store unavailable",
-               "target": "tollgate::limit::engine"}),
+               "target": "tollgate_limit::limiter"}),
         access(t + 61.0, "10.0.0.1", "api.example.com", "/e"),
     ];
     let log = write(&d, "access.log", &log_text(&lines));

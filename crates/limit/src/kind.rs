@@ -125,17 +125,7 @@ mod tests {
 
     #[test]
     fn outcomes_and_decisions_are_named() {
-        let outcome = |status, delay| Outcome {
-            status,
-            lock_started: false,
-            delay,
-            limit: 1,
-            window: 1,
-            remaining: 0,
-            reset: 0,
-            retry_after: 0,
-        };
-        let kind = |status, delay| DecisionKind::of_outcome(&outcome(status, delay));
+        let kind = |status, delay| DecisionKind::of_outcome(&Outcome::of(status, 0, delay));
         assert_eq!(kind(Status::Allowed, 0), Some(DecisionKind::Allowed));
         assert_eq!(kind(Status::Allowed, 5), Some(DecisionKind::Delayed));
         assert_eq!(kind(Status::LockedOut, 0), Some(DecisionKind::LockedOut));

@@ -236,3 +236,21 @@ pub struct Outcome {
     /// (never less than `reset`).
     pub retry_after: Micros,
 }
+
+#[cfg(test)]
+impl Outcome {
+    /// An outcome of `status` for tests: quota and window 1, nothing left,
+    /// no reset.
+    pub(crate) fn of(status: Status, retry_after: Micros, delay: Micros) -> Outcome {
+        Outcome {
+            status,
+            lock_started: false,
+            delay,
+            limit: 1,
+            window: 1,
+            remaining: 0,
+            reset: 0,
+            retry_after,
+        }
+    }
+}

@@ -67,16 +67,7 @@ mod tests {
     use super::*;
 
     fn outcome(status: Status, retry_after: Micros, delay: Micros) -> Outcome {
-        Outcome {
-            status,
-            lock_started: false,
-            delay,
-            limit: 1,
-            window: 1,
-            remaining: 0,
-            reset: 0,
-            retry_after,
-        }
+        Outcome::of(status, retry_after, delay)
     }
 
     #[test]
