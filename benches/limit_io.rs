@@ -27,6 +27,7 @@ fn keys(c: &mut Criterion) {
         query: Some("page=2&user=alice&sort=asc"),
         route: "users",
         ipv6_prefix: 64,
+        identity: None,
     };
     let v6 = RequestView {
         client: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 3, 4, 5, 6)),

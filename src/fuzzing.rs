@@ -484,6 +484,7 @@ pub fn client_key(data: &[u8]) {
         query,
         route: &route,
         ipv6_prefix,
+        identity: None,
     };
 
     let full = key::client_key(KEY_NAMESPACE, &sources, on_missing, &view);

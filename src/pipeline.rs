@@ -235,6 +235,7 @@ async fn decide_limits<B>(
         query: req.uri().query(),
         route: &route.name,
         ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
+        identity: None,
     };
     let metrics = &ctx.shared.metrics;
     let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;

@@ -21,6 +21,7 @@
 //!   the whole normalised path, as docs/configuration/routes.md says.
 //! - `respond.status` is 200..=599, `limit_response.status` 400..=599.
 
+mod consumers;
 mod error;
 mod expand;
 mod model;
@@ -37,6 +38,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+pub use consumers::*;
 pub use error::{ConfigError, Location};
 pub use model::*;
 pub use shadow::warnings_for_shadowed_routes;

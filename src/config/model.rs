@@ -39,6 +39,8 @@ pub struct Config {
     pub limits: Vec<LimitConfig>,
     /// Routes, in the order they are tried.
     pub routes: Vec<RouteConfig>,
+    /// Verified clients (`consumers:`), if any.
+    pub consumers: Option<super::consumers::ConsumersConfig>,
 }
 
 impl Config {
@@ -112,6 +114,8 @@ pub struct TlsConfig {
     pub listen: Vec<SocketAddr>,
     /// Certificates chosen by SNI; the first is the default (at least one).
     pub certificates: Vec<CertificateConfig>,
+    /// Ask clients for certificates (mTLS, docs/configuration/consumers.md).
+    pub client_auth: Option<super::consumers::ClientAuthConfig>,
 }
 
 /// One certificate and its key; relative paths are resolved against the
@@ -265,6 +269,31 @@ pub enum KeySource {
     Route,
     /// `global`: one value for everyone.
     Global,
+    /// `consumer`: the verified consumer's name.
+    Consumer,
+    /// `tenant`: the verified consumer's tenant.
+    Tenant,
+    /// `plan`: the verified consumer's plan.
+    Plan,
+    /// `claim:NAME`: a claim of the verified JWT (`a.b` reads a nested one).
+    Claim(String),
+    /// `attr:NAME`: an attribute of the verified consumer.
+    Attr(String),
+}
+
+impl KeySource {
+    /// Whether the value comes from the verified consumer (docs/configuration/consumers.md):
+    /// `consumer`, `tenant`, `plan`, `claim:NAME`, `attr:NAME`.
+    pub fn is_identity(&self) -> bool {
+        matches!(
+            self,
+            KeySource::Consumer
+                | KeySource::Tenant
+                | KeySource::Plan
+                | KeySource::Claim(_)
+                | KeySource::Attr(_)
+        )
+    }
 }
 
 impl FromStr for KeySource {
@@ -272,13 +301,16 @@ impl FromStr for KeySource {
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
-                "expected a key source (client_ip, header:NAME, query:NAME, cookie:NAME, route, global), got \"{text}\""
+                "expected a key source (client_ip, header:NAME, query:NAME, cookie:NAME, route, global, consumer, tenant, plan, claim:NAME, attr:NAME), got \"{text}\""
             )
         };
         match text.trim() {
             "client_ip" => return Ok(KeySource::ClientIp),
             "route" => return Ok(KeySource::Route),
             "global" => return Ok(KeySource::Global),
+            "consumer" => return Ok(KeySource::Consumer),
+            "tenant" => return Ok(KeySource::Tenant),
+            "plan" => return Ok(KeySource::Plan),
             _ => {}
         }
         let (kind, name) = text.trim().split_once(':').ok_or_else(bad)?;
@@ -291,6 +323,8 @@ impl FromStr for KeySource {
                 .map_err(|_| format!("\"{name}\" is not a valid header name, in \"{text}\"")),
             "query" => Ok(KeySource::Query(name.to_owned())),
             "cookie" => Ok(KeySource::Cookie(name.to_owned())),
+            "claim" => Ok(KeySource::Claim(name.to_owned())),
+            "attr" => Ok(KeySource::Attr(name.to_owned())),
             _ => Err(bad()),
         }
     }
@@ -305,6 +339,11 @@ impl fmt::Display for KeySource {
             KeySource::Cookie(name) => write!(f, "cookie:{name}"),
             KeySource::Route => f.write_str("route"),
             KeySource::Global => f.write_str("global"),
+            KeySource::Consumer => f.write_str("consumer"),
+            KeySource::Tenant => f.write_str("tenant"),
+            KeySource::Plan => f.write_str("plan"),
+            KeySource::Claim(name) => write!(f, "claim:{name}"),
+            KeySource::Attr(name) => write!(f, "attr:{name}"),
         }
     }
 }
@@ -342,9 +381,11 @@ pub enum Mode {
 pub enum ClientMatch {
     /// The client address is in this network.
     Cidr(IpNet),
-    /// `source=value`: a header, query parameter or cookie has this value.
+    /// `source=value`: a header, query parameter, cookie or identity value
+    /// (`consumer=`, `tenant=`, `plan=`, `claim:NAME=`, `attr:NAME=`) has
+    /// this value.
     Source {
-        /// `Header`, `Query` or `Cookie`, never `ClientIp`, `Route` or `Global`.
+        /// Never `ClientIp`, `Route` or `Global`.
         source: KeySource,
         /// The exact value (non-empty).
         value: String,
@@ -360,7 +401,7 @@ impl FromStr for ClientMatch {
                 .map(|c| ClientMatch::Cidr(c.0))
                 .map_err(|_| {
                     format!(
-                        "expected a CIDR, an IP address or \"header:NAME=value\", got \"{text}\""
+                        "expected a CIDR, an IP address or \"SOURCE=value\" (header:NAME, query:NAME, cookie:NAME, consumer, tenant, plan, claim:NAME, attr:NAME), got \"{text}\""
                     )
                 });
         };
@@ -423,6 +464,8 @@ pub struct RouteConfig {
     pub headers: Vec<(HeaderName, HeaderMatch)>,
     /// What a matched request gets.
     pub action: RouteAction,
+    /// The credentials the route requires, if any.
+    pub auth: Option<super::consumers::RouteAuth>,
     /// Remove the matched `path` prefix before forwarding.
     pub strip_prefix: bool,
     /// With `strip_prefix`, put the prefix back into upstream redirects

@@ -10,6 +10,7 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::consumers::{CertName, CredentialKind, JwtAlgorithm};
 use super::model::{
     Balance, ClientMatch, EscapedSlashes, HeaderStyle, KeySource, Mode, OnError, OnMissingKey,
     TimeSource,
@@ -20,12 +21,13 @@ use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with fields server, admin, store, upstreams, limits, routes"
+    expecting = "a mapping with fields server, admin, store, upstreams, limits, routes, consumers"
 )]
 pub(crate) struct RawConfig {
     pub server: Option<RawServer>,
     pub admin: Option<RawAdmin>,
     pub store: Option<RawStore>,
+    pub consumers: Option<RawConsumers>,
     #[serde(default)]
     pub upstreams: Ordered<RawUpstream>,
     #[serde(default)]
@@ -56,11 +58,19 @@ pub(crate) struct RawServer {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with fields listen, certificates"
+    expecting = "a mapping with fields listen, certificates, client_auth"
 )]
 pub(crate) struct RawServerTls {
     pub listen: Option<Vec<Addr>>,
     pub certificates: Option<Vec<RawCertificate>>,
+    pub client_auth: Option<RawClientAuth>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields ca, required")]
+pub(crate) struct RawClientAuth {
+    pub ca: Option<PathBuf>,
+    pub required: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -334,10 +344,11 @@ pub(crate) struct RawOverride {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with fields name, match, upstream, respond, strip_prefix, rewrite_location, preserve_host, timeout, limits, limit_response"
+    expecting = "a mapping with fields name, match, upstream, respond, strip_prefix, rewrite_location, preserve_host, timeout, auth, limits, limit_response"
 )]
 pub(crate) struct RawRoute {
     pub name: String,
+    pub auth: Option<RawRouteAuth>,
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
     pub upstream: Option<String>,
@@ -348,6 +359,18 @@ pub(crate) struct RawRoute {
     pub timeout: Option<Dur>,
     pub limits: Option<Vec<RawRouteLimit>>,
     pub limit_response: Option<RawLimitResponse>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields require, plans, consumers, tenants"
+)]
+pub(crate) struct RawRouteAuth {
+    pub require: Option<OneOrMany<CredentialKind>>,
+    pub plans: Option<Vec<String>>,
+    pub consumers: Option<Vec<String>>,
+    pub tenants: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -476,4 +499,116 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
         }
         deserializer.deserialize_any(Vis(PhantomData))
     }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields api_keys, jwt, mtls, file, list, identity_headers, failure_limit"
+)]
+pub(crate) struct RawConsumers {
+    pub api_keys: Option<RawApiKeys>,
+    pub jwt: Option<RawJwt>,
+    pub mtls: Option<RawMtls>,
+    pub file: Option<PathBuf>,
+    pub list: Option<Vec<RawConsumer>>,
+    pub identity_headers: Option<RawIdentityHeaders>,
+    pub failure_limit: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields header, query, hide"
+)]
+pub(crate) struct RawApiKeys {
+    pub header: Option<String>,
+    pub query: Option<String>,
+    pub hide: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields header, issuers, hide"
+)]
+pub(crate) struct RawJwt {
+    pub header: Option<String>,
+    pub issuers: Option<Vec<RawIssuer>>,
+    pub hide: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields issuer, audiences, algorithms, jwks, keys, secret, leeway, consumer, tenant, plan"
+)]
+pub(crate) struct RawIssuer {
+    pub issuer: Option<String>,
+    pub audiences: Option<OneOrMany<String>>,
+    pub algorithms: Option<Vec<JwtAlgorithm>>,
+    pub jwks: Option<RawJwks>,
+    pub keys: Option<Vec<RawPemKey>>,
+    pub secret: Option<String>,
+    pub leeway: Option<Dur>,
+    pub consumer: Option<String>,
+    pub tenant: Option<String>,
+    pub plan: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields url, refresh, file"
+)]
+pub(crate) struct RawJwks {
+    pub url: Option<String>,
+    pub refresh: Option<Dur>,
+    pub file: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with field pem")]
+pub(crate) struct RawPemKey {
+    pub pem: PathBuf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with field consumer")]
+pub(crate) struct RawMtls {
+    pub consumer: Option<CertName>,
+}
+
+/// One consumer, in `list` or in the consumers file.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields name, tenant, plan, keys, attributes"
+)]
+pub(crate) struct RawConsumer {
+    pub name: String,
+    pub tenant: Option<String>,
+    pub plan: Option<String>,
+    pub keys: Option<Vec<String>>,
+    #[serde(default)]
+    pub attributes: Ordered<serde_yaml::Value>,
+}
+
+/// The consumers file written as a mapping, `{list: [...]}` (it may also
+/// be the list alone).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with field list")]
+pub(crate) struct RawConsumersFile {
+    pub list: Vec<RawConsumer>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields consumer, tenant, plan"
+)]
+pub(crate) struct RawIdentityHeaders {
+    pub consumer: Option<String>,
+    pub tenant: Option<String>,
+    pub plan: Option<String>,
 }

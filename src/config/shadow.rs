@@ -118,6 +118,7 @@ mod tests {
             methods: vec![],
             headers: vec![],
             action: RouteAction::Upstream("u".into()),
+            auth: None,
             strip_prefix: false,
             rewrite_location: true,
             preserve_host: true,

@@ -26,6 +26,10 @@
 //!   every `Cookie` line, as sent (quotes included).
 //! - `route`: the route's name.
 //! - `global`: a constant.
+//! - `consumer`, `tenant`, `plan`: the verified consumer's name, tenant and
+//!   plan; `claim:NAME`: a claim of its verified JWT (a string as itself,
+//!   another value as its JSON text; `a.b` nested); `attr:NAME`: its
+//!   configured attribute. Missing without a verified consumer.
 //!
 //! A header, query parameter or cookie that is absent *or empty* is missing,
 //! and `on_missing_key` decides.
@@ -44,7 +48,8 @@
 //! The first 16 bytes of SHA-256 over the namespace and every component,
 //! each as a big-endian `u64` length and its bytes. A component is one kind
 //! byte (`i` address, `h` header, `q` query, `c` cookie, `r` route, `g`
-//! global) then its value (an address as its 4 or 16 octets), so a header
+//! global, `n` consumer, `t` tenant, `p` plan, `j` claim, `a` attribute)
+//! then its value (an address as its 4 or 16 octets), so a header
 //! value can never collide with a substituted address.
 
 use std::borrow::Cow;
@@ -57,6 +62,7 @@ use percent_encoding::percent_decode;
 use tollgate_limit::key::KeyHasher;
 use tollgate_limit::StoreKey;
 
+use crate::auth::Identity;
 use crate::config::{ClientMatch, KeySource, OnMissingKey};
 use crate::identity::{canonical_ip, group_ipv6, in_any};
 
@@ -74,6 +80,8 @@ pub struct RequestView<'a> {
     /// `server.ipv6_prefix`: how many leading bits of an IPv6 address are
     /// one client.
     pub ipv6_prefix: u8,
+    /// The verified consumer, if the request has one.
+    pub identity: Option<&'a Identity>,
 }
 
 /// What one limit makes of a request's key: `K` is a [`ClientKey`] (store
@@ -115,6 +123,11 @@ const TAG_QUERY: u8 = b'q';
 const TAG_COOKIE: u8 = b'c';
 const TAG_ROUTE: u8 = b'r';
 const TAG_GLOBAL: u8 = b'g';
+const TAG_CONSUMER: u8 = b'n';
+const TAG_TENANT: u8 = b't';
+const TAG_PLAN: u8 = b'p';
+const TAG_CLAIM: u8 = b'j';
+const TAG_ATTR: u8 = b'a';
 
 /// How `global` shows in a display key.
 const GLOBAL_DISPLAY: &str = "global";
@@ -308,6 +321,7 @@ fn walk<S: KeySink>(
             KeySource::Header(name) => (TAG_HEADER, header_value(view.headers, name)),
             KeySource::Query(name) => (TAG_QUERY, view.query.and_then(|q| query_value(q, name))),
             KeySource::Cookie(name) => (TAG_COOKIE, cookie_value(view.headers, name)),
+            identity => (tag_of(identity), identity_value(identity, view.identity)),
         };
         match value.filter(|v| !v.is_empty()) {
             Some(v) => sink.value(tag, &v),
@@ -350,10 +364,7 @@ pub fn store_key_of_display(
                 hasher.component(&[&[TAG_GLOBAL]]);
                 continue;
             }
-            KeySource::Route => TAG_ROUTE,
-            KeySource::Header(_) => TAG_HEADER,
-            KeySource::Query(_) => TAG_QUERY,
-            KeySource::Cookie(_) => TAG_COOKIE,
+            other => tag_of(other),
         };
         if let Some(addr) = part.strip_prefix(SUBSTITUTE) {
             if tag == TAG_ROUTE {
@@ -387,9 +398,43 @@ pub fn client_matches(m: &ClientMatch, view: &RequestView<'_>) -> bool {
                 KeySource::Query(name) => view.query.and_then(|q| query_value(q, name)),
                 KeySource::Cookie(name) => cookie_value(view.headers, name),
                 KeySource::ClientIp | KeySource::Route | KeySource::Global => None,
+                identity => identity_value(identity, view.identity),
             };
             found.is_some_and(|v| *v == *value.as_bytes())
         }
+    }
+}
+
+/// The kind byte of a source whose component is a value (every source
+/// but `client_ip` and `global`, which hash their own way).
+fn tag_of(source: &KeySource) -> u8 {
+    match source {
+        KeySource::Header(_) => TAG_HEADER,
+        KeySource::Query(_) => TAG_QUERY,
+        KeySource::Cookie(_) => TAG_COOKIE,
+        KeySource::Route => TAG_ROUTE,
+        KeySource::Consumer => TAG_CONSUMER,
+        KeySource::Tenant => TAG_TENANT,
+        KeySource::Plan => TAG_PLAN,
+        KeySource::Claim(_) => TAG_CLAIM,
+        KeySource::Attr(_) => TAG_ATTR,
+        KeySource::ClientIp => TAG_IP,
+        KeySource::Global => TAG_GLOBAL,
+    }
+}
+
+/// An identity source's value: only what the gateway verified, missing
+/// without a verified consumer.
+fn identity_value<'a>(source: &KeySource, identity: Option<&'a Identity>) -> Option<Cow<'a, [u8]>> {
+    let id = identity?;
+    let text = |s: Option<&'a str>| s.map(|s| Cow::Borrowed(s.as_bytes()));
+    match source {
+        KeySource::Consumer => text(Some(&id.consumer)),
+        KeySource::Tenant => text(id.tenant.as_deref()),
+        KeySource::Plan => text(id.plan.as_deref()),
+        KeySource::Claim(path) => id.claim(path),
+        KeySource::Attr(name) => text(id.attr(name)),
+        _ => None,
     }
 }
 
@@ -569,6 +614,7 @@ mod tests {
             query,
             route: "api",
             ipv6_prefix: 64,
+            identity: None,
         }
     }
 
@@ -1079,6 +1125,7 @@ mod tests {
                 query: Some(&query),
                 route: "r",
                 ipv6_prefix: prefix,
+                identity: None,
             };
             let sources = srcs(&["query:a", "client_ip", "query:b", "query:missing"]);
             let KeyOutcome::Key(k) = client_key(NS, &sources, OnMissingKey::ClientIp, &v) else {

@@ -96,6 +96,7 @@ mod tests {
                 query: None,
                 route: "r",
                 ipv6_prefix: 64,
+                identity: None,
             };
             decide(&self.limiter, &self.limits, &view, &()).await
         }

@@ -130,6 +130,7 @@ mod tests {
             query,
             route: "r",
             ipv6_prefix: 64,
+            identity: None,
         }
     }
 

@@ -222,7 +222,7 @@ fn drop_forwarding_headers(headers: &mut HeaderMap) {
 /// (docs/protocols.md): the ones the gateway manages and the vendor client-address ones
 /// (what a CDN or load balancer in front would set, and an application
 /// behind might believe).
-const IDENTITY_HEADERS: [&[u8]; 12] = [
+const IDENTITY_HEADERS: [&[u8]; 14] = [
     b"forwarded",
     b"x-real-ip",
     b"x-request-id",
@@ -235,6 +235,8 @@ const IDENTITY_HEADERS: [&[u8]; 12] = [
     b"client-ip",
     b"x-forwarded",
     b"forwarded-for",
+    b"x-original-forwarded-for",
+    b"x-proxyuser-ip",
 ];
 
 /// Whether a header from an untrusted peer is dropped (docs/protocols.md): any
@@ -617,7 +619,7 @@ mod tests {
     }
 
     /// Every spelling docs/protocols.md has an untrusted peer's request lose.
-    const SPOOFS: [&str; 19] = [
+    const SPOOFS: [&str; 23] = [
         "X_Forwarded_For",
         "x-forwarded_for",
         "X_FORWARDED_PROTO",
@@ -637,6 +639,10 @@ mod tests {
         "Client-IP",
         "X-Forwarded",
         "Forwarded-For",
+        "X-Original-Forwarded-For",
+        "x_original_forwarded_for",
+        "X-ProxyUser-Ip",
+        "X_ProxyUser_IP",
     ];
 
     #[test]

@@ -334,6 +334,7 @@ fn request_view<'a>(
         query: req.uri().query(),
         route: &route.name,
         ipv6_prefix,
+        identity: None,
     }
 }
 

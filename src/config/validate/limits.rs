@@ -4,7 +4,7 @@
 use super::params::{micros, Written};
 use super::{Ctx, Result, DAY, SECOND};
 use crate::config::model::{
-    AlgoParams, KeySource, LimitConfig, LockParams, Mode, OnMissingKey, Override,
+    AlgoParams, ClientMatch, KeySource, LimitConfig, LockParams, Mode, OnMissingKey, Override,
 };
 use crate::config::raw::{AlgorithmKind, Ordered, RawLimit, RawLockout, RawOverride};
 use crate::config::units::{format_duration, Window};
@@ -62,6 +62,19 @@ impl Ctx<'_> {
                 "key needs at least one source (client_ip, header:NAME, ...)",
             ));
         }
+        for (i, source) in key.iter().enumerate() {
+            let field = match key.len() {
+                1 => format!("{path}.key"),
+                _ => format!("{path}.key[{i}]"),
+            };
+            self.identity_source(&field, source)?;
+        }
+        let exempt = raw.exempt.unwrap_or_default();
+        for (i, m) in exempt.iter().enumerate() {
+            if let ClientMatch::Source { source, .. } = m {
+                self.identity_source(&format!("{path}.exempt[{i}]"), source)?;
+            }
+        }
         let cost = self.at_least_one(&format!("{path}.cost"), raw.cost, 1)?;
         self.cost_fits(&format!("{path}.cost"), cost, &params, None)?;
         let lockout = match raw.lockout {
@@ -89,7 +102,7 @@ impl Ctx<'_> {
             cost,
             mode: raw.mode.unwrap_or(Mode::Enforce),
             lockout,
-            exempt: raw.exempt.unwrap_or_default(),
+            exempt,
             overrides,
         })
     }
@@ -107,6 +120,9 @@ impl Ctx<'_> {
         let mut overrides = Vec::with_capacity(raw.len());
         for (i, o) in raw.into_iter().enumerate() {
             let opath = format!("{path}.overrides[{i}]");
+            if let ClientMatch::Source { source, .. } = &o.matcher {
+                self.identity_source(&format!("{opath}.match"), source)?;
+            }
             let params = self.override_(path, &opath, o.limit_params(), kind, written)?;
             self.cost_fits(&format!("{path}.cost"), cost, &params, Some(&opath))?;
             overrides.push(Override {

@@ -11,6 +11,7 @@
 //! name upstreams and limits, the admin listener avoids the server's).
 
 mod admin;
+mod consumers;
 mod limits;
 mod matchers;
 mod params;
@@ -47,20 +48,37 @@ pub(crate) fn validate(
             .map(std::path::Path::to_path_buf)
             .unwrap_or_default(),
         warnings: Vec::new(),
+        identity: None,
     };
     let server = ctx.server(raw.server.unwrap_or_default())?;
     let admin = ctx.admin(raw.admin.unwrap_or_default(), &server)?;
     let store = ctx.store(raw.store.unwrap_or_default())?;
+    let consumers = match raw.consumers {
+        Some(c) => Some(ctx.consumers(c, &server)?),
+        None => None,
+    };
+    ctx.identity = consumers.as_ref().map(|c| Identity {
+        jwt: c.jwt.is_some(),
+    });
     let upstreams = ctx.upstreams(raw.upstreams)?;
     let mut limits = ctx.policies(raw.limits)?;
     let policy_count = limits.len();
+    if let Some(c) = &consumers {
+        ctx.failure_limit(c, &limits[..policy_count])?;
+    }
     let routes = ctx.routes(
         raw.routes.unwrap_or_default(),
         &server,
         &upstreams,
+        consumers.as_ref(),
         &mut limits,
     )?;
-    ctx.warn_unused(&upstreams, &limits[..policy_count], &routes);
+    ctx.warn_unused(
+        &upstreams,
+        &limits[..policy_count],
+        &routes,
+        consumers.as_ref(),
+    );
     let config = Config {
         server,
         admin,
@@ -68,6 +86,7 @@ pub(crate) fn validate(
         upstreams,
         limits,
         routes,
+        consumers,
     };
     Ok((config, ctx.warnings))
 }
@@ -79,6 +98,15 @@ struct Ctx<'a> {
     /// The config file's directory, for relative paths.
     base_dir: std::path::PathBuf,
     warnings: Vec<String>,
+    /// What the `consumers:` section verifies, once validated (`None`:
+    /// there is none, so identity key sources are errors).
+    identity: Option<Identity>,
+}
+
+/// What of `consumers:` the limits' checks need.
+struct Identity {
+    /// `consumers.jwt` is configured (`claim:NAME` needs it).
+    jwt: bool,
 }
 
 impl Ctx<'_> {
@@ -157,6 +185,7 @@ impl Ctx<'_> {
         upstreams: &[UpstreamConfig],
         policies: &[LimitConfig],
         routes: &[RouteConfig],
+        consumers: Option<&crate::config::consumers::ConsumersConfig>,
     ) {
         for upstream in upstreams {
             let used = routes
@@ -169,7 +198,11 @@ impl Ctx<'_> {
                 ));
             }
         }
+        let failure_limit = consumers.and_then(|c| c.failure_limit.as_ref());
         for limit in policies {
+            if failure_limit == Some(&limit.name) {
+                continue;
+            }
             if !routes.iter().any(|r| r.limits.contains(&limit.name)) {
                 self.warnings
                     .push(format!("limit \"{}\" is not used by any route", limit.name));

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use http::{HeaderName, HeaderValue};
 
 use super::{known_list, status_code, Ctx, Result};
+use crate::config::consumers::ConsumersConfig;
 use crate::config::model::{
     EscapedSlashes, LimitConfig, RespondConfig, RouteAction, RouteConfig, ServerConfig,
     UpstreamConfig,
@@ -18,6 +19,7 @@ use crate::config::PathMatch;
 struct Scope<'a> {
     server: &'a ServerConfig,
     upstreams: &'a [UpstreamConfig],
+    consumers: Option<&'a ConsumersConfig>,
     /// The named limits, which a route may list by name.
     policies: HashSet<String>,
     /// Every limit name so far, with where it was defined.
@@ -34,11 +36,13 @@ impl Ctx<'_> {
         raw: Vec<RawRoute>,
         server: &ServerConfig,
         upstreams: &[UpstreamConfig],
+        consumers: Option<&ConsumersConfig>,
         limits: &mut Vec<LimitConfig>,
     ) -> Result<Vec<RouteConfig>> {
         let mut scope = Scope {
             server,
             upstreams,
+            consumers,
             policies: limits.iter().map(|l| l.name.clone()).collect(),
             limit_names: limits
                 .iter()
@@ -90,6 +94,10 @@ impl Ctx<'_> {
             None => None,
             Some(d) => Some(self.positive(&format!("{path}.timeout"), Some(d.0), d.0)?),
         };
+        let auth = match route.auth {
+            None => None,
+            Some(a) => Some(self.route_auth(&format!("{path}.auth"), a, scope.consumers)?),
+        };
         let names = self.route_limits(
             &path,
             &route.name,
@@ -109,6 +117,7 @@ impl Ctx<'_> {
             methods: matcher.methods,
             headers: matcher.headers,
             action,
+            auth,
             strip_prefix,
             rewrite_location: route.rewrite_location.unwrap_or(true),
             preserve_host: route.preserve_host.unwrap_or(true),

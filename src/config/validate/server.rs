@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use http::HeaderValue;
 
 use super::{status_code, Ctx, Result, SECOND};
+use crate::config::consumers::ClientAuthConfig;
 use crate::config::model::{CertificateConfig, LimitResponse, ServerConfig, TlsConfig};
 use crate::config::raw::{RawLimitResponse, RawServer, RawServerTls};
 use crate::config::units::{Addr, Cidr, Size};
@@ -136,9 +137,25 @@ impl Ctx<'_> {
                 "TLS needs at least one certificate: { cert: FILE, key: FILE }",
             ));
         }
+        let client_auth = match raw.client_auth {
+            None => None,
+            Some(c) => {
+                let Some(ca) = c.ca else {
+                    return Err(self.err(
+                        "server.tls.client_auth.ca",
+                        "client_auth needs `ca`: the PEM file of the CA certificates client certificates must chain to",
+                    ));
+                };
+                Some(ClientAuthConfig {
+                    ca: self.resolve(ca),
+                    required: c.required.unwrap_or(false),
+                })
+            }
+        };
         Ok(TlsConfig {
             listen,
             certificates,
+            client_auth,
         })
     }
 

@@ -1,0 +1,639 @@
+//! `consumers:` (docs/configuration/consumers.md): API keys, JWT issuers,
+//! mTLS, the consumers of `list` and of `file`, identity headers, and the
+//! failure limit; and a route's `auth:`.
+//!
+//! The consumers file is read here, with the config (so a reload re-reads
+//! it, and a mistake in it is a config error naming that file's line).
+//! Key material (PEM files, JWKS files) is read when the runtime is built.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use http::{HeaderName, Uri};
+
+use super::{Ctx, Result};
+use crate::config::consumers::{
+    ApiKeysConfig, CertName, ConsumerConfig, ConsumersConfig, CredentialKind, IdentityHeaders,
+    IssuerConfig, IssuerKeys, JwtAlgorithm, JwtConfig, MtlsConfig, RouteAuth,
+};
+use crate::config::error::ConfigError;
+use crate::config::model::{KeySource, LimitConfig, ServerConfig};
+use crate::config::positions::Positions;
+use crate::config::raw::{
+    RawApiKeys, RawConsumer, RawConsumers, RawConsumersFile, RawIdentityHeaders, RawIssuer, RawJwt,
+    RawRouteAuth,
+};
+
+/// Default `leeway` of an issuer (as Envoy's `jwt_authn` clock skew).
+const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
+/// Default JWKS `refresh`.
+const DEFAULT_REFRESH: Duration = Duration::from_secs(600);
+/// Shortest JWKS `refresh` (an unknown `kid` refetches at most this often
+/// anyway).
+const MIN_REFRESH: Duration = Duration::from_secs(30);
+
+impl Ctx<'_> {
+    /// `consumers:`. `server` tells whether TLS listeners ask for client
+    /// certificates (`mtls` needs them).
+    pub(super) fn consumers(
+        &mut self,
+        raw: RawConsumers,
+        server: &ServerConfig,
+    ) -> Result<ConsumersConfig> {
+        let api_keys = raw.api_keys.map(|a| self.api_keys(a)).transpose()?;
+        let jwt = match raw.jwt {
+            Some(j) => Some(self.jwt(j, api_keys.as_ref().is_some_and(|a| a.hide))?),
+            None => None,
+        };
+        let mtls = match raw.mtls {
+            None => None,
+            Some(m) => {
+                let client_auth = server.tls.as_ref().and_then(|t| t.client_auth.as_ref());
+                if client_auth.is_none() {
+                    return Err(self.err(
+                        "consumers.mtls",
+                        "mtls needs TLS listeners that ask for client certificates: set server.tls.client_auth",
+                    ));
+                }
+                Some(MtlsConfig {
+                    consumer: m.consumer.unwrap_or(CertName::SanDns),
+                })
+            }
+        };
+        let mut list = Vec::new();
+        let mut names: HashMap<String, String> = HashMap::new();
+        let mut digests: HashMap<[u8; 32], String> = HashMap::new();
+        for (i, c) in raw.list.unwrap_or_default().into_iter().enumerate() {
+            let consumer = consumer(c, &format!("consumers.list[{i}]"), &|f, m| self.err(f, m))?;
+            unique(
+                &consumer,
+                &format!("consumers.list[{i}]"),
+                &mut names,
+                &mut digests,
+            )
+            .map_err(|(f, m)| self.err(&f, m))?;
+            list.push(consumer);
+        }
+        let file = raw.file.map(|f| self.resolve(f));
+        if let Some(path) = &file {
+            for (field, c) in read_consumers_file(path)? {
+                let at = format!("{}: {field}", path.display());
+                unique(&c, &at, &mut names, &mut digests).map_err(|(f, m)| ConfigError {
+                    file: path.display().to_string(),
+                    line: None,
+                    column: None,
+                    field: f,
+                    message: m,
+                })?;
+                list.push(c);
+            }
+        }
+        let identity_headers = self.identity_headers(raw.identity_headers.unwrap_or_default())?;
+        if api_keys.is_none() && jwt.is_none() && mtls.is_none() {
+            return Err(self.err(
+                "consumers",
+                "consumers needs at least one credential kind: api_keys, jwt or mtls",
+            ));
+        }
+        Ok(ConsumersConfig {
+            api_keys,
+            jwt,
+            mtls,
+            file,
+            list,
+            identity_headers,
+            failure_limit: raw.failure_limit,
+        })
+    }
+
+    /// `consumers.api_keys`.
+    fn api_keys(&self, raw: RawApiKeys) -> Result<ApiKeysConfig> {
+        let header = raw
+            .header
+            .map(|h| self.header_name("consumers.api_keys.header", &h))
+            .transpose()?;
+        if let Some(q) = &raw.query {
+            if q.is_empty() {
+                return Err(self.err("consumers.api_keys.query", "query is empty"));
+            }
+        }
+        if header.is_none() && raw.query.is_none() {
+            return Err(self.err(
+                "consumers.api_keys",
+                "api_keys needs `header` or `query` (or both): where clients send their key",
+            ));
+        }
+        Ok(ApiKeysConfig {
+            header,
+            query: raw.query,
+            hide: raw.hide.unwrap_or(false),
+        })
+    }
+
+    /// `consumers.jwt`; `hide` defaults to `api_keys.hide`.
+    fn jwt(&self, raw: RawJwt, hide_keys: bool) -> Result<JwtConfig> {
+        let header = match raw.header {
+            Some(h) => self.header_name("consumers.jwt.header", &h)?,
+            None => http::header::AUTHORIZATION,
+        };
+        let raw_issuers = raw.issuers.unwrap_or_default();
+        if raw_issuers.is_empty() {
+            return Err(self.err(
+                "consumers.jwt.issuers",
+                "jwt needs at least one issuer: { issuer, jwks | keys | secret, ... }",
+            ));
+        }
+        let mut issuers: Vec<IssuerConfig> = Vec::with_capacity(raw_issuers.len());
+        for (i, raw) in raw_issuers.into_iter().enumerate() {
+            let path = format!("consumers.jwt.issuers[{i}]");
+            let issuer = self.issuer(&path, raw)?;
+            if let Some(j) = issuers.iter().position(|o| o.issuer == issuer.issuer) {
+                return Err(self.err(
+                    &format!("{path}.issuer"),
+                    format!(
+                        "duplicate issuer \"{}\" (first in consumers.jwt.issuers[{j}])",
+                        issuer.issuer
+                    ),
+                ));
+            }
+            issuers.push(issuer);
+        }
+        Ok(JwtConfig {
+            header,
+            issuers,
+            hide: raw.hide.unwrap_or(hide_keys),
+        })
+    }
+
+    /// One issuer at `path`.
+    fn issuer(&self, path: &str, raw: RawIssuer) -> Result<IssuerConfig> {
+        let issuer = raw.issuer.filter(|i| !i.is_empty()).ok_or_else(|| {
+            self.err(
+                &format!("{path}.issuer"),
+                "an issuer needs `issuer`: the exact `iss` of its tokens",
+            )
+        })?;
+        let keys = self.issuer_keys(path, raw.jwks, raw.keys, raw.secret)?;
+        let secret = matches!(keys, IssuerKeys::Secret(_));
+        let algorithms = match raw.algorithms {
+            Some(list) if list.is_empty() => {
+                return Err(self.err(
+                    &format!("{path}.algorithms"),
+                    "algorithms is empty: list the algorithms the issuer signs with",
+                ))
+            }
+            Some(list) => list,
+            None if secret => vec![JwtAlgorithm::HS256],
+            None => vec![JwtAlgorithm::RS256],
+        };
+        for (j, alg) in algorithms.iter().enumerate() {
+            let field = format!("{path}.algorithms[{j}]");
+            if secret && !alg.is_hmac() {
+                return Err(self.err(
+                    &field,
+                    format!("a `secret` verifies only HS256, HS384 and HS512, not {alg}"),
+                ));
+            }
+            if !secret && alg.is_hmac() {
+                return Err(self.err(
+                    &field,
+                    format!("{alg} needs a `secret`: a public key is never used as an HMAC secret"),
+                ));
+            }
+        }
+        let claim = |field: &str, value: Option<String>| -> Result<Option<String>> {
+            match value {
+                Some(v) if v.is_empty() || v.split('.').any(str::is_empty) => Err(self.err(
+                    &format!("{path}.{field}"),
+                    format!(
+                        "\"{v}\" is not a claim name (dotted names read nested claims: org.id)"
+                    ),
+                )),
+                other => Ok(other),
+            }
+        };
+        Ok(IssuerConfig {
+            issuer,
+            audiences: raw.audiences.map(|a| a.0).unwrap_or_default(),
+            algorithms,
+            keys,
+            leeway: raw.leeway.map_or(DEFAULT_LEEWAY, |d| d.0),
+            consumer: claim("consumer", raw.consumer)?.unwrap_or_else(|| "sub".to_owned()),
+            tenant: claim("tenant", raw.tenant)?,
+            plan: claim("plan", raw.plan)?,
+        })
+    }
+
+    /// Exactly one of `jwks`, `keys` and `secret`.
+    fn issuer_keys(
+        &self,
+        path: &str,
+        jwks: Option<crate::config::raw::RawJwks>,
+        keys: Option<Vec<crate::config::raw::RawPemKey>>,
+        secret: Option<String>,
+    ) -> Result<IssuerKeys> {
+        match (jwks, keys, secret) {
+            (Some(j), None, None) => {
+                let field = format!("{path}.jwks");
+                match (j.url, j.file) {
+                    (Some(url), None) => {
+                        let uri: Uri = url.parse().map_err(|e| {
+                            self.err(&format!("{field}.url"), format!("not a URL: {e}"))
+                        })?;
+                        if !matches!(uri.scheme_str(), Some("http" | "https"))
+                            || uri.authority().is_none()
+                        {
+                            return Err(self.err(
+                                &format!("{field}.url"),
+                                format!("expected an http:// or https:// URL, got \"{url}\""),
+                            ));
+                        }
+                        let refresh = j.refresh.map_or(DEFAULT_REFRESH, |d| d.0);
+                        if refresh < MIN_REFRESH {
+                            return Err(self
+                                .err(&format!("{field}.refresh"), "refresh must be at least 30s"));
+                        }
+                        Ok(IssuerKeys::JwksUrl { url: uri, refresh })
+                    }
+                    (None, Some(file)) if j.refresh.is_none() => {
+                        Ok(IssuerKeys::JwksFile(self.resolve(file)))
+                    }
+                    (None, Some(_)) => Err(self.err(
+                        &format!("{field}.refresh"),
+                        "refresh is for a JWKS `url`; a JWKS `file` is read with the config",
+                    )),
+                    _ => Err(self.err(&field, "jwks needs exactly one of `url` and `file`")),
+                }
+            }
+            (None, Some(keys), None) if !keys.is_empty() => Ok(IssuerKeys::Pem(
+                keys.into_iter().map(|k| self.resolve(k.pem)).collect(),
+            )),
+            (None, None, Some(secret)) if !secret.is_empty() => {
+                Ok(IssuerKeys::Secret(secret.into_bytes()))
+            }
+            (None, Some(_), None) => Err(self.err(&format!("{path}.keys"), "keys is empty")),
+            (None, None, Some(_)) => Err(self.err(
+                &format!("{path}.secret"),
+                "secret is empty (is its environment variable set?)",
+            )),
+            _ => Err(self.err(
+                path,
+                "an issuer needs exactly one of `jwks`, `keys` and `secret`",
+            )),
+        }
+    }
+
+    /// `consumers.identity_headers`.
+    fn identity_headers(&self, raw: RawIdentityHeaders) -> Result<IdentityHeaders> {
+        let one = |field: &str, v: Option<String>| {
+            v.map(|h| self.header_name(&format!("consumers.identity_headers.{field}"), &h))
+                .transpose()
+        };
+        let headers = IdentityHeaders {
+            consumer: one("consumer", raw.consumer)?,
+            tenant: one("tenant", raw.tenant)?,
+            plan: one("plan", raw.plan)?,
+        };
+        let names: Vec<&HeaderName> = headers.names().collect();
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].contains(name) {
+                return Err(self.err(
+                    "consumers.identity_headers",
+                    format!("header \"{name}\" is set twice"),
+                ));
+            }
+            if is_reserved(name) {
+                return Err(self.err(
+                    "consumers.identity_headers",
+                    format!("\"{name}\" is a header the gateway or HTTP itself owns"),
+                ));
+            }
+        }
+        Ok(headers)
+    }
+
+    /// A header name at `field`, lowercased.
+    fn header_name(&self, field: &str, name: &str) -> Result<HeaderName> {
+        HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| self.err(field, format!("\"{name}\" is not a valid header name")))
+    }
+
+    /// `failure_limit`: a named limit whose key does not depend on the
+    /// consumer (a failed credential has none).
+    pub(super) fn failure_limit(
+        &self,
+        consumers: &ConsumersConfig,
+        policies: &[LimitConfig],
+    ) -> Result<()> {
+        let Some(name) = &consumers.failure_limit else {
+            return Ok(());
+        };
+        let field = "consumers.failure_limit";
+        let Some(limit) = policies.iter().find(|l| &l.name == name) else {
+            let known: Vec<&str> = policies.iter().map(|l| l.name.as_str()).collect();
+            return Err(self.err(
+                field,
+                format!(
+                    "unknown limit \"{name}\": failure_limit names a limit of `limits:`{}",
+                    super::known_list(&known)
+                ),
+            ));
+        };
+        if let Some(source) = limit.key.iter().find(|s| s.is_identity()) {
+            return Err(self.err(
+                field,
+                format!(
+                    "limit \"{name}\" is keyed on {source}, which a failed credential does not have (key it on client_ip)"
+                ),
+            ));
+        }
+        if matches!(limit.params, crate::config::AlgoParams::Concurrency(_)) {
+            return Err(self.err(
+                field,
+                format!(
+                    "limit \"{name}\" is a concurrency limit; a failure is charged, never held"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A route's `auth:` at `path`; `consumers` is the validated section.
+    pub(super) fn route_auth(
+        &self,
+        path: &str,
+        raw: RawRouteAuth,
+        consumers: Option<&ConsumersConfig>,
+    ) -> Result<RouteAuth> {
+        let Some(consumers) = consumers else {
+            return Err(self.err(
+                path,
+                "auth needs a `consumers:` section saying how credentials are verified",
+            ));
+        };
+        let require = raw.require.map(|r| r.0).unwrap_or_else(|| {
+            [
+                (consumers.api_keys.is_some(), CredentialKind::ApiKey),
+                (consumers.jwt.is_some(), CredentialKind::Jwt),
+                (consumers.mtls.is_some(), CredentialKind::Mtls),
+            ]
+            .into_iter()
+            .filter_map(|(on, kind)| on.then_some(kind))
+            .collect()
+        });
+        if require.is_empty() {
+            return Err(self.err(
+                &format!("{path}.require"),
+                "require is empty: list api_key, jwt or mtls",
+            ));
+        }
+        for (i, kind) in require.iter().enumerate() {
+            let configured = match kind {
+                CredentialKind::ApiKey => consumers.api_keys.is_some(),
+                CredentialKind::Jwt => consumers.jwt.is_some(),
+                CredentialKind::Mtls => consumers.mtls.is_some(),
+            };
+            if !configured {
+                let section = match kind {
+                    CredentialKind::ApiKey => "consumers.api_keys",
+                    CredentialKind::Jwt => "consumers.jwt",
+                    CredentialKind::Mtls => "consumers.mtls",
+                };
+                return Err(self.err(
+                    &format!("{path}.require[{i}]"),
+                    format!("{} needs {section} to be configured", kind.name()),
+                ));
+            }
+        }
+        Ok(RouteAuth {
+            require,
+            plans: raw.plans.unwrap_or_default(),
+            consumers: raw.consumers.unwrap_or_default(),
+            tenants: raw.tenants.unwrap_or_default(),
+        })
+    }
+
+    /// A key source or exempt/override match that reads the consumer needs
+    /// `consumers:` (and `claim:` needs `consumers.jwt`).
+    pub(super) fn identity_source(&self, field: &str, source: &KeySource) -> Result<()> {
+        if !source.is_identity() {
+            return Ok(());
+        }
+        match &self.identity {
+            None => Err(self.err(
+                field,
+                format!(
+                    "{source} reads the verified consumer, but there is no `consumers:` section"
+                ),
+            )),
+            Some(i) if matches!(source, KeySource::Claim(_)) && !i.jwt => Err(self.err(
+                field,
+                format!("{source} reads a verified JWT, but consumers.jwt is not configured"),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// Headers that can never be identity headers: hop-by-hop and framing
+/// fields, Host, and the ones the gateway sets itself.
+fn is_reserved(name: &HeaderName) -> bool {
+    use http::header::*;
+    [
+        HOST,
+        CONNECTION,
+        CONTENT_LENGTH,
+        TRANSFER_ENCODING,
+        TE,
+        TRAILER,
+        UPGRADE,
+        AUTHORIZATION,
+        COOKIE,
+    ]
+    .contains(name)
+        || name.as_str().starts_with("x-forwarded-")
+        || name == "x-request-id"
+        || name == "forwarded"
+}
+
+/// One consumer at `field`: a name, digests `sha256:` + 64 hex digits,
+/// scalar attributes.
+fn consumer(
+    raw: RawConsumer,
+    field: &str,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<ConsumerConfig> {
+    let printable = |s: &str| !s.is_empty() && s.bytes().all(|b| (0x21..0x7f).contains(&b));
+    if !printable(&raw.name) {
+        return Err(err(
+            &format!("{field}.name"),
+            format!(
+                "a consumer name is printable ASCII without spaces, got \"{}\"",
+                raw.name
+            ),
+        ));
+    }
+    for (what, value) in [("tenant", &raw.tenant), ("plan", &raw.plan)] {
+        if let Some(v) = value.as_deref().filter(|v| !printable(v)) {
+            return Err(err(
+                &format!("{field}.{what}"),
+                format!("a {what} is printable ASCII without spaces, got \"{v}\""),
+            ));
+        }
+    }
+    let mut keys = Vec::new();
+    for (i, key) in raw.keys.unwrap_or_default().iter().enumerate() {
+        let digest = parse_digest(key).map_err(|m| err(&format!("{field}.keys[{i}]"), m))?;
+        keys.push(digest);
+    }
+    let mut attributes = Vec::new();
+    for (name, value) in raw.attributes.0 {
+        let text = match value {
+            serde_yaml::Value::String(s) => s,
+            serde_yaml::Value::Number(n) => n.to_string(),
+            serde_yaml::Value::Bool(b) => b.to_string(),
+            _ => {
+                return Err(err(
+                    &format!("{field}.attributes.{name}"),
+                    "an attribute is a string, a number or a boolean".into(),
+                ))
+            }
+        };
+        if attributes.iter().any(|(n, _)| *n == name) {
+            return Err(err(
+                &format!("{field}.attributes.{name}"),
+                format!("duplicate attribute \"{name}\""),
+            ));
+        }
+        attributes.push((name, text));
+    }
+    Ok(ConsumerConfig {
+        name: raw.name,
+        tenant: raw.tenant,
+        plan: raw.plan,
+        keys,
+        attributes,
+    })
+}
+
+/// `sha256:` and 64 hex digits (either case) -> the digest.
+pub(crate) fn parse_digest(text: &str) -> std::result::Result<[u8; 32], String> {
+    let bad = || {
+        format!(
+            "an API key is configured as its digest, \"sha256:\" and 64 hex digits (`tollgate hash-key` prints it), got \"{}\"",
+            redact_key(text)
+        )
+    };
+    let hex = text.strip_prefix("sha256:").ok_or_else(bad)?;
+    let mut digest = [0u8; 32];
+    if hex.len() != 64 || hex::decode_to_slice(hex, &mut digest).is_err() {
+        return Err(bad());
+    }
+    Ok(digest)
+}
+
+/// What of a malformed key entry an error may show: it may be a key in
+/// clear, so only its first characters.
+fn redact_key(text: &str) -> String {
+    if text.starts_with("sha256:") {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(4).collect();
+    format!("{head}...")
+}
+
+/// A consumer's name and keys must be new: `names` and `digests` hold the
+/// ones seen so far, with where.
+fn unique(
+    c: &ConsumerConfig,
+    at: &str,
+    names: &mut HashMap<String, String>,
+    digests: &mut HashMap<[u8; 32], String>,
+) -> std::result::Result<(), (String, String)> {
+    if let Some(first) = names.get(&c.name) {
+        return Err((
+            format!("{at}.name"),
+            format!("duplicate consumer \"{}\" (first in {first})", c.name),
+        ));
+    }
+    names.insert(c.name.clone(), at.to_owned());
+    for (i, d) in c.keys.iter().enumerate() {
+        if let Some(first) = digests.get(d) {
+            return Err((
+                format!("{at}.keys[{i}]"),
+                format!("duplicate API key digest (also a key of {first})"),
+            ));
+        }
+        digests.insert(*d, format!("consumer \"{}\"", c.name));
+    }
+    Ok(())
+}
+
+/// The consumers of the consumers file at `path`, with their field paths
+/// in it (`[2]`, or `list[2]` for the mapping form). Errors name the file,
+/// line and column.
+fn read_consumers_file(path: &std::path::Path) -> Result<Vec<(String, ConsumerConfig)>> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::file(&file, format!("cannot read the consumers file: {e}")))?;
+    let positions = Positions::build(&text);
+    let err = |field: &str, message: String| {
+        let pos = positions.lookup(field);
+        ConfigError {
+            file: file.clone(),
+            line: pos.map(|p| p.0),
+            column: pos.map(|p| p.1),
+            field: field.to_owned(),
+            message,
+        }
+    };
+    let is_list = text
+        .lines()
+        .map(str::trim_start)
+        .find(|l| !l.is_empty() && !l.starts_with('#') && *l != "---")
+        .is_none_or(|l| l.starts_with('-') || l.starts_with('['));
+    let (prefix, raw) = if is_list {
+        let list: Option<Vec<RawConsumer>> =
+            serde_yaml::from_str(&text).map_err(|e| ConfigError::from_yaml(&file, &e))?;
+        ("", list.unwrap_or_default())
+    } else {
+        let map: RawConsumersFile =
+            serde_yaml::from_str(&text).map_err(|e| ConfigError::from_yaml(&file, &e))?;
+        ("list", map.list)
+    };
+    raw.into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let field = format!("{prefix}[{i}]");
+            consumer(c, &field, &err).map(|c| (field, c))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests() {
+        let hex = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+        let d = parse_digest(&format!("sha256:{hex}")).unwrap();
+        assert_eq!(hex::encode(d), hex);
+        assert!(parse_digest(&format!("sha256:{}", hex.to_uppercase())).is_ok());
+        for bad in [
+            hex.to_owned(),
+            format!("sha1:{hex}"),
+            format!("sha256:{}", &hex[1..]),
+            format!("sha256:{hex}0"),
+            format!("sha256:{}g", &hex[1..]),
+        ] {
+            assert!(parse_digest(&bad).is_err(), "{bad}");
+        }
+        // A key pasted in clear is not echoed whole.
+        let e = parse_digest("supersecretkey").unwrap_err();
+        assert!(
+            e.contains("\"supe...\"") && !e.contains("supersecret"),
+            "{e}"
+        );
+    }
+}
