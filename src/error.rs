@@ -5,7 +5,7 @@
 //! [`GatewayError`]; [`GatewayError::response`] alone picks its status, its
 //! body, its headers, and whether the connection must close. A gRPC
 //! request gets each one as HTTP 200 with `grpc-status` and `grpc-message`
-//! (docs/protocols.md): gRPC's HTTP-to-gRPC table (`400` → 13, `403` → 7, `404` → 12,
+//! (docs/protocols.md): gRPC's HTTP-to-gRPC table (`400` → 13, `401` → 16, `403` → 7, `404` → 12,
 //! `502`/`503` → 14, anything else → 2), except `504` → 4
 //! (DEADLINE_EXCEEDED) and rate limits → 8 (RESOURCE_EXHAUSTED), as
 //! docs/protocols.md and docs/configuration/limit-response.md say.
@@ -63,6 +63,32 @@ pub enum GatewayError {
     /// The limit store could not decide and `on_error: deny` applies.
     #[error("limit store unavailable")]
     LimiterUnavailable,
+    /// The route requires a credential and none was presented
+    /// (docs/configuration/consumers.md). `bearer`: a JWT is one it takes,
+    /// so the answer says `WWW-Authenticate: Bearer`.
+    #[error("no credential presented")]
+    Unauthorized {
+        /// The route accepts a JWT.
+        bearer: bool,
+    },
+    /// A presented credential did not verify (unknown key, bad signature,
+    /// expired, wrong issuer or audience...), or two name different
+    /// consumers. `bearer`: a JWT was among them (RFC 6750
+    /// `error="invalid_token"`).
+    #[error("invalid credentials: {reason}")]
+    InvalidCredentials {
+        /// A JWT failed.
+        bearer: bool,
+        /// Why, for the log (never the credential).
+        reason: Arc<str>,
+    },
+    /// The consumer is verified but not one the route lets through.
+    #[error("consumer not allowed on this route")]
+    Forbidden,
+    /// A credential could not be checked: its issuer's keys have not been
+    /// fetched yet.
+    #[error("authentication unavailable: {0}")]
+    AuthUnavailable(Arc<str>),
     /// The upstream refused, reset or could not be reached (the source is
     /// the upstream client's error).
     #[error("upstream unavailable: {0}")]
@@ -99,7 +125,14 @@ mod grpc {
     pub(super) const UNIMPLEMENTED: u8 = 12;
     pub(super) const INTERNAL: u8 = 13;
     pub(super) const UNAVAILABLE: u8 = 14;
+    pub(super) const UNAUTHENTICATED: u8 = 16;
 }
+
+/// RFC 6750's challenge to a request without a token ...
+const BEARER: HeaderValue = HeaderValue::from_static("Bearer realm=\"tollgate\"");
+/// ... and to one whose token did not verify.
+const BEARER_INVALID: HeaderValue =
+    HeaderValue::from_static("Bearer realm=\"tollgate\", error=\"invalid_token\"");
 
 /// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -129,6 +162,14 @@ impl GatewayError {
             GatewayError::LimiterUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable")
             }
+            GatewayError::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            GatewayError::InvalidCredentials { .. } => {
+                (StatusCode::UNAUTHORIZED, "invalid_credentials")
+            }
+            GatewayError::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            GatewayError::AuthUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "auth_unavailable")
+            }
             GatewayError::UpstreamUnavailable(_) => {
                 (StatusCode::BAD_GATEWAY, "upstream_unavailable")
             }
@@ -147,6 +188,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout => grpc::DEADLINE_EXCEEDED,
             _ => match self.status_and_code().0.as_u16() {
                 400 => grpc::INTERNAL,
+                401 => grpc::UNAUTHENTICATED,
                 403 => grpc::PERMISSION_DENIED,
                 404 => grpc::UNIMPLEMENTED,
                 429 | 502..=504 => grpc::UNAVAILABLE,
@@ -191,6 +233,16 @@ impl GatewayError {
             response
                 .headers_mut()
                 .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        let challenge = match self {
+            GatewayError::Unauthorized { bearer: true } => Some(BEARER),
+            GatewayError::InvalidCredentials { bearer: true, .. } => Some(BEARER_INVALID),
+            _ => None,
+        };
+        if let Some(challenge) = challenge {
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, challenge);
         }
         response
     }

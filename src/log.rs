@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate_limit::DecisionKind;
+
+use crate::auth::Identity;
 use tracing_subscriber::EnvFilter;
 
 /// The `tracing` target of access-log lines.
@@ -60,6 +62,9 @@ pub struct AccessRecord {
     pub status: u16,
     /// What the route's limits decided (its label is the line's `limit`).
     pub decision: DecisionKind,
+    /// The verified consumer, if any (the line's `consumer`, `tenant`,
+    /// `plan`).
+    pub consumer: Option<Identity>,
     /// When the request arrived.
     pub started: Instant,
 }
@@ -123,6 +128,9 @@ impl AccessRecord {
             upstream = self.upstream.as_deref().unwrap_or_default(),
             status = self.status,
             limit = self.decision.label(),
+            consumer = self.consumer.as_ref().map(|c| &*c.consumer),
+            tenant = self.consumer.as_ref().and_then(|c| c.tenant.as_deref()),
+            plan = self.consumer.as_ref().and_then(|c| c.plan.as_deref()),
             duration_ms = (duration_ms * 1000.0).round() / 1000.0,
             bytes,
             completed,

@@ -15,6 +15,7 @@
 //! functions that `tollgate simulate` calls too. Nothing here blocks on
 //! anything but the limit store, the upstream and the client.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +30,8 @@ use hyper::upgrade::OnUpgrade;
 use tollgate_limit::{Decision, DecisionKind, Figure, Leases};
 
 use crate::admission;
+use crate::auth::{self, AuthOutcome, Verdict};
+use crate::config::CredentialKind;
 use crate::body::{self, Body, ClientBody, ClientBodyError, ClientFault, Finish};
 use crate::config::PathMatch;
 use crate::error::{is_grpc, GatewayError, Rejection};
@@ -158,6 +161,7 @@ impl<'a> Ctx<'a> {
                 upstream: None,
                 status: 0,
                 decision: DecisionKind::NotApplied,
+                consumer: None,
                 started,
             },
         }
@@ -170,6 +174,7 @@ async fn route_request(
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<Reply>, GatewayError> {
     let route = admit(&req, ctx)?;
+    authenticate(&req, &route, ctx).await?;
     let figures = decide_limits(&req, &route, ctx).await?;
     admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
     let mut response = match &route.action {
@@ -235,7 +240,7 @@ async fn decide_limits<B>(
         query: req.uri().query(),
         route: &route.name,
         ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
-        identity: None,
+        identity: ctx.record.consumer.as_ref(),
     };
     let metrics = &ctx.shared.metrics;
     let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
@@ -254,20 +259,110 @@ async fn decide_limits<B>(
             }
             Ok(figures)
         }
+        rejected => Err(rejection(rejected, route)),
+    }
+}
+
+/// The answer to a decision that admitted nothing: a rejection with the
+/// route's `limit_response`, or the store's unavailability.
+fn rejection(decision: Decision, route: &RouteRuntime) -> GatewayError {
+    match decision {
         Decision::Reject {
             locked_out,
             limit,
             retry_after,
             figures,
-        } => Err(GatewayError::Limited(Box::new(Rejection {
+        } => GatewayError::Limited(Box::new(Rejection {
             locked_out,
             limit,
             retry_after,
             figures,
             answer: route.limit_response.clone(),
-        }))),
-        Decision::Unavailable => Err(GatewayError::LimiterUnavailable),
-        Decision::NotApplied => Ok(Vec::new()),
+        })),
+        _ => GatewayError::LimiterUnavailable,
+    }
+}
+
+/// Stage: authentication (docs/configuration/consumers.md). Finds the
+/// credentials the request presents (of the route's `require`, or of every
+/// configured kind on a route without `auth`) and verifies them; the
+/// consumer goes into the access-log record, where the limits' identity
+/// keys and the identity headers read it.
+///
+/// A route with `auth` answers 401 `unauthorized` when nothing is
+/// presented, 401 `invalid_credentials` when a credential fails, 403
+/// `forbidden` for a consumer it does not let through, 503
+/// `auth_unavailable` while a token's issuer keys are not fetched; a route
+/// without `auth` never rejects, an invalid credential there is none. A
+/// failed credential charges `failure_limit` for the client's address;
+/// a client that limit locked out is turned away (on `auth` routes) or
+/// not verified (elsewhere) before any key lookup or signature check.
+async fn authenticate<B>(
+    req: &Request<B>,
+    route: &RouteRuntime,
+    ctx: &mut Ctx<'_>,
+) -> Result<(), GatewayError> {
+    let Some(auth) = ctx.rt.auth.as_deref() else {
+        return Ok(());
+    };
+    let required = route.auth.as_ref();
+    let kinds = auth.kinds(required);
+    let cert = ctx.conn.client_cert.as_deref();
+    let presented = auth.presented(kinds, req.headers(), req.uri().query(), cert);
+    if presented.is_empty() && required.is_none() {
+        return Ok(());
+    }
+    let metrics = &ctx.shared.metrics;
+    let view = RequestView {
+        client: ctx.client.addr,
+        headers: req.headers(),
+        query: req.uri().query(),
+        route: &route.name,
+        ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
+        identity: None,
+    };
+    let failures = ctx.rt.failure_limit.as_ref();
+    if let Some(denied) = failures.and_then(|f| limit::failures_denied(&ctx.rt.limiter, f, &view)) {
+        if required.is_none() {
+            // Not verified: the credential counts as none.
+            return Ok(());
+        }
+        metrics.auth(&route.name, AuthOutcome::LockedOut);
+        return Err(rejection(denied, route));
+    }
+    let (outcome, error) = match auth.verify(&presented).await {
+        Verdict::Verified(id) => {
+            if required.is_some_and(|a| !auth::allowed(a, &id)) {
+                ctx.record.consumer = Some(id);
+                (AuthOutcome::Forbidden, Some(GatewayError::Forbidden))
+            } else {
+                ctx.record.consumer = Some(id);
+                (AuthOutcome::Ok, None)
+            }
+        }
+        Verdict::Missing => (
+            AuthOutcome::Missing,
+            Some(GatewayError::Unauthorized {
+                bearer: kinds.has(CredentialKind::Jwt),
+            }),
+        ),
+        Verdict::Invalid { bearer, reason } => {
+            tracing::debug!(target: "tollgate::auth", route = &*route.name, %reason, "credential refused");
+            let mut error = GatewayError::InvalidCredentials { bearer, reason };
+            if let Some(f) = failures {
+                let charged = limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, metrics).await;
+                if let Decision::Reject { locked_out: true, .. } = &charged {
+                    error = rejection(charged, route);
+                }
+            }
+            (AuthOutcome::Invalid, Some(error))
+        }
+        Verdict::Unavailable(why) => (AuthOutcome::Unavailable, Some(GatewayError::AuthUnavailable(why))),
+    };
+    metrics.auth(&route.name, outcome);
+    match (error, required) {
+        (Some(error), Some(_)) => Err(error),
+        _ => Ok(()),
     }
 }
 
@@ -306,15 +401,21 @@ async fn forward(
         .flatten();
     let upgrade = client_side.is_some();
     let server = &ctx.rt.config.server;
+    // `hide`: the API key's query parameter is not forwarded.
+    let hidden = ctx.rt.auth.as_deref().and_then(|a| a.hidden_param());
     let path_and_query = match &ctx.record.path {
         // The request's own path and query, unchanged: shared, not copied.
-        LoggedPath::Target(pq) if !route.strip_prefix => pq.clone(),
+        LoggedPath::Target(pq) if !route.strip_prefix && hidden.is_none() => pq.clone(),
         path => {
             let forwarded = match route.strip_prefix {
                 true => strip_prefix(&route.path, path.as_str()),
                 false => std::borrow::Cow::Borrowed(path.as_str()),
             };
-            path_and_query(&forwarded, req.uri().query())?
+            let query = match (req.uri().query(), hidden) {
+                (Some(q), Some(name)) => auth::credentials::without_param(q, name).map(Cow::Owned),
+                (q, _) => q.map(Cow::Borrowed),
+            };
+            path_and_query(&forwarded, query.as_deref())?
         }
     };
     let host = ctx.host.take();
@@ -342,6 +443,9 @@ async fn forward(
         strip_hop_by_hop_keeping_trailers(&mut headers, upgrade);
     } else {
         strip_hop_by_hop(&mut headers, upgrade);
+    }
+    if let Some(auth) = ctx.rt.auth.as_deref() {
+        auth.upstream_headers(&mut headers, ctx.record.consumer.as_ref());
     }
     if parts.version >= Version::HTTP_2 {
         // An HTTP/2 client always takes trailers; an HTTP/1.1 upstream

@@ -18,7 +18,9 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use tollgate_limit::{Limiter, StoreError};
 
-use crate::config::{Config, LimitResponse, PathMatch, RouteAction};
+use crate::auth::issuers::IssuerError;
+use crate::auth::Authenticator;
+use crate::config::{Config, LimitResponse, PathMatch, RouteAction, RouteAuth};
 use crate::limit::policy::Policy;
 use crate::metrics::RouteMetrics;
 use crate::proxy::pool::{PoolError, UpstreamPool};
@@ -51,6 +53,10 @@ pub struct Runtime {
     /// The TLS listeners' config, the certificates read when this runtime
     /// was built (so a reload re-reads them).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The consumers section, compiled (`None` without one).
+    pub auth: Option<Arc<Authenticator>>,
+    /// `consumers.failure_limit`, compiled.
+    pub failure_limit: Option<Arc<Policy>>,
 }
 
 /// What a route does once matched.
@@ -86,6 +92,8 @@ pub struct RouteRuntime {
     pub timeout: Duration,
     /// Respond or forward.
     pub action: Action,
+    /// The credentials the route requires (`auth:`), if any.
+    pub auth: Option<RouteAuth>,
     /// The route's limits, in order.
     pub limits: Vec<Arc<Policy>>,
     /// How a rejection is answered: status, message, rate-limit headers.
@@ -112,6 +120,9 @@ pub enum BuildError {
     /// A certificate, key or CA could not be loaded.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// A JWT issuer's keys could not be loaded.
+    #[error(transparent)]
+    Auth(#[from] IssuerError),
     /// A route's `path` or `exact` is not a path a request normalises to,
     /// so the route could never match (docs/configuration/routes.md).
     #[error("route {route:?}: {path:?} is not a normalised path ({why}), so the route could never match")]
@@ -175,6 +186,18 @@ impl Runtime {
             policies.insert(limit.name.clone(), Arc::new(Policy::compile(limit)));
         }
         let limiter = Limiter::build(&config.store, previous.map(|p| &p.limiter))?;
+        let auth = match &config.consumers {
+            Some(c) => Some(Arc::new(Authenticator::build(
+                c,
+                previous.and_then(|p| p.auth.as_deref()),
+            )?)),
+            None => None,
+        };
+        let failure_limit = config
+            .consumers
+            .as_ref()
+            .and_then(|c| c.failure_limit.as_ref())
+            .and_then(|name| policies.get(name).cloned());
         let tls = match &config.server.tls {
             Some(t) => Some(tls::server_config(&t.certificates)?),
             None => None,
@@ -226,6 +249,7 @@ impl Runtime {
                 metrics: RouteMetrics::new(limits.len()),
                 limits,
                 limit_response: Arc::new(route.limit_response.clone()),
+                auth: route.auth.clone(),
                 name: route.name.as_str().into(),
                 path: route.path.clone(),
                 strip_prefix: route.strip_prefix,
@@ -249,6 +273,8 @@ impl Runtime {
             policies,
             limiter,
             tls,
+            auth,
+            failure_limit,
         })
     }
 
@@ -261,7 +287,8 @@ impl Runtime {
 
     /// Put this generation's health checks in force after `previous` (the
     /// generation it replaced): the pools it dropped or rebuilt stop
-    /// probing, its own pools start (a kept pool keeps its one checker).
+    /// probing, its own pools start (a kept pool keeps its one checker),
+    /// and its JWT issuers' JWKS are fetched and refreshed.
     pub fn start_health_checks(&self, previous: Option<&Runtime>) {
         for old in previous.iter().flat_map(|p| p.upstreams.values()) {
             if !self.upstreams.values().any(|pool| Arc::ptr_eq(pool, old)) {
@@ -270,6 +297,10 @@ impl Runtime {
         }
         for pool in self.upstreams.values() {
             pool.start();
+        }
+        // JWKS fetching, like health probes, only for a runtime in force.
+        if let Some(auth) = &self.auth {
+            auth.start();
         }
     }
 }

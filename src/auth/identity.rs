@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::jwt::Verified;
 use crate::config::ConsumerConfig;
 
 /// A verified consumer.
@@ -21,8 +22,8 @@ pub struct Identity {
     pub tenant: Option<Arc<str>>,
     /// Its plan, if it has one.
     pub plan: Option<Arc<str>>,
-    /// The claims of the JWT that verified it, if one did.
-    pub claims: Option<Arc<Map<String, Value>>>,
+    /// The JWT that verified it, if one did (its claims).
+    pub claims: Option<Arc<Verified>>,
     /// Its entry in `consumers.list` (or the consumers file), if it has
     /// one: the source of `attr:NAME`.
     pub entry: Option<Arc<ConsumerConfig>>,
@@ -45,7 +46,7 @@ impl Identity {
     /// key bytes: a string as itself, any other value as its JSON text.
     /// `None` without a verified token, for a missing claim, or `null`.
     pub fn claim(&self, path: &str) -> Option<Cow<'_, [u8]>> {
-        let value = claim(self.claims.as_deref()?, path)?;
+        let value = claim(&self.claims.as_deref()?.claims, path)?;
         match value {
             Value::Null => None,
             Value::String(s) => Some(Cow::Borrowed(s.as_bytes())),
@@ -90,7 +91,7 @@ mod tests {
             consumer: "c".into(),
             tenant: None,
             plan: None,
-            claims: Some(Arc::new(claims)),
+            claims: Some(Arc::new(Verified { claims, exp: 0 })),
             entry: None,
         }
     }

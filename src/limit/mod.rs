@@ -60,6 +60,20 @@ pub async fn decide(
     limiter.decide(request).await
 }
 
+/// The deny cache's answer for `failure_limit` (docs/configuration/consumers.md)
+/// and this client, without a store call: `Some` while the client is known
+/// to be locked out (or rejected) by it, so its credentials need not be
+/// verified at all.
+pub fn failures_denied(
+    limiter: &Limiter,
+    failure_limit: &Arc<Policy>,
+    view: &RequestView<'_>,
+) -> Option<Decision> {
+    let limits = std::slice::from_ref(failure_limit);
+    let plan = plan::plan(limits, view, || 0).ok()?;
+    limiter.cached(&plan.checks)
+}
+
 #[cfg(test)]
 mod tests {
     //! The stage on the memory store: keys from requests, exemptions,

@@ -20,6 +20,8 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+
+pub use crate::auth::AuthOutcome;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -62,6 +64,16 @@ pub struct DecisionLabels {
     pub limit: Arc<str>,
     /// `allowed`, `rejected`, `locked_out`, `delayed`, `shadow_rejected`.
     pub decision: &'static str,
+}
+
+/// Labels of `tollgate_auth_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    /// The route's name.
+    pub route: Arc<str>,
+    /// `ok`, `missing`, `invalid`, `forbidden`, `locked_out` or
+    /// `unavailable` ([`AuthOutcome::label`]).
+    pub outcome: &'static str,
 }
 
 /// Labels naming a limit.
@@ -197,6 +209,9 @@ pub struct Metrics {
     pub decisions: Family<DecisionLabels, Counter>,
     /// `tollgate_lockouts_total{limit}`.
     pub lockouts: Family<LimitLabels, Counter>,
+    /// `tollgate_auth_total{route,outcome}`: no consumer label, ever
+    /// (consumers are unbounded).
+    pub auth: Family<AuthLabels, Counter>,
     /// `tollgate_upstream_requests_total{upstream,target,outcome}`.
     pub upstream_requests: Family<UpstreamLabels, Counter>,
     /// `tollgate_upstream_duration_seconds{upstream}`.
@@ -247,6 +262,12 @@ impl Metrics {
             "tollgate_lockouts",
             "Lockouts started, by limit",
             lockouts.clone(),
+        );
+        let auth = Family::<AuthLabels, Counter>::default();
+        registry.register(
+            "tollgate_auth",
+            "Authentication outcomes, by route and outcome",
+            auth.clone(),
         );
         let upstream_requests = Family::<UpstreamLabels, Counter>::default();
         registry.register(
@@ -308,6 +329,7 @@ impl Metrics {
             request_duration,
             decisions,
             lockouts,
+            auth,
             upstream_requests,
             upstream_duration,
             upstream_healthy,
@@ -432,6 +454,17 @@ impl Metrics {
             })
             .inc();
         self.stats.lockout(limit);
+    }
+
+    /// Count one authentication outcome of a request to `route`.
+    pub fn auth(&self, route: &Arc<str>, outcome: AuthOutcome) {
+        self.auth
+            .get_or_create(&AuthLabels {
+                route: route.clone(),
+                outcome: outcome.label(),
+            })
+            .inc();
+        self.stats.auth(route, outcome);
     }
 
     /// Count one limit decision.

@@ -60,6 +60,9 @@ pub struct RouteCounters {
     requests: AtomicU64,
     rejected: AtomicU64,
     locked_out: AtomicU64,
+    /// Requests refused by authentication (401, 403, and 429 from
+    /// `failure_limit` before verifying).
+    auth_failures: AtomicU64,
     buckets: [AtomicU64; BUCKETS],
 }
 
@@ -227,6 +230,17 @@ impl Stats {
         });
     }
 
+    /// One authentication outcome on `route`: the failures are counted.
+    pub fn auth(&self, route: &Arc<str>, outcome: crate::auth::AuthOutcome) {
+        use crate::auth::AuthOutcome;
+        if matches!(outcome, AuthOutcome::Ok | AuthOutcome::Unavailable) {
+            return;
+        }
+        self.routes.with(route, |c| {
+            c.auth_failures.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+
     /// One decision of `limit` (a kind of [`DecisionKind::PER_LIMIT`]).
     pub fn decision(&self, limit: &Arc<str>, decision: DecisionKind) {
         if decision.per_limit_index().is_some() {
@@ -291,6 +305,7 @@ impl Stats {
                     requests: load(&c.requests),
                     rejected: load(&c.rejected),
                     locked_out: load(&c.locked_out),
+                    auth_failures: load(&c.auth_failures),
                     buckets: std::array::from_fn(|i| load(&c.buckets[i])),
                 };
                 (name, counts)
@@ -321,6 +336,9 @@ pub struct RouteCounts {
     pub rejected: u64,
     /// Requests rejected because the client is locked out.
     pub locked_out: u64,
+    /// Requests refused by authentication (401, 403, or locked out by
+    /// `failure_limit`).
+    pub auth_failures: u64,
     /// Requests per latency bucket ([`BUCKET_BOUNDS_US`], then the rest).
     pub buckets: [u64; BUCKETS],
 }
@@ -331,6 +349,7 @@ impl RouteCounts {
             requests: self.requests.saturating_sub(earlier.requests),
             rejected: self.rejected.saturating_sub(earlier.rejected),
             locked_out: self.locked_out.saturating_sub(earlier.locked_out),
+            auth_failures: self.auth_failures.saturating_sub(earlier.auth_failures),
             buckets: std::array::from_fn(|i| self.buckets[i].saturating_sub(earlier.buckets[i])),
         }
     }
@@ -339,6 +358,7 @@ impl RouteCounts {
         self.requests += other.requests;
         self.rejected += other.rejected;
         self.locked_out += other.locked_out;
+        self.auth_failures += other.auth_failures;
         for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
             *a += b;
         }

@@ -378,26 +378,8 @@ impl Limiter {
             return Decision::NotApplied;
         }
         let now = self.clock.now();
-
-        // The local deny cache: no store call when every limit of the
-        // request is known to reject this client under these very
-        // parameters. The store would answer the same: a locked limit
-        // strikes nothing, the others have no lockout, and the verdict picks
-        // the longest wait either way. One limit not cached (it might reject
-        // with a longer wait, or strike) and the store decides.
-        if !self.deny.is_empty() {
-            let mut hits = Vec::with_capacity(checks.len());
-            for check in &checks {
-                match self.deny.get_with(&check.key, now) {
-                    Some((until, locked, cached)) if cached.params == check.params => {
-                        hits.push((until, locked, cached));
-                    }
-                    _ => break,
-                }
-            }
-            if hits.len() == checks.len() {
-                return cached_rejection(&hits, now);
-            }
+        if let Some(rejection) = self.cached_at(&checks, now) {
+            return rejection;
         }
 
         let started = Instant::now();
@@ -432,6 +414,41 @@ impl Limiter {
             },
         };
         self.conclude(checks, describe, outcomes, now, local)
+    }
+
+    /// The rejection the local deny cache alone gives `checks` now, if it
+    /// knows every one of them rejects this client (no store call); `None`
+    /// when the store must decide. What [`Limiter::decide`] does first; a
+    /// caller may ask before doing costly work for a client the cache
+    /// already turns away (the gateway, before verifying the credentials of
+    /// a client `failure_limit` locked out).
+    pub fn cached(&self, checks: &[Check]) -> Option<Decision> {
+        if checks.is_empty() {
+            return None;
+        }
+        self.cached_at(checks, self.clock.now())
+    }
+
+    /// The local deny cache: no store call when every limit of the request
+    /// is known to reject this client under these very parameters. The
+    /// store would answer the same: a locked limit strikes nothing, the
+    /// others have no lockout, and the verdict picks the longest wait
+    /// either way. One limit not cached (it might reject with a longer
+    /// wait, or strike) and the store decides.
+    fn cached_at(&self, checks: &[Check], now: Micros) -> Option<Decision> {
+        if self.deny.is_empty() {
+            return None;
+        }
+        let mut hits = Vec::with_capacity(checks.len());
+        for check in checks {
+            match self.deny.get_with(&check.key, now) {
+                Some((until, locked, cached)) if cached.params == check.params => {
+                    hits.push((until, locked, cached));
+                }
+                _ => return None,
+            }
+        }
+        Some(cached_rejection(&hits, now))
     }
 
     /// A decision call that failed once it may have been sent (it timed
