@@ -8,6 +8,8 @@
 //!   graceful shutdown.
 //! - [`route`]: the path normaliser and the route matchers.
 //! - [`identity`]: who the client is (trusted proxies, `X-Forwarded-For`).
+//! - [`auth`]: consumers, clients the gateway has verified (client
+//!   certificates).
 //! - [`limit`]: which of a route's limits apply to a request, under which
 //!   keys, and the rate-limit fields of the answer; the deciding is the
 //!   `tollgate_limit` crate's (`crates/limit`: algorithms, deny cache,
@@ -42,6 +44,7 @@
 pub mod admin;
 pub mod admission;
 pub mod app;
+pub mod auth;
 pub mod body;
 pub mod config;
 pub mod error;

@@ -176,7 +176,7 @@ impl Runtime {
         }
         let limiter = Limiter::build(&config.store, previous.map(|p| &p.limiter))?;
         let tls = match &config.server.tls {
-            Some(t) => Some(tls::server_config(&t.certificates)?),
+            Some(t) => Some(tls::server_config(&t.certificates, None)?),
             None => None,
         };
 

@@ -1,7 +1,9 @@
 //! TLS with rustls (docs/configuration/, docs/protocols.md `server.tls`): the listeners' server
-//! config (certificates chosen by SNI, ALPN `h2` and `http/1.1`) and the
-//! upstreams' client config (system roots plus `tls.ca`, `server_name`,
-//! `verify: false`, a client certificate).
+//! config (certificates chosen by SNI, ALPN `h2` and `http/1.1`, client
+//! certificates checked against `server.tls.client_auth.ca`, see
+//! docs/configuration/tls.md) and the upstreams' client config (system
+//! roots plus `tls.ca`, `server_name`, `verify: false`, a client
+//! certificate).
 //!
 //! The crypto provider is *ring*: it builds with a C compiler alone (no
 //! cmake, no Go, which aws-lc-rs needs), so `cargo build` works on any
@@ -12,7 +14,14 @@
 //! runtime is built: at start-up, by `tollgate check`, and at every reload,
 //! so renewed files are picked up by SIGHUP; a file that cannot be read or
 //! a key that does not match its certificate fails the whole build, and the
-//! previous runtime's certificates keep serving.
+//! previous runtime's certificates keep serving. The client CA is read the
+//! same way, so a renewed CA file also takes effect on reload.
+//!
+//! Client certificates are verified by rustls' webpki verifier: chained to
+//! one of the CA file's certificates, within their validity period, and
+//! fit for client authentication (an extended key usage, when present,
+//! must include it). With `required: false` a client may present none, but
+//! one it presents must verify; the handshake fails otherwise.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -22,7 +31,7 @@ use rustls::crypto::ring::default_provider;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 
 use crate::config::{CertificateConfig, UpstreamTls};
@@ -152,25 +161,78 @@ impl ResolvesServerCert for BySni {
     }
 }
 
+/// Client certificates on a TLS listener (`server.tls.client_auth`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAuth<'a> {
+    /// The PEM file of the CA certificates a client certificate must chain
+    /// to (`server.tls.client_auth.ca`).
+    pub ca: &'a Path,
+    /// Whether a client must present a certificate; without one the
+    /// handshake fails. Otherwise one is asked for but may be left out.
+    pub required: bool,
+}
+
+/// The config field of [`ClientAuth::ca`], for errors.
+const CLIENT_CA_FIELD: &str = "server.tls.client_auth.ca";
+
+/// The verifier of client certificates: every certificate of the CA file
+/// is a trust anchor.
+fn client_verifier(
+    auth: ClientAuth<'_>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let error = |problem: String| TlsError {
+        field: CLIENT_CA_FIELD.into(),
+        file: auth.ca.to_owned(),
+        problem,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, cert) in read_chain(CLIENT_CA_FIELD, auth.ca)?
+        .into_iter()
+        .enumerate()
+    {
+        roots.add(cert).map_err(|e| {
+            error(format!(
+                "certificate {} is not a usable CA certificate: {e}",
+                i + 1
+            ))
+        })?;
+    }
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+    let builder = if auth.required {
+        builder
+    } else {
+        builder.allow_unauthenticated()
+    };
+    builder
+        .build()
+        .map_err(|e| error(format!("cannot verify client certificates with it: {e}")))
+}
+
 /// The server config of the TLS listeners: TLS 1.2 and 1.3, the
-/// certificates chosen by SNI, ALPN `h2` then `http/1.1`.
+/// certificates chosen by SNI, ALPN `h2` then `http/1.1`; with
+/// `client_auth`, client certificates asked for and verified (see the
+/// module doc), else none asked for.
 pub fn server_config(
     certificates: &[CertificateConfig],
+    client_auth: Option<ClientAuth<'_>>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let keys = certificates
         .iter()
         .enumerate()
         .map(|(i, c)| certified_key(i, c))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError {
             field: "server.tls".into(),
             file: PathBuf::new(),
             problem: e.to_string(),
-        })?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(BySni { keys }));
+        })?;
+    let builder = match client_auth {
+        Some(auth) => builder.with_client_cert_verifier(client_verifier(auth)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(BySni { keys }));
     config.alpn_protocols = vec![H2.to_vec(), HTTP11.to_vec()];
     Ok(Arc::new(config))
 }
