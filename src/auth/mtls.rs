@@ -66,7 +66,9 @@ impl FromStr for CertField {
         CertField::ALL
             .into_iter()
             .find(|field| field.as_str() == s)
-            .ok_or_else(|| format!("`{s}` is not a certificate field: expected `san_dns`, `san_uri` or `subject_cn`"))
+            .ok_or_else(|| {
+                format!("`{s}` is not a certificate field: expected `san_dns`, `san_uri` or `subject_cn`")
+            })
     }
 }
 

@@ -13,6 +13,10 @@
 //! see `vendor/README.md`), and a stalled request body is the body reader's
 //! (`body::ClientBody`).
 //!
+//! Over TLS, the names of the client certificate rustls verified (if the
+//! listener asks for one, `server.tls.client_auth`) are read once, after
+//! the handshake, into [`ConnInfo::client_cert`].
+//!
 //! The watchdog's timer and the shutdown signals are polled only when one
 //! of them fired ([`Gate`]), not on each of the connection's wake-ups,
 //! which are nearly all for its I/O.
@@ -47,6 +51,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use super::settings::{ConnSettings, Timeouts};
 use super::sniff::SniffIo;
 use super::{ConnInfo, Handler};
+use crate::auth::mtls::PeerCert;
 
 /// hyper refuses read buffers smaller than this.
 const MIN_BUF: usize = 8192;
@@ -63,7 +68,10 @@ pub(super) async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     match settings.tls.take() {
-        None => serve_io(stream, "http", peer, &settings, handler, shutdown, closing).await,
+        None => {
+            let info = ConnInfo::new(peer, "http", closing);
+            serve_io(stream, info, &settings, handler, shutdown).await
+        }
         // Boxed: a TLS connection's state (rustls' connection, the
         // handshake) is several KiB, which every plain connection's task
         // would otherwise reserve too, idle or not.
@@ -89,22 +97,37 @@ async fn serve_tls(
     let handshake = TlsAcceptor::from(config).accept(stream);
     match tokio::time::timeout(settings.timeouts.header_read, handshake).await {
         Ok(Ok(stream)) => {
-            serve_io(stream, "https", peer, settings, handler, shutdown, closing).await;
+            let cert = client_cert(stream.get_ref().1, peer);
+            let info = ConnInfo::new(peer, "https", closing).with_client_cert(cert);
+            serve_io(stream, info, settings, handler, shutdown).await;
         }
         Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "no TLS handshake within header_read: closing"),
     }
 }
 
-/// Serve HTTP on `io` (`proto`: `http` or `https`, for X-Forwarded-Proto).
+/// The names of the client certificate `tls` verified, if the client
+/// presented one. rustls verified it already, so one x509-parser cannot
+/// read is a gap between the two parsers, not the client's doing: logged,
+/// and the connection goes on with no certificate identity.
+fn client_cert(tls: &rustls::ServerConnection, peer: SocketAddr) -> Option<Arc<PeerCert>> {
+    let end_entity = tls.peer_certificates()?.first()?;
+    match PeerCert::from_der(end_entity) {
+        Ok(cert) => Some(Arc::new(cert)),
+        Err(error) => {
+            tracing::warn!(%peer, %error, "verified client certificate unreadable: no consumer");
+            None
+        }
+    }
+}
+
+/// Serve HTTP on `io`, the connection `info` tells of.
 async fn serve_io<IO>(
     io: IO,
-    proto: &'static str,
-    peer: SocketAddr,
+    info: ConnInfo,
     settings: &ConnSettings,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
-    closing: CancellationToken,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -114,7 +137,8 @@ async fn serve_io<IO>(
         max_chunk_bytes: max_chunk,
         ..
     } = *settings;
-    let info = Arc::new(ConnInfo::new(peer, proto, closing));
+    let peer = info.peer;
+    let info = Arc::new(info);
     let io = SniffIo::new(
         io,
         max_header_bytes.max(MIN_BUF),
