@@ -155,17 +155,32 @@ mod tests {
     use rcgen::string::Ia5String;
     use rcgen::{CertificateParams, DnType, KeyPair, SanType};
 
+    /// The DER of the attribute type organizationName (2.5.4.10) and of
+    /// commonName (2.5.4.3): the same length, so one can replace the other.
+    const ORGANIZATION: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x0a];
+    const COMMON_NAME: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
+
     /// A self-signed certificate with these subject alternative names and
-    /// common names, as DER.
+    /// up to two common names, as DER. rcgen writes one attribute of each
+    /// type: a second common name is written as the organization, whose
+    /// type is then made a common name (no signature is checked here).
     fn cert(sans: Vec<SanType>, cns: &[&str]) -> Vec<u8> {
         let mut params = CertificateParams::default();
         params.subject_alt_names = sans;
         params.distinguished_name = rcgen::DistinguishedName::new();
-        for cn in cns {
-            params.distinguished_name.push(DnType::CommonName, *cn);
+        let types = [DnType::CommonName, DnType::OrganizationName];
+        assert!(cns.len() <= types.len());
+        for (cn, kind) in cns.iter().zip(types) {
+            params.distinguished_name.push(kind, *cn);
         }
         let key = KeyPair::generate().unwrap();
-        params.self_signed(&key).unwrap().der().to_vec()
+        let mut der = params.self_signed(&key).unwrap().der().to_vec();
+        let mut at = 0;
+        while let Some(i) = der[at..].windows(5).position(|w| w == ORGANIZATION) {
+            der[at + i..at + i + 5].copy_from_slice(&COMMON_NAME);
+            at += i + 5;
+        }
+        der
     }
 
     fn dns(name: &str) -> SanType {
@@ -192,6 +207,8 @@ mod tests {
             ],
             &["billing-service", "second-cn"],
         );
+        let (_, parsed) = X509Certificate::from_der(&der).unwrap();
+        assert_eq!(parsed.subject().iter_common_name().count(), 2);
         let peer = PeerCert::from_der(&der).unwrap();
         assert_eq!(
             names(&peer),
