@@ -407,6 +407,103 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::mtls::CertField;
+    use crate::server::Responding;
+    use crate::tls::test_pki::{self, Ca};
+    use crate::tls::{server_config, ClientAuth};
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, Empty};
+    use hyper::body::{Bytes, Incoming};
+    use tokio::net::TcpListener;
+
+    /// Answers with the connection's proto and the names of its client
+    /// certificate.
+    struct Names;
+
+    impl Handler for Names {
+        fn handle(&self, _: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding {
+            let names = conn.client_cert.as_ref().map(|cert| {
+                CertField::ALL
+                    .map(|field| cert.name(field).unwrap_or("-"))
+                    .join(" ")
+            });
+            let text = format!("{} {}", conn.proto, names.as_deref().unwrap_or("none"));
+            Box::pin(async move { Response::new(crate::body::full(text)) })
+        }
+    }
+
+    /// One connection served with `tls` (none: plain), on a fresh port.
+    async fn one_connection(tls: Option<Arc<rustls::ServerConfig>>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let settings = ConnSettings {
+            tls,
+            timeouts: T,
+            max_header_bytes: 16 * 1024,
+            max_chunk_bytes: u64::MAX,
+        };
+        tokio::spawn(async move {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let (shutdown, closing) = (CancellationToken::new(), CancellationToken::new());
+            serve(stream, peer, settings, Arc::new(Names), shutdown, closing).await;
+        });
+        addr
+    }
+
+    /// The body of a `GET /` over `io`, in HTTP/2 or HTTP/1.1.
+    async fn get<IO>(io: IO, h2: bool) -> String
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = TokioIo::new(io);
+        let response = if h2 {
+            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let req = Request::get("https://localhost/").body(Empty::<Bytes>::new());
+            send.send_request(req.unwrap()).await.unwrap()
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(conn);
+            let req = Request::get("/").header("host", "localhost");
+            send.send_request(req.body(Empty::<Bytes>::new()).unwrap())
+                .await
+                .unwrap()
+        };
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn requests_see_the_client_certificate_of_their_connection() {
+        let dir = tollgate_testkit::temp_dir("conn-mtls");
+        let (servers, clients) = (Ca::new(&dir, "servers"), Ca::new(&dir, "clients"));
+        let certificate = servers.server(&dir);
+        let auth = ClientAuth {
+            ca: &clients.pem,
+            required: false,
+        };
+        let config = server_config(std::slice::from_ref(&certificate), Some(auth)).unwrap();
+        let identity = || Some(clients.client("svc.internal", "spiffe://t/svc", "svc"));
+        for (alpn, h2) in [(b"h2".as_slice(), true), (b"http/1.1".as_slice(), false)] {
+            let client = test_pki::client_config(servers.roots(), identity(), &[alpn]);
+            let addr = one_connection(Some(config.clone())).await;
+            let tls = test_pki::connect(addr, client).await.unwrap();
+            assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+            let body = get(tls, h2).await;
+            assert_eq!(body, "https svc.internal spiffe://t/svc svc", "h2: {h2}");
+        }
+        // Over TLS without a certificate, and over plain HTTP: none.
+        let anonymous = test_pki::client_config(servers.roots(), None, &[b"http/1.1"]);
+        let addr = one_connection(Some(config)).await;
+        let tls = test_pki::connect(addr, anonymous).await.unwrap();
+        assert_eq!(get(tls, false).await, "https none");
+        let addr = one_connection(None).await;
+        let plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert_eq!(get(plain, false).await, "http none");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     const T: Timeouts = Timeouts {
         header_read: Duration::from_secs(10),
