@@ -8,12 +8,14 @@
 //!   graceful shutdown.
 //! - [`route`]: the path normaliser and the route matchers.
 //! - [`identity`]: who the client is (trusted proxies, `X-Forwarded-For`).
+//! - [`auth`]: consumers, clients the gateway has verified (API keys, JWTs,
+//!   client certificates).
 //! - [`limit`]: which of a route's limits apply to a request, under which
 //!   keys, and the rate-limit fields of the answer; the deciding is the
 //!   `tollgate_limit` crate's (`crates/limit`: algorithms, deny cache,
 //!   memory and Redis stores).
 //! - [`proxy`]: upstream pools, balancing, the pooled client, header hygiene.
-//! - [`pipeline`]: normalise -> match -> identify -> (limits) -> respond or
+//! - [`pipeline`]: normalise -> match -> identify -> authenticate -> (limits) -> respond or
 //!   forward -> access log.
 //!
 //! Around them:

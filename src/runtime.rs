@@ -199,7 +199,13 @@ impl Runtime {
             .and_then(|c| c.failure_limit.as_ref())
             .and_then(|name| policies.get(name).cloned());
         let tls = match &config.server.tls {
-            Some(t) => Some(tls::server_config(&t.certificates)?),
+            Some(t) => {
+                let client_auth = t.client_auth.as_ref().map(|c| tls::ClientAuth {
+                    ca: &c.ca,
+                    required: c.required,
+                });
+                Some(tls::server_config(&t.certificates, client_auth)?)
+            }
             None => None,
         };
 

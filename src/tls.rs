@@ -1,7 +1,9 @@
 //! TLS with rustls (docs/configuration/, docs/protocols.md `server.tls`): the listeners' server
-//! config (certificates chosen by SNI, ALPN `h2` and `http/1.1`) and the
-//! upstreams' client config (system roots plus `tls.ca`, `server_name`,
-//! `verify: false`, a client certificate).
+//! config (certificates chosen by SNI, ALPN `h2` and `http/1.1`, client
+//! certificates checked against `server.tls.client_auth.ca`, see
+//! docs/configuration/tls.md) and the upstreams' client config (system
+//! roots plus `tls.ca`, `server_name`, `verify: false`, a client
+//! certificate).
 //!
 //! The crypto provider is *ring*: it builds with a C compiler alone (no
 //! cmake, no Go, which aws-lc-rs needs), so `cargo build` works on any
@@ -12,7 +14,14 @@
 //! runtime is built: at start-up, by `tollgate check`, and at every reload,
 //! so renewed files are picked up by SIGHUP; a file that cannot be read or
 //! a key that does not match its certificate fails the whole build, and the
-//! previous runtime's certificates keep serving.
+//! previous runtime's certificates keep serving. The client CA is read the
+//! same way, so a renewed CA file also takes effect on reload.
+//!
+//! Client certificates are verified by rustls' webpki verifier: chained to
+//! one of the CA file's certificates, within their validity period, and
+//! fit for client authentication (an extended key usage, when present,
+//! must include it). With `required: false` a client may present none, but
+//! one it presents must verify; the handshake fails otherwise.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -22,7 +31,7 @@ use rustls::crypto::ring::default_provider;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 
 use crate::config::{CertificateConfig, UpstreamTls};
@@ -152,25 +161,78 @@ impl ResolvesServerCert for BySni {
     }
 }
 
+/// Client certificates on a TLS listener (`server.tls.client_auth`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAuth<'a> {
+    /// The PEM file of the CA certificates a client certificate must chain
+    /// to (`server.tls.client_auth.ca`).
+    pub ca: &'a Path,
+    /// Whether a client must present a certificate; without one the
+    /// handshake fails. Otherwise one is asked for but may be left out.
+    pub required: bool,
+}
+
+/// The config field of [`ClientAuth::ca`], for errors.
+const CLIENT_CA_FIELD: &str = "server.tls.client_auth.ca";
+
+/// The verifier of client certificates: every certificate of the CA file
+/// is a trust anchor.
+fn client_verifier(
+    auth: ClientAuth<'_>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let error = |problem: String| TlsError {
+        field: CLIENT_CA_FIELD.into(),
+        file: auth.ca.to_owned(),
+        problem,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, cert) in read_chain(CLIENT_CA_FIELD, auth.ca)?
+        .into_iter()
+        .enumerate()
+    {
+        roots.add(cert).map_err(|e| {
+            error(format!(
+                "certificate {} is not a usable CA certificate: {e}",
+                i + 1
+            ))
+        })?;
+    }
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+    let builder = if auth.required {
+        builder
+    } else {
+        builder.allow_unauthenticated()
+    };
+    builder
+        .build()
+        .map_err(|e| error(format!("cannot verify client certificates with it: {e}")))
+}
+
 /// The server config of the TLS listeners: TLS 1.2 and 1.3, the
-/// certificates chosen by SNI, ALPN `h2` then `http/1.1`.
+/// certificates chosen by SNI, ALPN `h2` then `http/1.1`; with
+/// `client_auth`, client certificates asked for and verified (see the
+/// module doc), else none asked for.
 pub fn server_config(
     certificates: &[CertificateConfig],
+    client_auth: Option<ClientAuth<'_>>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let keys = certificates
         .iter()
         .enumerate()
         .map(|(i, c)| certified_key(i, c))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError {
             field: "server.tls".into(),
             file: PathBuf::new(),
             problem: e.to_string(),
-        })?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(BySni { keys }));
+        })?;
+    let builder = match client_auth {
+        Some(auth) => builder.with_client_cert_verifier(client_verifier(auth)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(BySni { keys }));
     config.alpn_protocols = vec![H2.to_vec(), HTTP11.to_vec()];
     Ok(Arc::new(config))
 }
@@ -301,4 +363,349 @@ pub fn server_name(host: &str, tls: Option<&UpstreamTls>) -> Option<ServerName<'
         .trim_start_matches('[')
         .trim_end_matches(']');
     ServerName::try_from(name.to_owned()).ok()
+}
+
+/// A test PKI made at run time with rcgen: CAs, the server and client
+/// certificates they issue, and TLS connections over a local TCP pair.
+#[cfg(test)]
+pub(crate) mod test_pki {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rcgen::string::Ia5String;
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, SanType,
+    };
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use crate::config::CertificateConfig;
+
+    /// A certificate and its key, for a rustls client config.
+    pub(crate) type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+    /// A CA whose certificate is `<dir>/<name>.pem`.
+    pub(crate) struct Ca {
+        issuer: Issuer<'static, KeyPair>,
+        /// The CA certificate's PEM file.
+        pub(crate) pem: PathBuf,
+        der: CertificateDer<'static>,
+    }
+
+    impl Ca {
+        pub(crate) fn new(dir: &Path, name: &str) -> Ca {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, name);
+            let cert = params.self_signed(&key).unwrap();
+            let pem = dir.join(format!("{name}.pem"));
+            std::fs::write(&pem, cert.pem()).unwrap();
+            Ca {
+                issuer: Issuer::new(params, key),
+                pem,
+                der: cert.der().clone(),
+            }
+        }
+
+        /// The CA as the only root.
+        pub(crate) fn roots(&self) -> rustls::RootCertStore {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(self.der.clone()).unwrap();
+            roots
+        }
+
+        /// A certificate of `params` signed by the CA, with its key.
+        pub(crate) fn issue(&self, params: CertificateParams) -> Identity {
+            let key = KeyPair::generate().unwrap();
+            let cert = params.signed_by(&key, &self.issuer).unwrap();
+            let key = PrivatePkcs8KeyDer::from(key.serialize_der()).into();
+            (vec![cert.der().clone()], key)
+        }
+
+        /// A server certificate for `localhost`, as `<dir>/server.pem` and
+        /// `<dir>/server.key`.
+        pub(crate) fn server(&self, dir: &Path) -> CertificateConfig {
+            let key = KeyPair::generate().unwrap();
+            let params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+            let cert = params.signed_by(&key, &self.issuer).unwrap();
+            let (c, k) = (dir.join("server.pem"), dir.join("server.key"));
+            std::fs::write(&c, cert.pem()).unwrap();
+            std::fs::write(&k, key.serialize_pem()).unwrap();
+            CertificateConfig { cert: c, key: k }
+        }
+
+        /// A client certificate with the DNS name `dns`, the URI `uri` and
+        /// the common name `cn`, for client authentication.
+        pub(crate) fn client(&self, dns: &str, uri: &str, cn: &str) -> Identity {
+            self.issue(client_params(dns, uri, cn))
+        }
+    }
+
+    /// The parameters of a client certificate (see [`Ca::client`]).
+    pub(crate) fn client_params(dns: &str, uri: &str, cn: &str) -> CertificateParams {
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = vec![
+            SanType::DnsName(Ia5String::try_from(dns).unwrap()),
+            SanType::URI(Ia5String::try_from(uri).unwrap()),
+        ];
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params
+    }
+
+    /// A client trusting `roots`, presenting `identity` if any, offering
+    /// the ALPN protocols `alpn`.
+    pub(crate) fn client_config(
+        roots: rustls::RootCertStore,
+        identity: Option<Identity>,
+        alpn: &[&[u8]],
+    ) -> Arc<rustls::ClientConfig> {
+        let builder = rustls::ClientConfig::builder_with_provider(super::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let mut config = match identity {
+            Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+
+    /// Connect to `addr` as `localhost` over TLS.
+    pub(crate) async fn connect(
+        addr: std::net::SocketAddr,
+        client: Arc<rustls::ClientConfig>,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let tcp = TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        tokio_rustls::TlsConnector::from(client)
+            .connect(name, tcp)
+            .await
+    }
+
+    /// What the server side of a handshake saw.
+    #[derive(Debug)]
+    pub(crate) struct Accepted {
+        /// The client's certificate chain, as rustls verified it.
+        pub(crate) peer_certificates: Option<Vec<CertificateDer<'static>>>,
+        /// The protocol ALPN chose.
+        pub(crate) alpn: Option<Vec<u8>>,
+    }
+
+    /// One handshake between `server` and `client` over a local TCP pair:
+    /// the server's outcome, and whether the client then read the server's
+    /// first bytes (in TLS 1.3 the client's handshake ends before the
+    /// server has checked its certificate: a refusal shows on that read).
+    pub(crate) async fn handshake(
+        server: Arc<rustls::ServerConfig>,
+        client: Arc<rustls::ClientConfig>,
+    ) -> (std::io::Result<Accepted>, std::io::Result<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serving = async {
+            let (tcp, _) = listener.accept().await?;
+            let mut tls = tokio_rustls::TlsAcceptor::from(server).accept(tcp).await?;
+            let (_, conn) = tls.get_ref();
+            let accepted = Accepted {
+                peer_certificates: conn.peer_certificates().map(<[_]>::to_vec),
+                alpn: conn.alpn_protocol().map(<[_]>::to_vec),
+            };
+            tls.write_all(b"ok").await?;
+            tls.flush().await?;
+            Ok(accepted)
+        };
+        let connecting = async {
+            let mut tls = connect(addr, client).await?;
+            let mut ok = [0u8; 2];
+            tls.read_exact(&mut ok).await?;
+            assert_eq!(&ok, b"ok");
+            Ok(())
+        };
+        let both = async { tokio::join!(serving, connecting) };
+        tokio::time::timeout(Duration::from_secs(10), both)
+            .await
+            .expect("the handshake ends within 10 s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_pki::{client_config, client_params, handshake, Ca};
+    use super::*;
+    use crate::auth::mtls::{CertField, PeerCert};
+
+    /// A server CA with a `localhost` certificate, a client CA and another
+    /// CA, in a fresh directory.
+    struct Setup {
+        dir: PathBuf,
+        servers: Ca,
+        clients: Ca,
+        other: Ca,
+        certificate: CertificateConfig,
+    }
+
+    impl Setup {
+        fn new() -> Setup {
+            let dir = tollgate_testkit::temp_dir("mtls");
+            let servers = Ca::new(&dir, "servers");
+            let certificate = servers.server(&dir);
+            Setup {
+                clients: Ca::new(&dir, "clients"),
+                other: Ca::new(&dir, "other"),
+                servers,
+                certificate,
+                dir,
+            }
+        }
+
+        /// The listener's config, asking for client certificates chained
+        /// to the client CA (`required` or not), or asking for none.
+        fn server(&self, client_auth: Option<bool>) -> Arc<rustls::ServerConfig> {
+            let auth = client_auth.map(|required| ClientAuth {
+                ca: &self.clients.pem,
+                required,
+            });
+            server_config(std::slice::from_ref(&self.certificate), auth).unwrap()
+        }
+
+        /// A client presenting `identity`, offering h2 and HTTP/1.1.
+        fn client(&self, identity: Option<test_pki::Identity>) -> Arc<rustls::ClientConfig> {
+            client_config(self.servers.roots(), identity, &[H2, HTTP11])
+        }
+    }
+
+    impl Drop for Setup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_required_client_certificate_is_verified_and_its_names_read() {
+        let s = Setup::new();
+        let good = s
+            .clients
+            .client("billing.internal", "spiffe://t/billing", "billing");
+        let (server, client) = handshake(s.server(Some(true)), s.client(Some(good))).await;
+        client.unwrap();
+        let accepted = server.unwrap();
+        assert_eq!(
+            accepted.alpn.as_deref(),
+            Some(H2),
+            "h2 still chosen by ALPN"
+        );
+        let chain = accepted
+            .peer_certificates
+            .expect("the client's certificate");
+        let peer = PeerCert::from_der(&chain[0]).unwrap();
+        assert_eq!(peer.name(CertField::SanDns), Some("billing.internal"));
+        assert_eq!(peer.name(CertField::SanUri), Some("spiffe://t/billing"));
+        assert_eq!(peer.name(CertField::SubjectCn), Some("billing"));
+    }
+
+    #[tokio::test]
+    async fn a_required_client_certificate_left_out_or_unverified_fails_the_handshake() {
+        let s = Setup::new();
+        let server = s.server(Some(true));
+        let mut expired = client_params("old.internal", "urn:old", "old");
+        expired.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        expired.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        let mut server_only = client_params("srv.internal", "urn:srv", "srv");
+        server_only.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let cases = [
+            ("no certificate", None),
+            (
+                "another CA's",
+                Some(s.other.client("a.internal", "urn:a", "a")),
+            ),
+            ("expired", Some(s.clients.issue(expired))),
+            ("for servers only", Some(s.clients.issue(server_only))),
+        ];
+        for (case, identity) in cases {
+            let (accepted, client) = handshake(server.clone(), s.client(identity)).await;
+            let error = accepted.expect_err(case);
+            assert!(client.is_err(), "{case}: the client is refused too");
+            assert_eq!(
+                error.kind(),
+                std::io::ErrorKind::InvalidData,
+                "{case}: {error}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_optional_client_certificate_may_be_left_out_but_not_be_wrong() {
+        let s = Setup::new();
+        let server = s.server(Some(false));
+        let (accepted, client) = handshake(server.clone(), s.client(None)).await;
+        client.unwrap();
+        let accepted = accepted.unwrap();
+        assert_eq!(accepted.peer_certificates, None);
+        assert_eq!(accepted.alpn.as_deref(), Some(H2));
+
+        let wrong = s.other.client("a.internal", "urn:a", "a");
+        let (accepted, client) = handshake(server.clone(), s.client(Some(wrong))).await;
+        assert!(
+            accepted.is_err() && client.is_err(),
+            "a presented certificate must verify"
+        );
+
+        let good = s.clients.client("b.internal", "urn:b", "b");
+        let chain = good.0.clone();
+        let (accepted, client) = handshake(server, s.client(Some(good))).await;
+        client.unwrap();
+        assert_eq!(accepted.unwrap().peer_certificates, Some(chain));
+    }
+
+    #[tokio::test]
+    async fn without_client_auth_no_certificate_is_asked_for() {
+        let s = Setup::new();
+        let identity = s.clients.client("b.internal", "urn:b", "b");
+        let client = client_config(s.servers.roots(), Some(identity), &[HTTP11]);
+        let (accepted, client) = handshake(s.server(None), client).await;
+        client.unwrap();
+        let accepted = accepted.unwrap();
+        assert_eq!(
+            accepted.peer_certificates, None,
+            "none asked for, none kept"
+        );
+        assert_eq!(accepted.alpn.as_deref(), Some(HTTP11));
+    }
+
+    #[test]
+    fn a_client_ca_that_cannot_be_used_is_an_error_naming_the_field_and_file() {
+        let s = Setup::new();
+        let missing = s.dir.join("missing.pem");
+        let key_only = s.certificate.key.clone();
+        let garbage = s.dir.join("garbage.pem");
+        std::fs::write(
+            &garbage,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let cases = [
+            (&missing, "cannot read it"),
+            (&key_only, "no certificate in it"),
+            (&garbage, "certificate 1 is not a usable CA certificate"),
+        ];
+        for (ca, problem) in cases {
+            let auth = ClientAuth { ca, required: true };
+            let error =
+                server_config(std::slice::from_ref(&s.certificate), Some(auth)).expect_err(problem);
+            assert_eq!(error.field, "server.tls.client_auth.ca");
+            assert_eq!(&error.file, ca);
+            assert!(error.problem.starts_with(problem), "{error}");
+            let shown = error.to_string();
+            assert!(
+                shown.starts_with(&format!("server.tls.client_auth.ca: {}: ", ca.display())),
+                "{shown}"
+            );
+        }
+    }
 }

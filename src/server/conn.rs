@@ -13,6 +13,10 @@
 //! see `vendor/README.md`), and a stalled request body is the body reader's
 //! (`body::ClientBody`).
 //!
+//! Over TLS, the names of the client certificate rustls verified (if the
+//! listener asks for one, `server.tls.client_auth`) are read once, after
+//! the handshake, into [`ConnInfo::client_cert`].
+//!
 //! The watchdog's timer and the shutdown signals are polled only when one
 //! of them fired ([`Gate`]), not on each of the connection's wake-ups,
 //! which are nearly all for its I/O.
@@ -47,6 +51,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use super::settings::{ConnSettings, Timeouts};
 use super::sniff::SniffIo;
 use super::{ConnInfo, Handler};
+use crate::auth::mtls::PeerCert;
 
 /// hyper refuses read buffers smaller than this.
 const MIN_BUF: usize = 8192;
@@ -63,7 +68,10 @@ pub(super) async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     match settings.tls.take() {
-        None => serve_io(stream, "http", peer, &settings, handler, shutdown, closing).await,
+        None => {
+            let info = ConnInfo::new(peer, "http", closing);
+            serve_io(stream, info, &settings, handler, shutdown).await
+        }
         // Boxed: a TLS connection's state (rustls' connection, the
         // handshake) is several KiB, which every plain connection's task
         // would otherwise reserve too, idle or not.
@@ -89,22 +97,37 @@ async fn serve_tls(
     let handshake = TlsAcceptor::from(config).accept(stream);
     match tokio::time::timeout(settings.timeouts.header_read, handshake).await {
         Ok(Ok(stream)) => {
-            serve_io(stream, "https", peer, settings, handler, shutdown, closing).await;
+            let cert = client_cert(stream.get_ref().1, peer);
+            let info = ConnInfo::new(peer, "https", closing).with_client_cert(cert);
+            serve_io(stream, info, settings, handler, shutdown).await;
         }
         Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "no TLS handshake within header_read: closing"),
     }
 }
 
-/// Serve HTTP on `io` (`proto`: `http` or `https`, for X-Forwarded-Proto).
+/// The names of the client certificate `tls` verified, if the client
+/// presented one. rustls verified it already, so one x509-parser cannot
+/// read is a gap between the two parsers, not the client's doing: logged,
+/// and the connection goes on with no certificate identity.
+fn client_cert(tls: &rustls::ServerConnection, peer: SocketAddr) -> Option<Arc<PeerCert>> {
+    let end_entity = tls.peer_certificates()?.first()?;
+    match PeerCert::from_der(end_entity) {
+        Ok(cert) => Some(Arc::new(cert)),
+        Err(error) => {
+            tracing::warn!(%peer, %error, "verified client certificate unreadable: no consumer");
+            None
+        }
+    }
+}
+
+/// Serve HTTP on `io`, the connection `info` tells of.
 async fn serve_io<IO>(
     io: IO,
-    proto: &'static str,
-    peer: SocketAddr,
+    info: ConnInfo,
     settings: &ConnSettings,
     handler: Arc<dyn Handler>,
     shutdown: CancellationToken,
-    closing: CancellationToken,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -114,7 +137,8 @@ async fn serve_io<IO>(
         max_chunk_bytes: max_chunk,
         ..
     } = *settings;
-    let info = Arc::new(ConnInfo::new(peer, proto, closing));
+    let peer = info.peer;
+    let info = Arc::new(info);
     let io = SniffIo::new(
         io,
         max_header_bytes.max(MIN_BUF),
@@ -383,6 +407,103 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::mtls::CertField;
+    use crate::server::Responding;
+    use crate::tls::test_pki::{self, Ca};
+    use crate::tls::{server_config, ClientAuth};
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, Empty};
+    use hyper::body::{Bytes, Incoming};
+    use tokio::net::TcpListener;
+
+    /// Answers with the connection's proto and the names of its client
+    /// certificate.
+    struct Names;
+
+    impl Handler for Names {
+        fn handle(&self, _: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding {
+            let names = conn.client_cert.as_ref().map(|cert| {
+                CertField::ALL
+                    .map(|field| cert.name(field).unwrap_or("-"))
+                    .join(" ")
+            });
+            let text = format!("{} {}", conn.proto, names.as_deref().unwrap_or("none"));
+            Box::pin(async move { Response::new(crate::body::full(text)) })
+        }
+    }
+
+    /// One connection served with `tls` (none: plain), on a fresh port.
+    async fn one_connection(tls: Option<Arc<rustls::ServerConfig>>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let settings = ConnSettings {
+            tls,
+            timeouts: T,
+            max_header_bytes: 16 * 1024,
+            max_chunk_bytes: u64::MAX,
+        };
+        tokio::spawn(async move {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let (shutdown, closing) = (CancellationToken::new(), CancellationToken::new());
+            serve(stream, peer, settings, Arc::new(Names), shutdown, closing).await;
+        });
+        addr
+    }
+
+    /// The body of a `GET /` over `io`, in HTTP/2 or HTTP/1.1.
+    async fn get<IO>(io: IO, h2: bool) -> String
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = TokioIo::new(io);
+        let response = if h2 {
+            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let req = Request::get("https://localhost/").body(Empty::<Bytes>::new());
+            send.send_request(req.unwrap()).await.unwrap()
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(conn);
+            let req = Request::get("/").header("host", "localhost");
+            send.send_request(req.body(Empty::<Bytes>::new()).unwrap())
+                .await
+                .unwrap()
+        };
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn requests_see_the_client_certificate_of_their_connection() {
+        let dir = tollgate_testkit::temp_dir("conn-mtls");
+        let (servers, clients) = (Ca::new(&dir, "servers"), Ca::new(&dir, "clients"));
+        let certificate = servers.server(&dir);
+        let auth = ClientAuth {
+            ca: &clients.pem,
+            required: false,
+        };
+        let config = server_config(std::slice::from_ref(&certificate), Some(auth)).unwrap();
+        let identity = || Some(clients.client("svc.internal", "spiffe://t/svc", "svc"));
+        for (alpn, h2) in [(b"h2".as_slice(), true), (b"http/1.1".as_slice(), false)] {
+            let client = test_pki::client_config(servers.roots(), identity(), &[alpn]);
+            let addr = one_connection(Some(config.clone())).await;
+            let tls = test_pki::connect(addr, client).await.unwrap();
+            assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+            let body = get(tls, h2).await;
+            assert_eq!(body, "https svc.internal spiffe://t/svc svc", "h2: {h2}");
+        }
+        // Over TLS without a certificate, and over plain HTTP: none.
+        let anonymous = test_pki::client_config(servers.roots(), None, &[b"http/1.1"]);
+        let addr = one_connection(Some(config)).await;
+        let tls = test_pki::connect(addr, anonymous).await.unwrap();
+        assert_eq!(get(tls, false).await, "https none");
+        let addr = one_connection(None).await;
+        let plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert_eq!(get(plain, false).await, "http none");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     const T: Timeouts = Timeouts {
         header_read: Duration::from_secs(10),

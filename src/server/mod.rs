@@ -42,6 +42,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::auth::mtls::PeerCert;
 use crate::body::Body;
 use crate::identity::{canonical_ip, ip_value};
 pub use settings::{ConnSettings, Settings, Timeouts};
@@ -54,6 +55,11 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     /// `http` or `https`, for `X-Forwarded-Proto`.
     pub proto: &'static str,
+    /// The names of the client certificate rustls verified in the TLS
+    /// handshake, read once for all the connection's requests; `None` over
+    /// plain HTTP, over TLS without a certificate, and for a certificate
+    /// whose names could not be read.
+    pub client_cert: Option<Arc<PeerCert>>,
     /// Requests in flight on the connection, for its idle timeout.
     pub activity: Activity,
     /// When the connection was accepted.
@@ -82,12 +88,22 @@ impl ConnInfo {
         ConnInfo {
             peer,
             proto,
+            client_cert: None,
             activity: Activity::default(),
             started,
             framing: Arc::new(Framing::new(started)),
             closing,
             upgraded: Mutex::new(None),
             peer_value: OnceLock::new(),
+        }
+    }
+
+    /// The connection, with the verified client certificate `cert` (see
+    /// [`ConnInfo::client_cert`]).
+    pub fn with_client_cert(self, cert: Option<Arc<PeerCert>>) -> ConnInfo {
+        ConnInfo {
+            client_cert: cert,
+            ..self
         }
     }
 
