@@ -42,6 +42,7 @@
 pub mod admin;
 pub mod admission;
 pub mod app;
+pub mod auth;
 pub mod body;
 pub mod config;
 pub mod error;
