@@ -151,3 +151,8 @@ pub fn verify(
     let exp = claims::validate(&claims, v, now_unix)?;
     Ok(Verified { claims, exp })
 }
+
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
