@@ -31,8 +31,8 @@ use tollgate_limit::{Decision, DecisionKind, Figure, Leases};
 
 use crate::admission;
 use crate::auth::{self, AuthOutcome, Verdict};
-use crate::config::CredentialKind;
 use crate::body::{self, Body, ClientBody, ClientBodyError, ClientFault, Finish};
+use crate::config::CredentialKind;
 use crate::config::PathMatch;
 use crate::error::{is_grpc, GatewayError, Rejection};
 use crate::identity::Client;
@@ -350,14 +350,21 @@ async fn authenticate<B>(
             tracing::debug!(target: "tollgate::auth", route = &*route.name, %reason, "credential refused");
             let mut error = GatewayError::InvalidCredentials { bearer, reason };
             if let Some(f) = failures {
-                let charged = limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, metrics).await;
-                if let Decision::Reject { locked_out: true, .. } = &charged {
+                let charged =
+                    limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, metrics).await;
+                if let Decision::Reject {
+                    locked_out: true, ..
+                } = &charged
+                {
                     error = rejection(charged, route);
                 }
             }
             (AuthOutcome::Invalid, Some(error))
         }
-        Verdict::Unavailable(why) => (AuthOutcome::Unavailable, Some(GatewayError::AuthUnavailable(why))),
+        Verdict::Unavailable(why) => (
+            AuthOutcome::Unavailable,
+            Some(GatewayError::AuthUnavailable(why)),
+        ),
     };
     metrics.auth(&route.name, outcome);
     match (error, required) {

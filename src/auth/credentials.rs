@@ -158,7 +158,10 @@ mod tests {
     fn api_key_header_first_then_query() {
         let c = keys(Some("x-api-key"), Some("api_key"));
         let h = headers(&[("x-api-key", "k1")]);
-        assert_eq!(api_key(&c, &h, Some("api_key=k2")).as_deref(), Some(&b"k1"[..]));
+        assert_eq!(
+            api_key(&c, &h, Some("api_key=k2")).as_deref(),
+            Some(&b"k1"[..])
+        );
         let none = HeaderMap::new();
         assert_eq!(
             api_key(&c, &none, Some("a=1&api_key=k%202&api_key=k3")).as_deref(),
@@ -178,8 +181,14 @@ mod tests {
             hide: false,
         };
         let b = |v: &[(&str, &str)]| bearer(&c, &headers(v)).map(|r| r.map(str::to_owned));
-        assert_eq!(b(&[("authorization", "Bearer abc.def.ghi")]), Some(Ok("abc.def.ghi".into())));
-        assert_eq!(b(&[("authorization", "bEaReR abc")]), Some(Ok("abc".into())));
+        assert_eq!(
+            b(&[("authorization", "Bearer abc.def.ghi")]),
+            Some(Ok("abc.def.ghi".into()))
+        );
+        assert_eq!(
+            b(&[("authorization", "bEaReR abc")]),
+            Some(Ok("abc".into()))
+        );
         assert_eq!(b(&[("authorization", "Basic dXNlcjpw")]), None);
         assert_eq!(b(&[]), None);
         assert!(matches!(b(&[("authorization", "Bearer ")]), Some(Err(_))));
@@ -191,8 +200,14 @@ mod tests {
 
     #[test]
     fn hiding_a_query_parameter() {
-        assert_eq!(without_param("api_key=s&a=1", "api_key").as_deref(), Some("a=1"));
-        assert_eq!(without_param("a=1&api%5Fkey=s&b", "api_key").as_deref(), Some("a=1&b"));
+        assert_eq!(
+            without_param("api_key=s&a=1", "api_key").as_deref(),
+            Some("a=1")
+        );
+        assert_eq!(
+            without_param("a=1&api%5Fkey=s&b", "api_key").as_deref(),
+            Some("a=1&b")
+        );
         assert_eq!(without_param("api_key=s", "api_key"), None);
         assert_eq!(without_param("a=1", "api_key").as_deref(), Some("a=1"));
     }

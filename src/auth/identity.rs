@@ -8,9 +8,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::jwt::Verified;
+use super::jwt::{claim, Verified};
 use crate::config::ConsumerConfig;
 
 /// A verified consumer.
@@ -66,27 +66,12 @@ impl Identity {
     }
 }
 
-/// Claim `path` of `claims`: a dotted path walks nested objects; a name
-/// that itself contains the whole path (`"org.id"` as one key) is tried
-/// first, as identity providers do write such claims.
-pub fn claim<'a>(claims: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
-    if let Some(v) = claims.get(path) {
-        return Some(v);
-    }
-    let mut parts = path.split('.');
-    let mut value = claims.get(parts.next()?)?;
-    for part in parts {
-        value = value.as_object()?.get(part)?;
-    }
-    Some(value)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn with_claims(json: &str) -> Identity {
-        let claims: Map<String, Value> = serde_json::from_str(json).unwrap();
+        let claims: serde_json::Map<String, Value> = serde_json::from_str(json).unwrap();
         Identity {
             consumer: "c".into(),
             tenant: None,

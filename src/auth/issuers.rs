@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::identity::Identity;
-use super::jwt::jwks::Jwks;
-use super::jwt::{self, cache::TokenCache, Algorithm, JwtError, KeySet, Validation};
+use super::jwt::Jwks;
+use super::jwt::{self, Algorithm, JwtError, KeySet, TokenCache, Validation};
 use super::Registry;
 use crate::config::{IssuerConfig, IssuerKeys, JwtConfig};
 
@@ -69,12 +69,13 @@ impl Issuers {
             let keys = match &c.keys {
                 IssuerKeys::JwksUrl { url, refresh } => {
                     let before = previous.and_then(|p| p.fetched(&url.to_string()));
-                    let jwks = Jwks::new(&url.to_string(), *refresh, before).map_err(|problem| {
-                        IssuerError {
-                            field: format!("{field}.jwks.url"),
-                            problem,
-                        }
-                    })?;
+                    let jwks =
+                        Jwks::new(&url.to_string(), *refresh, before).map_err(|problem| {
+                            IssuerError {
+                                field: format!("{field}.jwks.url"),
+                                problem,
+                            }
+                        })?;
                     Keys::Fetched(jwks)
                 }
                 IssuerKeys::JwksFile(path) => {
@@ -163,13 +164,16 @@ impl Issuers {
             .map_or(0, |d| d.as_secs());
         let verified = match &issuer.keys {
             Keys::Static(keys) => self.cache.verify(token, keys, &issuer.validation, now),
-            Keys::Fetched(jwks) => jwks.verify(token, &issuer.validation, now, &self.cache).await,
+            Keys::Fetched(jwks) => {
+                jwks.verify(token, &issuer.validation, now, &self.cache)
+                    .await
+            }
         };
         match verified {
-            Ok(v) => identity(&issuer.config, v, registry)
-                .map_or(TokenOutcome::Invalid(JwtError::Malformed("no consumer claim")), |id| {
-                    TokenOutcome::Verified(id)
-                }),
+            Ok(v) => identity(&issuer.config, v, registry).map_or(
+                TokenOutcome::Invalid(JwtError::Malformed("no consumer claim")),
+                |id| TokenOutcome::Verified(id),
+            ),
             Err(JwtError::KeysUnavailable) => TokenOutcome::Unavailable,
             Err(e) => TokenOutcome::Invalid(e),
         }
@@ -186,7 +190,7 @@ fn identity(
 ) -> Option<Identity> {
     let claims = &verified.claims;
     let text = |path: &str| -> Option<Arc<str>> {
-        let value = super::identity::claim(claims, path)?;
+        let value = jwt::claim(claims, path)?;
         let s = match value {
             serde_json::Value::String(s) => s.clone(),
             serde_json::Value::Number(n) => n.to_string(),

@@ -254,14 +254,15 @@ impl Authenticator {
         if let Some(jwt) = c.jwt.as_ref().filter(|j| j.hide && id.claims.is_some()) {
             headers.remove(&jwt.header);
         }
-        let set = |headers: &mut HeaderMap, name: &Option<http::HeaderName>, value: Option<&str>| {
-            let (Some(name), Some(value)) = (name, value) else {
-                return;
+        let set =
+            |headers: &mut HeaderMap, name: &Option<http::HeaderName>, value: Option<&str>| {
+                let (Some(name), Some(value)) = (name, value) else {
+                    return;
+                };
+                if let Ok(v) = http::HeaderValue::from_str(value) {
+                    headers.insert(name.clone(), v);
+                }
             };
-            if let Ok(v) = http::HeaderValue::from_str(value) {
-                headers.insert(name.clone(), v);
-            }
-        };
         set(headers, &ih.consumer, Some(&id.consumer));
         set(headers, &ih.tenant, id.tenant.as_deref());
         set(headers, &ih.plan, id.plan.as_deref());
