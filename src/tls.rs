@@ -496,6 +496,8 @@ pub(crate) mod test_pki {
         pub(crate) peer_certificates: Option<Vec<CertificateDer<'static>>>,
         /// The protocol ALPN chose.
         pub(crate) alpn: Option<Vec<u8>>,
+        /// Whether the session was resumed.
+        pub(crate) resumed: bool,
     }
 
     /// One handshake between `server` and `client` over a local TCP pair:
@@ -515,6 +517,7 @@ pub(crate) mod test_pki {
             let accepted = Accepted {
                 peer_certificates: conn.peer_certificates().map(<[_]>::to_vec),
                 alpn: conn.alpn_protocol().map(<[_]>::to_vec),
+                resumed: conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
             };
             tls.write_all(b"ok").await?;
             tls.flush().await?;
@@ -661,6 +664,35 @@ mod tests {
         let (accepted, client) = handshake(server, s.client(Some(good))).await;
         client.unwrap();
         assert_eq!(accepted.unwrap().peer_certificates, Some(chain));
+    }
+
+    #[tokio::test]
+    async fn a_resumed_session_keeps_its_client_certificate() {
+        let s = Setup::new();
+        let server = s.server(Some(true));
+        let identity = s.clients.client("c.internal", "urn:c", "c");
+        let chain = identity.0.clone();
+        let client = s.client(Some(identity));
+        let (first, _) = handshake(server.clone(), client.clone()).await;
+        let first = first.unwrap();
+        assert!(!first.resumed);
+        let (again, done) = handshake(server, client.clone()).await;
+        done.unwrap();
+        let again = again.unwrap();
+        assert!(again.resumed, "the second handshake resumes the first");
+        assert_eq!(again.peer_certificates, Some(chain));
+        // A reload that trusts another CA builds a new config, with a
+        // session cache of its own: the session is not resumed past it.
+        let auth = ClientAuth {
+            ca: &s.other.pem,
+            required: true,
+        };
+        let reloaded = server_config(std::slice::from_ref(&s.certificate), Some(auth)).unwrap();
+        let (after, _) = handshake(reloaded, client).await;
+        assert!(
+            after.is_err(),
+            "the certificate is checked against the new CA"
+        );
     }
 
     #[tokio::test]

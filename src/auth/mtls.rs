@@ -82,7 +82,7 @@ pub struct CertError(String);
 /// Each is the first entry of its kind, kept whether or not it is usable,
 /// so that an unusable first name is never passed over for a later one:
 /// [`PeerCert::name`] then has no name to give rather than another.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerCert {
     /// The first DNS name of the subject alternative names: `None` if
     /// there is none, `Some(None)` if it is not text.
@@ -112,7 +112,8 @@ impl PeerCert {
                 .iter_common_name()
                 .next()
                 .map(|cn| cn.as_str().ok().map(str::to_owned)),
-            ..PeerCert::default()
+            san_dns: None,
+            san_uri: None,
         };
         let san = cert
             .subject_alternative_name()
