@@ -67,6 +67,10 @@ enum Command {
         #[arg(long)]
         decisions: bool,
     },
+    /// Read an API key on standard input and print its `sha256:<hex>`
+    /// digest, the form `consumers` keys are configured in. One trailing
+    /// newline (as `echo` adds) is not part of the key.
+    HashKey,
 }
 
 fn main() -> ExitCode {
@@ -85,8 +89,31 @@ fn main() -> ExitCode {
             };
             simulate(&cli.config, &log, output)
         }
+        Some(Command::HashKey) => hash_key(),
         None => run(&cli.config),
     }
+}
+
+/// `tollgate hash-key`: the digest of the key on standard input.
+fn hash_key() -> ExitCode {
+    use std::io::Read;
+    let mut key = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut key) {
+        eprintln!("tollgate hash-key: cannot read standard input: {e}");
+        return ExitCode::FAILURE;
+    }
+    if key.ends_with(b"\n") {
+        key.pop();
+        if key.ends_with(b"\r") {
+            key.pop();
+        }
+    }
+    if key.is_empty() {
+        eprintln!("tollgate hash-key: no key on standard input");
+        return ExitCode::FAILURE;
+    }
+    println!("{}", tollgate::auth::consumers::digest_text(&key));
+    ExitCode::SUCCESS
 }
 
 fn run(config: &std::path::Path) -> ExitCode {

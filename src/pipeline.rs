@@ -30,9 +30,8 @@ use hyper::upgrade::OnUpgrade;
 use tollgate_limit::{Decision, DecisionKind, Figure, Leases};
 
 use crate::admission;
-use crate::auth::{self, AuthOutcome, Verdict};
+use crate::auth::{self, AuthOutcome};
 use crate::body::{self, Body, ClientBody, ClientBodyError, ClientFault, Finish};
-use crate::config::CredentialKind;
 use crate::config::PathMatch;
 use crate::error::{is_grpc, GatewayError, Rejection};
 use crate::identity::Client;
@@ -330,47 +329,52 @@ async fn authenticate<B>(
         metrics.auth(&route.name, AuthOutcome::LockedOut);
         return Err(rejection(denied, route));
     }
-    let (outcome, error) = match auth.verify(&presented).await {
-        Verdict::Verified(id) => {
-            if required.is_some_and(|a| !auth::allowed(a, &id)) {
-                ctx.record.consumer = Some(id);
-                (AuthOutcome::Forbidden, Some(GatewayError::Forbidden))
-            } else {
-                ctx.record.consumer = Some(id);
-                (AuthOutcome::Ok, None)
-            }
-        }
-        Verdict::Missing => (
-            AuthOutcome::Missing,
-            Some(GatewayError::Unauthorized {
-                bearer: kinds.has(CredentialKind::Jwt),
-            }),
-        ),
-        Verdict::Invalid { bearer, reason } => {
-            tracing::debug!(target: "tollgate::auth", route = &*route.name, %reason, "credential refused");
-            let mut error = GatewayError::InvalidCredentials { bearer, reason };
-            if let Some(f) = failures {
-                let charged =
-                    limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, metrics).await;
-                if let Decision::Reject {
-                    locked_out: true, ..
-                } = &charged
-                {
-                    error = rejection(charged, route);
-                }
-            }
-            (AuthOutcome::Invalid, Some(error))
-        }
-        Verdict::Unavailable(why) => (
-            AuthOutcome::Unavailable,
-            Some(GatewayError::AuthUnavailable(why)),
-        ),
-    };
+    let verdict = auth.verify(&presented, unix_now()).await;
+    let (outcome, judged) = auth::judge(required, kinds, verdict);
     metrics.auth(&route.name, outcome);
-    match (error, required) {
-        (Some(error), Some(_)) => Err(error),
-        _ => Ok(()),
+    let mut charged = None;
+    if let (AuthOutcome::Invalid, Some(f)) = (outcome, failures) {
+        let decision =
+            limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, metrics).await;
+        charged = Some(decision);
     }
+    match judged {
+        Ok(identity) => {
+            ctx.record.consumer = identity;
+            Ok(())
+        }
+        // The failure that put the client over `failure_limit` is
+        // answered as that limit's rejection (`locked_out` when it starts
+        // a lockout).
+        Err(_) if matches!(charged, Some(Decision::Reject { .. })) => {
+            Err(rejection(charged.unwrap_or(Decision::NotApplied), route))
+        }
+        Err(refusal) => Err(refused(refusal, &mut ctx.record)),
+    }
+}
+
+/// The answer to a route's refusal; a forbidden consumer goes into the
+/// access log.
+fn refused(refusal: auth::Refusal, record: &mut AccessRecord) -> GatewayError {
+    match refusal {
+        auth::Refusal::Forbidden(identity) => {
+            record.consumer = Some(identity);
+            GatewayError::Forbidden
+        }
+        auth::Refusal::Invalid { bearer, reason } => {
+            tracing::debug!(target: "tollgate::auth", %reason, "credential refused");
+            GatewayError::InvalidCredentials { bearer, reason }
+        }
+        other => other.into(),
+    }
+}
+
+/// Seconds since the Unix epoch: the clock tokens' `exp` and `nbf` are
+/// read against.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Stage (a `respond` route): the route's own answer.

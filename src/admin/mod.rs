@@ -150,6 +150,9 @@ async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Respon
             StatusCode::OK,
             serde_json::json!({"upstreams": upstreams(&gateway.shared.runtime.load())}),
         ),
+        (&Method::GET, "/consumers") => {
+            json(StatusCode::OK, consumers(&gateway.shared.runtime.load()))
+        }
         (&Method::GET | &Method::DELETE, p) if p.starts_with("/limits/") => {
             limit_state(method, &p["/limits/".len()..], admin).await
         }
@@ -158,7 +161,7 @@ async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Respon
         (
             _,
             "/" | "/healthz" | "/readyz" | "/config" | "/metrics" | "/lockouts" | "/upstreams"
-            | "/api/stats",
+            | "/api/stats" | "/consumers",
         ) => method_not_allowed("GET"),
         _ => json(
             StatusCode::NOT_FOUND,
@@ -334,6 +337,28 @@ fn target_health(rt: &Runtime) -> Vec<(Arc<str>, Arc<str>, bool)> {
                 .map(|t| (pool.name.clone(), t.label.clone(), t.health.is_up(now)))
         })
         .collect()
+}
+
+/// `GET /consumers` (docs/operations.md): every configured consumer's name,
+/// tenant, plan, attributes and credential kinds, never a key or a digest;
+/// and which credential kinds the gateway verifies.
+pub fn consumers(rt: &Runtime) -> serde_json::Value {
+    let Some(auth) = rt.auth.as_deref() else {
+        return serde_json::json!({"consumers": [], "credentials": []});
+    };
+    let c = &auth.config;
+    let kinds: Vec<&str> = [
+        (c.api_keys.is_some(), "api_key"),
+        (c.jwt.is_some(), "jwt"),
+        (c.mtls.is_some(), "mtls"),
+    ]
+    .into_iter()
+    .filter_map(|(on, k)| on.then_some(k))
+    .collect();
+    serde_json::json!({
+        "consumers": auth.registry.listing(c),
+        "credentials": kinds,
+    })
 }
 
 /// `GET /upstreams` (and the dashboard's `upstreams`): each upstream of

@@ -5,8 +5,8 @@
 //! and claims are then checked with that issuer's keys and rules only.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::identity::Identity;
 use super::jwt::Jwks;
@@ -46,6 +46,8 @@ pub struct IssuerError {
 pub struct Issuers {
     issuers: Vec<Issuer>,
     cache: TokenCache,
+    /// Started: JWKS are fetched (set by [`Issuers::start`]).
+    online: AtomicBool,
 }
 
 /// What verifying a bearer token gave.
@@ -116,6 +118,7 @@ impl Issuers {
         Ok(Issuers {
             issuers,
             cache: TokenCache::new(CACHE_CAPACITY),
+            online: AtomicBool::new(false),
         })
     }
 
@@ -130,6 +133,7 @@ impl Issuers {
     /// Start fetching and refreshing the JWKS of every issuer that has one
     /// (for a runtime put in force; `check` and `simulate` fetch nothing).
     pub fn start(&self) {
+        self.online.store(true, Ordering::Relaxed);
         for issuer in &self.issuers {
             if let Keys::Fetched(jwks) = &issuer.keys {
                 jwks.start();
@@ -140,7 +144,12 @@ impl Issuers {
     /// Verify `token`, and name its consumer from the issuer's claims; a
     /// consumer of that name in `registry` lends its attributes (and its
     /// tenant and plan where the token has none).
-    pub async fn verify(&self, token: &str, registry: &Registry) -> TokenOutcome {
+    ///
+    /// Before [`Issuers::start`] (a runtime not in force: `check`,
+    /// `simulate`) no JWKS is fetched: a token of an issuer whose keys come
+    /// from a URL is [`TokenOutcome::Unavailable`], and the future is ready
+    /// at once.
+    pub async fn verify(&self, token: &str, registry: &Registry, now: u64) -> TokenOutcome {
         if token.len() > jwt::MAX_TOKEN_LEN {
             return TokenOutcome::Invalid(JwtError::TooLarge);
         }
@@ -159,15 +168,13 @@ impl Issuers {
                 }
             }
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         let verified = match &issuer.keys {
             Keys::Static(keys) => self.cache.verify(token, keys, &issuer.validation, now),
-            Keys::Fetched(jwks) => {
+            Keys::Fetched(jwks) if self.online.load(Ordering::Relaxed) => {
                 jwks.verify(token, &issuer.validation, now, &self.cache)
                     .await
             }
+            Keys::Fetched(_) => Err(JwtError::KeysUnavailable),
         };
         match verified {
             Ok(v) => identity(&issuer.config, v, registry).map_or(

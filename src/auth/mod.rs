@@ -171,9 +171,10 @@ impl Authenticator {
         }
     }
 
-    /// Verify what a request presents: each credential on its own, then
-    /// they must all name one consumer.
-    pub async fn verify(&self, presented: &Presented<'_>) -> Verdict {
+    /// Verify what a request presents at `now_unix` (seconds; tokens'
+    /// `exp` and `nbf` are read against it): each credential on its own,
+    /// then they must all name one consumer.
+    pub async fn verify(&self, presented: &Presented<'_>, now_unix: u64) -> Verdict {
         if presented.is_empty() {
             return Verdict::Missing;
         }
@@ -214,7 +215,7 @@ impl Authenticator {
             let Some(issuers) = &self.issuers else {
                 return invalid(true, "no issuers");
             };
-            let id = match issuers.verify(token, &self.registry).await {
+            let id = match issuers.verify(token, &self.registry, now_unix).await {
                 TokenOutcome::Verified(id) => id,
                 TokenOutcome::Invalid(e) => return invalid(true, &e.to_string()),
                 TokenOutcome::Unavailable => {
@@ -273,6 +274,66 @@ impl Authenticator {
     pub fn hidden_param(&self) -> Option<&str> {
         let keys = self.config.api_keys.as_ref().filter(|k| k.hide)?;
         keys.query.as_deref()
+    }
+}
+
+/// Why a route with `auth` refuses a request (the pipeline's
+/// `GatewayError` says how it is answered).
+#[derive(Debug)]
+pub enum Refusal {
+    /// Nothing presented: 401 `unauthorized` (`bearer`: the route takes a
+    /// JWT, so the answer challenges for one).
+    Unauthorized {
+        /// A JWT is among the route's credentials.
+        bearer: bool,
+    },
+    /// A credential failed: 401 `invalid_credentials`.
+    Invalid {
+        /// A JWT failed.
+        bearer: bool,
+        /// Why, for the log.
+        reason: Arc<str>,
+    },
+    /// Verified, but not let through: 403 `forbidden` (the consumer, for
+    /// the access log).
+    Forbidden(Identity),
+    /// Issuer keys not fetched yet: 503 `auth_unavailable`.
+    Unavailable(Arc<str>),
+}
+
+/// What a request's authentication comes to on its route: the outcome
+/// (the metric; [`AuthOutcome::Invalid`] also tells the caller to charge
+/// `failure_limit`), and the consumer to go on with or why the route
+/// refuses. A route without `auth` (`required` is `None`) never refuses:
+/// an invalid or unverifiable credential there is none. The gateway and
+/// `tollgate simulate` both decide through this.
+pub fn judge(
+    required: Option<&RouteAuth>,
+    kinds: Kinds,
+    verdict: Verdict,
+) -> (AuthOutcome, Result<Option<Identity>, Refusal>) {
+    let (outcome, result) = match verdict {
+        Verdict::Verified(id) => match required {
+            Some(auth) if !allowed(auth, &id) => {
+                (AuthOutcome::Forbidden, Err(Refusal::Forbidden(id)))
+            }
+            _ => (AuthOutcome::Ok, Ok(Some(id))),
+        },
+        Verdict::Missing => (
+            AuthOutcome::Missing,
+            Err(Refusal::Unauthorized {
+                bearer: kinds.has(CredentialKind::Jwt),
+            }),
+        ),
+        Verdict::Invalid { bearer, reason } => (
+            AuthOutcome::Invalid,
+            Err(Refusal::Invalid { bearer, reason }),
+        ),
+        Verdict::Unavailable(why) => (AuthOutcome::Unavailable, Err(Refusal::Unavailable(why))),
+    };
+    match (required, result) {
+        (None, Err(_)) => (outcome, Ok(None)),
+        (_, result) => (outcome, result),
     }
 }
 

@@ -6,15 +6,19 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use futures_util::FutureExt as _;
 use http::{header, HeaderName, HeaderValue, Method, Uri, Version};
+use tollgate_limit::algorithm::SECOND;
 use tollgate_limit::verdict::{verdict, Verdict};
 use tollgate_limit::{DecisionKind, Micros, StoreKey};
 
 use super::{request_view, Answer, LineError, Request, Simulator};
 use crate::admission;
+use crate::auth::{self, AuthOutcome, Identity};
 use crate::error::{GatewayError, Rejection};
 use crate::identity::Client;
 use crate::limit::plan::{self, NotApplied};
+use crate::limit::policy::Policy;
 use crate::runtime::{Action, RouteRuntime};
 
 /// What the gateway would do with one request of the log.
@@ -29,6 +33,12 @@ pub(super) struct Replayed {
 pub(super) enum Outcome {
     /// Answered before any route, or by none (`NoRoute`).
     Refused(GatewayError),
+    /// Matched a route whose authentication refused it (401, 403, 503, or
+    /// 429 from `failure_limit`); its limits decided nothing.
+    Unauthenticated {
+        route: Arc<RouteRuntime>,
+        error: GatewayError,
+    },
     /// Matched a route, whose limits decided.
     Routed(Routed),
 }
@@ -114,7 +124,12 @@ impl Simulator {
         let server = &self.runtime.config.server;
         let client = Client::identify(r.client, self.req.headers(), &server.trusted_proxies);
         let outcome = match self.admit(r, &client) {
-            Ok(route) => Outcome::Routed(self.decide_limits(route, client.addr, now)),
+            Ok(route) => match self.authenticate(&route, client.addr, now) {
+                Ok(identity) => {
+                    Outcome::Routed(self.decide_limits(route, client.addr, identity.as_ref(), now))
+                }
+                Err(error) => Outcome::Unauthenticated { route, error },
+            },
             Err(error) => Outcome::Refused(error),
         };
         Replayed {
@@ -147,9 +162,16 @@ impl Simulator {
     /// The route's limits, as the limiter plans them, decided by the memory
     /// store in one all-or-nothing step; leases are held for zero time
     /// (see the module doc).
-    fn decide_limits(&mut self, route: Arc<RouteRuntime>, client: IpAddr, now: Micros) -> Routed {
+    fn decide_limits(
+        &mut self,
+        route: Arc<RouteRuntime>,
+        client: IpAddr,
+        identity: Option<&Identity>,
+        now: Micros,
+    ) -> Routed {
         let prefix = self.runtime.config.server.ipv6_prefix;
-        let view = request_view(&self.req, client, &route, prefix);
+        let mut view = request_view(&self.req, client, &route, prefix);
+        view.identity = identity;
         let next_lease = &mut self.next_lease;
         let planned = plan::plan(&route.limits, &view, || {
             *next_lease += 1;
@@ -215,11 +237,102 @@ impl Simulator {
     }
 }
 
+impl Simulator {
+    /// Authentication, as the gateway's stage runs it
+    /// (docs/configuration/consumers.md): the same credential finding,
+    /// verification ([`Authenticator::verify`](crate::auth::Authenticator::verify),
+    /// at the request's virtual time; JWKS from a URL are not fetched, so
+    /// such tokens are `auth_unavailable`) and judgement
+    /// ([`auth::judge`]); `failure_limit` decided by the replay's store. A
+    /// client `failure_limit` locked out is turned away before verifying
+    /// (on routes with `auth`), as the gateway's deny cache does.
+    fn authenticate(
+        &mut self,
+        route: &Arc<RouteRuntime>,
+        client: IpAddr,
+        now: Micros,
+    ) -> Result<Option<Identity>, GatewayError> {
+        let Some(auth) = self.runtime.auth.clone() else {
+            return Ok(None);
+        };
+        let required = route.auth.as_ref();
+        let kinds = auth.kinds(required);
+        let (headers, query) = (self.req.headers(), self.req.uri().query());
+        let presented = auth.presented(kinds, headers, query, None);
+        if presented.is_empty() && required.is_none() {
+            return Ok(None);
+        }
+        let failures = self.runtime.failure_limit.clone();
+        let prefix = self.runtime.config.server.ipv6_prefix;
+        let view = request_view(&self.req, client, route, prefix);
+        let failure_check = failures.as_ref().and_then(|f| {
+            let plan = plan::plan(std::slice::from_ref(f), &view, || 0).ok()?;
+            plan.checks.into_iter().next().map(|c| (f.clone(), c))
+        });
+        if let Some((policy, check)) = &failure_check {
+            let (_, lock) = self.store.inspect(&check.key, now);
+            if lock.locked(now) {
+                if required.is_none() {
+                    return Ok(None);
+                }
+                return Err(failure_rejection(policy, route, true, lock.lu - now));
+            }
+        }
+        let verified = auth
+            .verify(&presented, (now / SECOND) as u64)
+            .now_or_never()
+            .unwrap_or(auth::Verdict::Unavailable("not fetched".into()));
+        let (outcome, judged) = auth::judge(required, kinds, verified);
+        let mut charged = None;
+        if let (AuthOutcome::Invalid, Some((policy, check))) = (outcome, &failure_check) {
+            let outcomes = self.store.decide(std::slice::from_ref(check), now);
+            if let Verdict::Reject {
+                locked_out,
+                retry_after,
+                ..
+            } = verdict(&outcomes)
+            {
+                charged = Some(failure_rejection(policy, route, locked_out, retry_after));
+            }
+        }
+        match (judged, charged) {
+            (Ok(identity), _) => Ok(identity),
+            (Err(_), Some(rejection)) => Err(rejection),
+            (Err(refusal), None) => Err(refusal.into()),
+        }
+    }
+}
+
+/// The rejection `failure_limit` gives, answered with the route's
+/// `limit_response`.
+fn failure_rejection(
+    policy: &Policy,
+    route: &RouteRuntime,
+    locked_out: bool,
+    retry_after: Micros,
+) -> GatewayError {
+    GatewayError::Limited(Box::new(Rejection {
+        locked_out,
+        limit: policy.name.clone(),
+        retry_after,
+        figures: Vec::new(),
+        answer: route.limit_response.clone(),
+    }))
+}
+
 impl Replayed {
     /// What the gateway would answer it; `line` is its line's number.
     pub(super) fn answer(&self, line: u64) -> Answer {
         let routed = match &self.outcome {
             Outcome::Refused(error) => return Answer::refused(line, error),
+            Outcome::Unauthenticated { route, error } => {
+                let mut answer = Answer::refused(line, error);
+                answer.route = Some(route.name.to_string());
+                if let GatewayError::Limited(r) = error {
+                    answer.limit = Some(r.limit.to_string());
+                }
+                return answer;
+            }
             Outcome::Routed(routed) => routed,
         };
         let route = &routed.route;

@@ -194,6 +194,14 @@ impl Tally {
         self.requests += 1;
         match &replayed.outcome {
             Outcome::Refused(error) => self.refusal(error, replayed.client),
+            Outcome::Unauthenticated { route, .. } => {
+                // Refused by the route's authentication: a request of the
+                // route that its limits never saw.
+                self.refused += 1;
+                let stats = &mut self.routes[route.index];
+                stats.counts.requests += 1;
+                stats.clients.entry(replayed.client).or_default().requests += 1;
+            }
             Outcome::Routed(routed) => {
                 self.route(routed, replayed.client);
                 self.limits(routed, |index| {
