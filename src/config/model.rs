@@ -550,7 +550,7 @@ mod tests {
         assert_eq!(k("global"), Ok(KeySource::Global));
         assert_eq!(
             k("ip"),
-            Err("expected a key source (client_ip, header:NAME, query:NAME, cookie:NAME, route, global), got \"ip\"".into())
+            Err("expected a key source (client_ip, header:NAME, query:NAME, cookie:NAME, route, global, consumer, tenant, plan, claim:NAME, attr:NAME), got \"ip\"".into())
         );
         assert!(k("header:").is_err());
         assert!(k("header:bad name").is_err());
@@ -561,6 +561,11 @@ mod tests {
             "cookie:c",
             "route",
             "global",
+            "consumer",
+            "tenant",
+            "plan",
+            "claim:org.id",
+            "attr:tz",
         ] {
             assert_eq!(k(text).map(|s| s.to_string()), Ok(text.to_owned()));
         }
@@ -592,7 +597,18 @@ mod tests {
         assert!(m("header:x=").is_err());
         assert_eq!(
             m("nonsense"),
-            Err("expected a CIDR, an IP address or \"header:NAME=value\", got \"nonsense\"".into())
+            Err("expected a CIDR, an IP address or \"SOURCE=value\" (header:NAME, query:NAME, cookie:NAME, consumer, tenant, plan, claim:NAME, attr:NAME), got \"nonsense\"".into())
+        );
+        assert_eq!(
+            m("claim:org.id=acme"),
+            Ok(ClientMatch::Source {
+                source: KeySource::Claim("org.id".into()),
+                value: "acme".into()
+            })
+        );
+        assert_eq!(
+            m("plan=gold").map(|c| c.to_string()),
+            Ok("plan=gold".into())
         );
     }
 }

@@ -27,12 +27,12 @@ pub(crate) struct RawConfig {
     pub server: Option<RawServer>,
     pub admin: Option<RawAdmin>,
     pub store: Option<RawStore>,
-    pub consumers: Option<RawConsumers>,
     #[serde(default)]
     pub upstreams: Ordered<RawUpstream>,
     #[serde(default)]
     pub limits: Ordered<RawLimit>,
     pub routes: Option<Vec<RawRoute>>,
+    pub consumers: Option<RawConsumers>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -348,7 +348,6 @@ pub(crate) struct RawOverride {
 )]
 pub(crate) struct RawRoute {
     pub name: String,
-    pub auth: Option<RawRouteAuth>,
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
     pub upstream: Option<String>,
@@ -357,6 +356,7 @@ pub(crate) struct RawRoute {
     pub rewrite_location: Option<bool>,
     pub preserve_host: Option<bool>,
     pub timeout: Option<Dur>,
+    pub auth: Option<RawRouteAuth>,
     pub limits: Option<Vec<RawRouteLimit>>,
     pub limit_response: Option<RawLimitResponse>,
 }
@@ -568,13 +568,13 @@ pub(crate) struct RawJwks {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping with field pem")]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields pem")]
 pub(crate) struct RawPemKey {
     pub pem: PathBuf,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping with field consumer")]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields consumer")]
 pub(crate) struct RawMtls {
     pub consumer: Option<CertName>,
 }
@@ -597,7 +597,7 @@ pub(crate) struct RawConsumer {
 /// The consumers file written as a mapping, `{list: [...]}` (it may also
 /// be the list alone).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a mapping with field list")]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields list")]
 pub(crate) struct RawConsumersFile {
     pub list: Vec<RawConsumer>,
 }

@@ -1388,7 +1388,7 @@ fn yaml_syntax_errors_have_a_position() {
     assert_eq!(e.field, "");
     assert_eq!(
         e.message,
-        "expected a mapping with fields server, admin, store, upstreams, limits, routes, got a list"
+        "expected a mapping with fields server, admin, store, upstreams, limits, routes, consumers, got a list"
     );
 }
 
@@ -1501,6 +1501,19 @@ fn every_block_names_its_real_fields() {
         ("RawMatch", fields::<RawMatch>()),
         ("RawRespond", fields::<RawRespond>()),
         ("RawLimitResponse", fields::<RawLimitResponse>()),
+        ("RawServerTls", fields::<RawServerTls>()),
+        ("RawClientAuth", fields::<RawClientAuth>()),
+        ("RawRouteAuth", fields::<RawRouteAuth>()),
+        ("RawConsumers", fields::<RawConsumers>()),
+        ("RawApiKeys", fields::<RawApiKeys>()),
+        ("RawJwt", fields::<RawJwt>()),
+        ("RawIssuer", fields::<RawIssuer>()),
+        ("RawJwks", fields::<RawJwks>()),
+        ("RawPemKey", fields::<RawPemKey>()),
+        ("RawMtls", fields::<RawMtls>()),
+        ("RawConsumer", fields::<RawConsumer>()),
+        ("RawConsumersFile", fields::<RawConsumersFile>()),
+        ("RawIdentityHeaders", fields::<RawIdentityHeaders>()),
     ] {
         assert_eq!(listed, named, "{name}");
     }
