@@ -258,6 +258,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         series: query.get("series") != Some("0"),
         lockouts: lockouts.map_err(|e| e.to_string()),
         upstreams: super::upstreams(&rt),
+        consumers: super::consumers(&rt),
     };
     // Through a `Value`, whose objects sort their keys: the body reads as
     // it always has, whatever the order of the structs' fields.

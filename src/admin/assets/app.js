@@ -425,7 +425,7 @@
     setText($('routes-count'), filter ? items.length + ' of ' + all : String(all));
     syncRows($('routes').tBodies[0], items, (r) => r.name, () => {
       const tr = el('tr');
-      for (let i = 0; i < 10; i++) tr.append(el('td'));
+      for (let i = 0; i < 11; i++) tr.append(el('td'));
       tr.append(el('td', {}, el('canvas')));
       return tr;
     }, (tr, r) => {
@@ -445,10 +445,11 @@
       cell(td[7], fmtInt(r.requests), 'num');
       cell(td[8], fmtInt(r.rejected), r.rejected ? 'num' : 'num zero');
       cell(td[9], fmtInt(r.locked_out), r.locked_out ? 'num' : 'num zero');
+      cell(td[10], fmtInt(r.auth_failures), r.auth_failures ? 'num amber' : 'num zero');
       const s = state.routes[r.name];
-      if (s) sparkline(td[10].firstChild, perSecond(s.requests), BLUE,
+      if (s) sparkline(td[11].firstChild, perSecond(s.requests), BLUE,
         perSecond(s.rejected.map((v, i) => v + (s.locked_out[i] || 0))), RED, TABLE_SPARK);
-    }, filter ? 'No route matches the filter.' : 'No routes.', 11);
+    }, filter ? 'No route matches the filter.' : 'No routes.', 12);
   }
 
   function renderLimits(data) {
@@ -540,6 +541,24 @@
     }, lk.error ? '' : (lk.total ? 'No lockout matches the filter.' : 'No client is locked out.'), 4);
   }
 
+  // The configured consumers (never a key): who may be verified, and how.
+  function renderConsumers(data) {
+    const items = (data.consumers && data.consumers.consumers) || [];
+    setText($('consumers-count'), items.length ? String(items.length) : '');
+    syncRows($('consumers').tBodies[0], items, (c) => c.name, () => {
+      const tr = el('tr');
+      for (let i = 0; i < 5; i++) tr.append(el('td'));
+      return tr;
+    }, (tr, c) => {
+      const td = tr.children;
+      cell(td[0], c.name, 'key');
+      cell(td[1], c.tenant || '', c.tenant ? '' : 'dim');
+      cell(td[2], c.plan || '', c.plan ? '' : 'dim');
+      cell(td[3], c.credentials.join(', '), 'dim');
+      cell(td[4], fmtInt(c.api_keys), c.api_keys ? 'num' : 'num zero');
+    }, 'No consumers in this config.', 5);
+  }
+
   // One row per target: its health, why it is down, since when.
   function renderUpstreams(data) {
     const items = [];
@@ -600,6 +619,7 @@
     renderRoutes(data);
     renderLimits(data);
     renderUpstreams(data);
+    renderConsumers(data);
     renderLockouts(data);
   }
 

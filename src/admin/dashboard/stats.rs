@@ -43,6 +43,8 @@ pub(super) struct Sources<'a> {
     pub(super) lockouts: Result<LockoutView, String>,
     /// The upstreams section, as `GET /upstreams` answers it.
     pub(super) upstreams: Value,
+    /// The consumers section, as `GET /consumers` answers it.
+    pub(super) consumers: Value,
 }
 
 /// The body of `GET /api/stats`.
@@ -62,6 +64,7 @@ pub(super) struct ApiStats<'a> {
     limits: Vec<LimitSection<'a>>,
     lockouts: LockoutSection<'a>,
     upstreams: &'a Value,
+    consumers: &'a Value,
     /// `null` with `?series=0`.
     series: Option<Series<'a>>,
 }
@@ -83,6 +86,7 @@ impl<'a> ApiStats<'a> {
             limits: ctx.limits(),
             lockouts: ctx.lockouts(),
             upstreams: &src.upstreams,
+            consumers: &src.consumers,
             series: ctx.series(),
         }
     }
@@ -135,6 +139,9 @@ struct RouteSection<'a> {
     requests: u64,
     rejected: u64,
     locked_out: u64,
+    /// Requests its authentication refused (401, 403, locked out by
+    /// `failure_limit`).
+    auth_failures: u64,
     #[serde(flatten)]
     rates: Rates,
 }
@@ -309,6 +316,7 @@ impl<'a> Ctx<'a> {
                     requests: t.requests,
                     rejected: t.rejected,
                     locked_out: t.locked_out,
+                    auth_failures: t.auth_failures,
                     rates: self.rates(|s| s.routes.get(*name)),
                 }
             })
@@ -585,6 +593,7 @@ routes:
             series: true,
             lockouts: Ok(lockouts()),
             upstreams: json!([]),
+            consumers: json!({"consumers": [], "credentials": []}),
         }
     }
 
