@@ -160,7 +160,7 @@ fn an_rsa_public_key_is_never_an_hmac_secret() {
     let both = validation(&[Algorithm::RS256, Algorithm::HS256]);
     for set in [
         KeySet::from_pem(rsa.public_pem.as_bytes()).unwrap(),
-        jwks_of(&[rsa.jwk.clone()]),
+        jwks_of(std::slice::from_ref(&rsa.jwk)),
     ] {
         assert!(matches!(
             verify(&forged, &set, &both, NOW),
@@ -303,10 +303,7 @@ fn kids_pick_keys() {
     assert!(verify(&token, &set, &v, NOW).is_ok());
     // b's token under a's kid: only a is tried.
     let token = testkit::token(&b, Algorithm::ES256, Some("a"), &claims());
-    assert_eq!(
-        verify(&token, &set, &v, NOW),
-        Err(JwtError::Signature)
-    );
+    assert_eq!(verify(&token, &set, &v, NOW), Err(JwtError::Signature));
     let token = testkit::token(&b, Algorithm::ES256, Some("c"), &claims());
     assert_eq!(verify(&token, &set, &v, NOW), Err(JwtError::UnknownKid));
     let token = testkit::token(&b, Algorithm::ES256, None, &claims());
