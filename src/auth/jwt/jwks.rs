@@ -32,6 +32,10 @@ const MIN_REFETCH: Duration = Duration::from_secs(30);
 /// the refresh interval if that is sooner).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
 
+/// The shortest background refresh interval: a zero from a config that
+/// did not refuse it must not become a fetch loop.
+const MIN_REFRESH: Duration = Duration::from_millis(100);
+
 /// The log target of everything authentication logs.
 const LOG_TARGET: &str = "tollgate::auth";
 
@@ -65,7 +69,7 @@ pub struct Jwks {
 
 impl Jwks {
     /// The JWKS of `url` (`http://` or `https://`, TLS verified against the
-    /// system's roots), refreshed every `refresh`.
+    /// system's roots), refreshed every `refresh` (at least 100 ms).
     ///
     /// `previous` is the same issuer's JWKS in the config generation before:
     /// with the same URL and interval it is reused as it is (its key set,
@@ -76,6 +80,7 @@ impl Jwks {
         refresh: Duration,
         previous: Option<&Arc<Jwks>>,
     ) -> Result<Arc<Jwks>, String> {
+        let refresh = refresh.max(MIN_REFRESH);
         let previous = previous.filter(|p| p.url == url);
         if let Some(p) = previous.filter(|p| p.refresh == refresh) {
             return Ok(p.clone());
