@@ -18,7 +18,6 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use tollgate_limit::headers::secs_ceil;
 use tollgate_limit::{Figure, Micros};
 
-use crate::auth::Refusal;
 use crate::body::{self, Body};
 use crate::config::template::Values;
 use crate::config::LimitResponse;
@@ -246,20 +245,6 @@ impl GatewayError {
                 .insert(http::header::WWW_AUTHENTICATE, challenge);
         }
         response
-    }
-}
-
-impl From<Refusal> for GatewayError {
-    /// A route's authentication refusal (docs/configuration/consumers.md).
-    fn from(refusal: Refusal) -> GatewayError {
-        match refusal {
-            Refusal::Unauthorized { bearer } => GatewayError::Unauthorized { bearer },
-            Refusal::Invalid { bearer, reason } => {
-                GatewayError::InvalidCredentials { bearer, reason }
-            }
-            Refusal::Forbidden(_) => GatewayError::Forbidden,
-            Refusal::Unavailable(why) => GatewayError::AuthUnavailable(why),
-        }
     }
 }
 

@@ -37,7 +37,7 @@ use crate::error::{is_grpc, GatewayError, Rejection};
 use crate::identity::Client;
 use crate::limit;
 use crate::limit::headers::add_limit_headers;
-use crate::limit::key::RequestView;
+use crate::limit::key::{Consumer, RequestView};
 use crate::log::{AccessRecord, LoggedPath, Tunnelled};
 use crate::metrics::Metrics;
 use crate::proxy::client::ResponseBody;
@@ -239,7 +239,7 @@ async fn decide_limits<B>(
         query: req.uri().query(),
         route: &route.name,
         ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
-        identity: ctx.record.consumer.as_ref(),
+        identity: ctx.record.consumer.as_ref().map(|c| c as &dyn Consumer),
     };
     let metrics = &ctx.shared.metrics;
     let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
@@ -326,12 +326,12 @@ async fn authenticate<B>(
             // Not verified: the credential counts as none.
             return Ok(());
         }
-        metrics.auth(&route.name, AuthOutcome::LockedOut);
+        metrics.auth(&route.name, AuthOutcome::LockedOut, true);
         return Err(rejection(denied, route));
     }
     let verdict = auth.verify(&presented, unix_now()).await;
     let (outcome, judged) = auth::judge(required, kinds, verdict);
-    metrics.auth(&route.name, outcome);
+    metrics.auth(&route.name, outcome, judged.is_err());
     let mut charged = None;
     if let (AuthOutcome::Invalid, Some(f)) = (outcome, failures) {
         let decision =
@@ -361,11 +361,24 @@ fn refused(refusal: auth::Refusal, record: &mut AccessRecord) -> GatewayError {
             record.consumer = Some(identity);
             GatewayError::Forbidden
         }
-        auth::Refusal::Invalid { bearer, reason } => {
+        auth::Refusal::Invalid { ref reason, .. } => {
             tracing::debug!(target: "tollgate::auth", %reason, "credential refused");
+            refusal_answer(refusal)
+        }
+        other => refusal_answer(other),
+    }
+}
+
+/// The error a route's authentication refusal is answered with
+/// (docs/configuration/consumers.md); `tollgate simulate` answers the same.
+pub fn refusal_answer(refusal: auth::Refusal) -> GatewayError {
+    match refusal {
+        auth::Refusal::Unauthorized { bearer } => GatewayError::Unauthorized { bearer },
+        auth::Refusal::Invalid { bearer, reason } => {
             GatewayError::InvalidCredentials { bearer, reason }
         }
-        other => other.into(),
+        auth::Refusal::Forbidden(_) => GatewayError::Forbidden,
+        auth::Refusal::Unavailable(why) => GatewayError::AuthUnavailable(why),
     }
 }
 

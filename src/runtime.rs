@@ -148,6 +148,37 @@ impl BuildError {
     }
 }
 
+/// What a route does once matched, and its upstream's response timeout
+/// (zero for a `respond` route).
+fn route_action(
+    action: &RouteAction,
+    upstreams: &HashMap<String, Arc<UpstreamPool>>,
+) -> Result<(Action, Duration), BuildError> {
+    let answer = match action {
+        RouteAction::Respond(r) => {
+            let mut headers = HeaderMap::with_capacity(r.headers.len());
+            for (name, value) in &r.headers {
+                headers.append(name.clone(), value.clone());
+            }
+            let action = Action::Respond {
+                status: r.status,
+                body: Bytes::from(r.body.clone()),
+                headers,
+            };
+            (action, Duration::ZERO)
+        }
+        RouteAction::Upstream(name) => {
+            let pool = upstreams
+                .get(name)
+                .cloned()
+                .ok_or_else(|| BuildError::UnknownUpstream(name.clone()))?;
+            let timeout = pool.config.timeout;
+            (Action::Upstream(pool), timeout)
+        }
+    };
+    Ok(answer)
+}
+
 /// Every route's `path` and `exact` must be a normalised path under the
 /// config's `escaped_slashes`: the form request paths are matched in.
 /// Validation catches the common mistakes with the field's line; this is
@@ -230,28 +261,7 @@ impl Runtime {
                 methods: route.methods.clone(),
                 headers: route.headers.clone(),
             };
-            let (action, upstream_timeout) = match &route.action {
-                RouteAction::Respond(r) => {
-                    let mut headers = HeaderMap::with_capacity(r.headers.len());
-                    for (name, value) in &r.headers {
-                        headers.append(name.clone(), value.clone());
-                    }
-                    let action = Action::Respond {
-                        status: r.status,
-                        body: Bytes::from(r.body.clone()),
-                        headers,
-                    };
-                    (action, Duration::ZERO)
-                }
-                RouteAction::Upstream(name) => {
-                    let pool = upstreams
-                        .get(name)
-                        .cloned()
-                        .ok_or_else(|| BuildError::UnknownUpstream(name.clone()))?;
-                    let timeout = pool.config.timeout;
-                    (Action::Upstream(pool), timeout)
-                }
-            };
+            let (action, upstream_timeout) = route_action(&route.action, &upstreams)?;
             let limits = route
                 .limits
                 .iter()

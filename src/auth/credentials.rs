@@ -79,29 +79,36 @@ pub fn api_key<'a>(
     query_value(query, name).filter(|v| !v.is_empty())
 }
 
-/// The bearer token of a request: `<scheme> <token>` in the JWT header with
-/// the scheme `Bearer` in any case. Another scheme (`Basic`) is no token.
+/// The bearer token of a request: `Bearer <token>` in the JWT header, the
+/// scheme in any case. Another scheme (`Basic`) is no token; a bearer
+/// field that is not text, or one among several fields of the header, is
+/// an invalid one.
 pub fn bearer<'a>(
     config: &JwtConfig,
     headers: &'a HeaderMap,
 ) -> Option<Result<&'a str, &'static str>> {
     let mut fields = headers.get_all(&config.header).iter();
     let first = fields.next()?;
-    let token = |value: &'a http::HeaderValue| {
-        let text = value.to_str().ok()?;
-        let (scheme, rest) = text.split_once(' ')?;
-        scheme
-            .eq_ignore_ascii_case("bearer")
-            .then(|| rest.trim_matches(' '))
+    let is_bearer = |v: &http::HeaderValue| {
+        v.as_bytes()
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case(b"bearer "))
     };
-    let found = token(first)?;
-    if fields.next().is_some() {
-        return Some(Err("several authorization fields"));
+    let rest: Vec<&http::HeaderValue> = fields.collect();
+    if !rest.is_empty() {
+        let any = is_bearer(first) || rest.iter().any(|v| is_bearer(v));
+        return any.then_some(Err("several authorization fields"));
     }
-    if found.is_empty() {
-        return Some(Err("empty bearer token"));
+    if !is_bearer(first) {
+        return None;
     }
-    Some(Ok(found))
+    let Ok(text) = first.to_str() else {
+        return Some(Err("the bearer token is not text"));
+    };
+    match text[7..].trim_matches(' ') {
+        "" => Some(Err("empty bearer token")),
+        token => Some(Ok(token)),
+    }
 }
 
 /// The first value of query parameter `name`, form-decoded (as
@@ -196,6 +203,19 @@ mod tests {
             b(&[("authorization", "Bearer a"), ("authorization", "Bearer b")]),
             Some(Err(_))
         ));
+        assert!(matches!(
+            b(&[("authorization", "Basic a"), ("authorization", "Bearer b")]),
+            Some(Err(_))
+        ));
+        assert_eq!(
+            b(&[("authorization", "Basic a"), ("authorization", "Basic b")]),
+            None
+        );
+        assert_eq!(
+            b(&[("authorization", "Bearer")]),
+            None,
+            "no space: another scheme"
+        );
     }
 
     #[test]

@@ -66,6 +66,24 @@ impl Identity {
     }
 }
 
+impl crate::limit::key::Consumer for Identity {
+    fn name(&self) -> &str {
+        &self.consumer
+    }
+    fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+    fn plan(&self) -> Option<&str> {
+        self.plan.as_deref()
+    }
+    fn claim(&self, path: &str) -> Option<Cow<'_, [u8]>> {
+        Identity::claim(self, path)
+    }
+    fn attr(&self, name: &str) -> Option<&str> {
+        Identity::attr(self, name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

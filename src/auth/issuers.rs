@@ -104,6 +104,16 @@ impl Issuers {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            if let Keys::Static(set) = &keys {
+                for (j, alg) in algorithms.iter().enumerate() {
+                    if !set.keys().iter().any(|k| k.accepts(*alg)) {
+                        return Err(IssuerError {
+                            field: format!("{field}.algorithms[{j}]"),
+                            problem: format!("{alg} fits none of the issuer's keys"),
+                        });
+                    }
+                }
+            }
             issuers.push(Issuer {
                 validation: Validation {
                     issuer: c.issuer.clone(),
@@ -203,8 +213,7 @@ fn identity(
             serde_json::Value::Number(n) => n.to_string(),
             _ => return None,
         };
-        let printable = !s.is_empty() && s.bytes().all(|b| (0x21..0x7f).contains(&b));
-        printable.then(|| Arc::from(s))
+        super::printable(&s).then(|| Arc::from(s))
     };
     let consumer = text(&config.consumer)?;
     let entry = registry.by_name(&consumer).cloned();

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use crate::config::{CertName, ConsumersConfig, CredentialKind, RouteAuth};
+pub use crate::metrics::AuthOutcome;
 pub use consumers::Registry;
 pub use credentials::{Kinds, Presented};
 pub use identity::Identity;
@@ -40,39 +41,6 @@ pub struct Authenticator {
     /// Every configured credential kind: what a route without `auth` looks
     /// for.
     pub configured: Kinds,
-}
-
-/// How a request's authentication ended, for `tollgate_auth_total` and the
-/// dashboard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AuthOutcome {
-    /// A consumer was verified (and allowed).
-    Ok,
-    /// The route requires a credential and none was presented.
-    Missing,
-    /// A presented credential did not verify.
-    Invalid,
-    /// Verified, but not a consumer the route lets through.
-    Forbidden,
-    /// Turned away before any verification: `failure_limit` locked the
-    /// client out.
-    LockedOut,
-    /// A token's issuer keys were not available.
-    Unavailable,
-}
-
-impl AuthOutcome {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            AuthOutcome::Ok => "ok",
-            AuthOutcome::Missing => "missing",
-            AuthOutcome::Invalid => "invalid",
-            AuthOutcome::Forbidden => "forbidden",
-            AuthOutcome::LockedOut => "locked_out",
-            AuthOutcome::Unavailable => "unavailable",
-        }
-    }
 }
 
 /// What verifying a request's credentials gave.
@@ -163,10 +131,13 @@ impl Authenticator {
                 .filter(|_| kinds.has(CredentialKind::Mtls))
                 .and_then(|m| {
                     let cert = cert?;
-                    Some(
-                        cert.name(cert_field(m.consumer))
-                            .ok_or("the client certificate lacks the configured name"),
-                    )
+                    Some(match cert.name(cert_field(m.consumer)) {
+                        None => Err("the client certificate lacks the configured name"),
+                        Some(name) if !printable(name) => Err(
+                            "the client certificate's name is not printable ASCII without spaces",
+                        ),
+                        Some(name) => Ok(name),
+                    })
                 }),
         }
     }
@@ -366,6 +337,13 @@ fn same_consumer(found: &mut Option<Identity>, id: Identity) -> Result<(), Verdi
         }
     }
     Ok(())
+}
+
+/// Whether a verified name can be a consumer's: printable ASCII without
+/// spaces, as configured names are (it goes into identity headers and the
+/// access log).
+pub fn printable(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (0x21..0x7f).contains(&b))
 }
 
 /// The certificate field of a `consumers.mtls.consumer` setting.

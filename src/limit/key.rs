@@ -62,7 +62,6 @@ use percent_encoding::percent_decode;
 use tollgate_limit::key::KeyHasher;
 use tollgate_limit::StoreKey;
 
-use crate::auth::Identity;
 use crate::config::{ClientMatch, KeySource, OnMissingKey};
 use crate::identity::{canonical_ip, group_ipv6, in_any};
 
@@ -81,7 +80,22 @@ pub struct RequestView<'a> {
     /// one client.
     pub ipv6_prefix: u8,
     /// The verified consumer, if the request has one.
-    pub identity: Option<&'a Identity>,
+    pub identity: Option<&'a dyn Consumer>,
+}
+
+/// What identity key sources read of a verified consumer (the gateway's
+/// `auth::Identity` is one): keys need not know how it was verified.
+pub trait Consumer: Sync + std::fmt::Debug {
+    /// Its name.
+    fn name(&self) -> &str;
+    /// Its tenant.
+    fn tenant(&self) -> Option<&str>;
+    /// Its plan.
+    fn plan(&self) -> Option<&str>;
+    /// Claim `path` of the token that verified it, as key bytes.
+    fn claim(&self, path: &str) -> Option<Cow<'_, [u8]>>;
+    /// Its attribute `name`.
+    fn attr(&self, name: &str) -> Option<&str>;
 }
 
 /// What one limit makes of a request's key: `K` is a [`ClientKey`] (store
@@ -425,13 +439,16 @@ fn tag_of(source: &KeySource) -> u8 {
 
 /// An identity source's value: only what the gateway verified, missing
 /// without a verified consumer.
-fn identity_value<'a>(source: &KeySource, identity: Option<&'a Identity>) -> Option<Cow<'a, [u8]>> {
+fn identity_value<'a>(
+    source: &KeySource,
+    identity: Option<&'a dyn Consumer>,
+) -> Option<Cow<'a, [u8]>> {
     let id = identity?;
     let text = |s: Option<&'a str>| s.map(|s| Cow::Borrowed(s.as_bytes()));
     match source {
-        KeySource::Consumer => text(Some(&id.consumer)),
-        KeySource::Tenant => text(id.tenant.as_deref()),
-        KeySource::Plan => text(id.plan.as_deref()),
+        KeySource::Consumer => text(Some(id.name())),
+        KeySource::Tenant => text(id.tenant()),
+        KeySource::Plan => text(id.plan()),
         KeySource::Claim(path) => id.claim(path),
         KeySource::Attr(name) => text(id.attr(name)),
         _ => None,
@@ -835,6 +852,7 @@ mod tests {
     #[test]
     fn identity_sources() {
         use crate::auth::jwt::Verified;
+        use crate::auth::Identity;
         use std::sync::Arc;
         let h = HeaderMap::new();
         let claims = serde_json::json!({"org": {"id": "acme-org"}, "n": 7});
@@ -850,7 +868,7 @@ mod tests {
         };
         let (ann, bob) = (id("ann", Some("gold")), id("bob", None));
         let with = |identity: Option<&'static Identity>| RequestView {
-            identity,
+            identity: identity.map(|i| i as &dyn Consumer),
             ..view("10.0.0.1", &h, None)
         };
         let ann: &'static Identity = Box::leak(Box::new(ann));

@@ -62,8 +62,9 @@ pub async fn decide(
 
 /// The deny cache's answer for `failure_limit` (docs/configuration/consumers.md)
 /// and this client, without a store call: `Some` while the client is known
-/// to be locked out (or rejected) by it, so its credentials need not be
-/// verified at all.
+/// to be locked out by it, so its credentials need not be verified at all.
+/// (A client over a `failure_limit` without a lockout is refused only on
+/// its next failed credential.)
 pub fn failures_denied(
     limiter: &Limiter,
     failure_limit: &Arc<Policy>,
@@ -71,7 +72,15 @@ pub fn failures_denied(
 ) -> Option<Decision> {
     let limits = std::slice::from_ref(failure_limit);
     let plan = plan::plan(limits, view, || 0).ok()?;
-    limiter.cached(&plan.checks)
+    limiter.cached(&plan.checks).filter(|d| {
+        matches!(
+            d,
+            Decision::Reject {
+                locked_out: true,
+                ..
+            }
+        )
+    })
 }
 
 #[cfg(test)]

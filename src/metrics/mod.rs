@@ -21,7 +21,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-pub use crate::auth::AuthOutcome;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -64,6 +63,39 @@ pub struct DecisionLabels {
     pub limit: Arc<str>,
     /// `allowed`, `rejected`, `locked_out`, `delayed`, `shadow_rejected`.
     pub decision: &'static str,
+}
+
+/// How a request's authentication ended, for `tollgate_auth_total` and the
+/// dashboard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthOutcome {
+    /// A consumer was verified (and allowed).
+    Ok,
+    /// The route requires a credential and none was presented.
+    Missing,
+    /// A presented credential did not verify.
+    Invalid,
+    /// Verified, but not a consumer the route lets through.
+    Forbidden,
+    /// Turned away before any verification: `failure_limit` locked the
+    /// client out.
+    LockedOut,
+    /// A token's issuer keys were not available.
+    Unavailable,
+}
+
+impl AuthOutcome {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            AuthOutcome::Ok => "ok",
+            AuthOutcome::Missing => "missing",
+            AuthOutcome::Invalid => "invalid",
+            AuthOutcome::Forbidden => "forbidden",
+            AuthOutcome::LockedOut => "locked_out",
+            AuthOutcome::Unavailable => "unavailable",
+        }
+    }
 }
 
 /// Labels of `tollgate_auth_total`.
@@ -198,6 +230,17 @@ struct RouteHandles {
     stats: Option<Arc<RouteCounters>>,
 }
 
+/// `metric`, registered as `name` with `help`.
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
@@ -238,109 +281,95 @@ impl Metrics {
     /// A fresh registry with every metric registered.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "tollgate_requests",
-            "Requests answered, by route and status",
-            requests.clone(),
-        );
-        let request_duration: Histograms<RouteLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "tollgate_request_duration_seconds",
-            "Time from the request head to the end of the response, by route",
-            request_duration.clone(),
-        );
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        registry.register(
-            "tollgate_limit_decisions",
-            "Limit decisions, by route, limit and decision",
-            decisions.clone(),
-        );
-        let lockouts = Family::<LimitLabels, Counter>::default();
-        registry.register(
-            "tollgate_lockouts",
-            "Lockouts started, by limit",
-            lockouts.clone(),
-        );
-        let auth = Family::<AuthLabels, Counter>::default();
-        registry.register(
-            "tollgate_auth",
-            "Authentication outcomes, by route and outcome",
-            auth.clone(),
-        );
-        let upstream_requests = Family::<UpstreamLabels, Counter>::default();
-        registry.register(
-            "tollgate_upstream_requests",
-            "Attempts sent upstream, by upstream, target and outcome",
-            upstream_requests.clone(),
-        );
-        let upstream_duration: Histograms<UpstreamNameLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "tollgate_upstream_duration_seconds",
-            "Time until the upstream's response head, by upstream",
-            upstream_duration.clone(),
-        );
-        let upstream_healthy = Family::<TargetLabels, Gauge>::default();
-        registry.register(
-            "tollgate_upstream_healthy",
-            "Whether an upstream target is up (1) or down (0)",
-            upstream_healthy.clone(),
-        );
-        let store_duration: Histograms<StoreLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "tollgate_store_duration_seconds",
-            "Limit store calls, by backend and outcome",
-            store_duration.clone(),
-        );
-        let store_errors = Family::<BackendLabels, Counter>::default();
-        registry.register(
-            "tollgate_store_errors",
-            "Limit store calls that failed, by backend",
-            store_errors.clone(),
-        );
-        let reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
-            "tollgate_config_reloads",
-            "Config reloads, by result",
-            reloads.clone(),
-        );
+        let r = &mut registry;
+        let metrics = Metrics {
+            requests: registered(
+                r,
+                "tollgate_requests",
+                "Requests answered, by route and status",
+                Family::<RequestLabels, Counter>::default(),
+            ),
+            request_duration: registered::<Histograms<RouteLabels>>(
+                r,
+                "tollgate_request_duration_seconds",
+                "Time from the request head to the end of the response, by route",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            decisions: registered(
+                r,
+                "tollgate_limit_decisions",
+                "Limit decisions, by route, limit and decision",
+                Family::<DecisionLabels, Counter>::default(),
+            ),
+            lockouts: registered(
+                r,
+                "tollgate_lockouts",
+                "Lockouts started, by limit",
+                Family::<LimitLabels, Counter>::default(),
+            ),
+            auth: registered(
+                r,
+                "tollgate_auth",
+                "Authentication outcomes, by route and outcome",
+                Family::<AuthLabels, Counter>::default(),
+            ),
+            upstream_requests: registered(
+                r,
+                "tollgate_upstream_requests",
+                "Attempts sent upstream, by upstream, target and outcome",
+                Family::<UpstreamLabels, Counter>::default(),
+            ),
+            upstream_duration: registered::<Histograms<UpstreamNameLabels>>(
+                r,
+                "tollgate_upstream_duration_seconds",
+                "Time until the upstream's response head, by upstream",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            upstream_healthy: registered(
+                r,
+                "tollgate_upstream_healthy",
+                "Whether an upstream target is up (1) or down (0)",
+                Family::<TargetLabels, Gauge>::default(),
+            ),
+            healthy_series: Mutex::default(),
+            store_duration: registered::<Histograms<StoreLabels>>(
+                r,
+                "tollgate_store_duration_seconds",
+                "Limit store calls, by backend and outcome",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            store_errors: registered(
+                r,
+                "tollgate_store_errors",
+                "Limit store calls that failed, by backend",
+                Family::<BackendLabels, Counter>::default(),
+            ),
+            reloads: registered(
+                r,
+                "tollgate_config_reloads",
+                "Config reloads, by result",
+                Family::<ReloadLabels, Counter>::default(),
+            ),
+            generation: registered(
+                r,
+                "tollgate_config_generation",
+                "Generation of the config in force",
+                Gauge::default(),
+            ),
+            connections: registered(
+                r,
+                "tollgate_connections_active",
+                "Client connections open now",
+                Gauge::default(),
+            ),
+            stats: Stats::new(),
+            registry,
+        };
         // Both outcomes exist from the start, at 0.
         for result in ["success", "failure"] {
-            let _ = reloads.get_or_create(&ReloadLabels { result });
+            let _ = metrics.reloads.get_or_create(&ReloadLabels { result });
         }
-        let generation = Gauge::default();
-        registry.register(
-            "tollgate_config_generation",
-            "Generation of the config in force",
-            generation.clone(),
-        );
-        let connections = Gauge::default();
-        registry.register(
-            "tollgate_connections_active",
-            "Client connections open now",
-            connections.clone(),
-        );
-        Metrics {
-            registry,
-            requests,
-            request_duration,
-            decisions,
-            lockouts,
-            auth,
-            upstream_requests,
-            upstream_duration,
-            upstream_healthy,
-            healthy_series: Mutex::default(),
-            store_duration,
-            store_errors,
-            reloads,
-            generation,
-            connections,
-            stats: Stats::new(),
-        }
+        metrics
     }
 
     /// Count one reload with its result.
@@ -456,15 +485,19 @@ impl Metrics {
         self.stats.lockout(limit);
     }
 
-    /// Count one authentication outcome of a request to `route`.
-    pub fn auth(&self, route: &Arc<str>, outcome: AuthOutcome) {
+    /// Count one authentication outcome of a request to `route`;
+    /// `refused`: the route turned the request away for it (the dashboard
+    /// counts those).
+    pub fn auth(&self, route: &Arc<str>, outcome: AuthOutcome, refused: bool) {
         self.auth
             .get_or_create(&AuthLabels {
                 route: route.clone(),
                 outcome: outcome.label(),
             })
             .inc();
-        self.stats.auth(route, outcome);
+        if refused {
+            self.stats.auth_refused(route);
+        }
     }
 
     /// Count one limit decision.

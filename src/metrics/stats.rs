@@ -60,8 +60,8 @@ pub struct RouteCounters {
     requests: AtomicU64,
     rejected: AtomicU64,
     locked_out: AtomicU64,
-    /// Requests refused by authentication (401, 403, and 429 from
-    /// `failure_limit` before verifying).
+    /// Requests refused by authentication (401, 403, 503, and 429 from
+    /// `failure_limit`).
     auth_failures: AtomicU64,
     buckets: [AtomicU64; BUCKETS],
 }
@@ -230,12 +230,9 @@ impl Stats {
         });
     }
 
-    /// One authentication outcome on `route`: the failures are counted.
-    pub fn auth(&self, route: &Arc<str>, outcome: crate::auth::AuthOutcome) {
-        use crate::auth::AuthOutcome;
-        if matches!(outcome, AuthOutcome::Ok | AuthOutcome::Unavailable) {
-            return;
-        }
+    /// One request `route` refused for its authentication (401, 403, 503,
+    /// or locked out by `failure_limit`).
+    pub fn auth_refused(&self, route: &Arc<str>) {
         self.routes.with(route, |c| {
             c.auth_failures.fetch_add(1, Ordering::Relaxed);
         });

@@ -19,6 +19,7 @@ use crate::error::{GatewayError, Rejection};
 use crate::identity::Client;
 use crate::limit::plan::{self, NotApplied};
 use crate::limit::policy::Policy;
+use crate::pipeline::refusal_answer;
 use crate::runtime::{Action, RouteRuntime};
 
 /// What the gateway would do with one request of the log.
@@ -171,7 +172,7 @@ impl Simulator {
     ) -> Routed {
         let prefix = self.runtime.config.server.ipv6_prefix;
         let mut view = request_view(&self.req, client, &route, prefix);
-        view.identity = identity;
+        view.identity = identity.map(|i| i as &dyn crate::limit::key::Consumer);
         let next_lease = &mut self.next_lease;
         let planned = plan::plan(&route.limits, &view, || {
             *next_lease += 1;
@@ -298,7 +299,7 @@ impl Simulator {
         match (judged, charged) {
             (Ok(identity), _) => Ok(identity),
             (Err(_), Some(rejection)) => Err(rejection),
-            (Err(refusal), None) => Err(refusal.into()),
+            (Err(refusal), None) => Err(refusal_answer(refusal)),
         }
     }
 }

@@ -64,29 +64,15 @@ impl Ctx<'_> {
         let mut names: HashMap<String, String> = HashMap::new();
         let mut digests: HashMap<[u8; 32], String> = HashMap::new();
         for (i, c) in raw.list.unwrap_or_default().into_iter().enumerate() {
-            let consumer = consumer(c, &format!("consumers.list[{i}]"), &|f, m| self.err(f, m))?;
-            unique(
-                &consumer,
-                &format!("consumers.list[{i}]"),
-                &mut names,
-                &mut digests,
-            )
-            .map_err(|(f, m)| self.err(&f, m))?;
+            let at = format!("consumers.list[{i}]");
+            let consumer = consumer(c, &at, &|f, m| self.err(f, m))?;
+            unique(&consumer, &at, &at, &mut names, &mut digests)
+                .map_err(|(f, m)| self.err(&f, m))?;
             list.push(consumer);
         }
         let file = raw.file.map(|f| self.resolve(f));
         if let Some(path) = &file {
-            for (field, c) in read_consumers_file(path)? {
-                let at = format!("{}: {field}", path.display());
-                unique(&c, &at, &mut names, &mut digests).map_err(|(f, m)| ConfigError {
-                    file: path.display().to_string(),
-                    line: None,
-                    column: None,
-                    field: f,
-                    message: m,
-                })?;
-                list.push(c);
-            }
+            list.extend(read_consumers_file(path, &mut names, &mut digests)?);
         }
         let identity_headers = self.identity_headers(raw.identity_headers.unwrap_or_default())?;
         if api_keys.is_none() && jwt.is_none() && mtls.is_none() {
@@ -573,16 +559,18 @@ fn redact_key(text: &str) -> String {
 }
 
 /// A consumer's name and keys must be new: `names` and `digests` hold the
-/// ones seen so far, with where.
+/// ones seen so far, with where. `field` is its path for the error, `at`
+/// where it is for later errors.
 fn unique(
     c: &ConsumerConfig,
+    field: &str,
     at: &str,
     names: &mut HashMap<String, String>,
     digests: &mut HashMap<[u8; 32], String>,
 ) -> std::result::Result<(), (String, String)> {
     if let Some(first) = names.get(&c.name) {
         return Err((
-            format!("{at}.name"),
+            format!("{field}.name"),
             format!("duplicate consumer \"{}\" (first in {first})", c.name),
         ));
     }
@@ -590,7 +578,7 @@ fn unique(
     for (i, d) in c.keys.iter().enumerate() {
         if let Some(first) = digests.get(d) {
             return Err((
-                format!("{at}.keys[{i}]"),
+                format!("{field}.keys[{i}]"),
                 format!("duplicate API key digest (also a key of {first})"),
             ));
         }
@@ -602,42 +590,62 @@ fn unique(
 /// The consumers of the consumers file at `path`, with their field paths
 /// in it (`[2]`, or `list[2]` for the mapping form). Errors name the file,
 /// line and column.
-fn read_consumers_file(path: &std::path::Path) -> Result<Vec<(String, ConsumerConfig)>> {
+fn read_consumers_file(
+    path: &std::path::Path,
+    names: &mut HashMap<String, String>,
+    digests: &mut HashMap<[u8; 32], String>,
+) -> Result<Vec<ConsumerConfig>> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::file(&file, format!("cannot read the consumers file: {e}")))?;
-    let positions = Positions::build(&text);
-    let err = |field: &str, message: String| {
-        let pos = positions.lookup(field);
-        ConfigError {
-            file: file.clone(),
-            line: pos.map(|p| p.0),
-            column: pos.map(|p| p.1),
-            field: field.to_owned(),
-            message,
-        }
-    };
     let is_list = text
         .lines()
         .map(str::trim_start)
         .find(|l| !l.is_empty() && !l.starts_with('#') && *l != "---")
         .is_none_or(|l| l.starts_with('-') || l.starts_with('['));
-    let (prefix, raw) = if is_list {
+    // Positions are indexed under a mapping: a bare list is read as the
+    // value of `list:` indented by two columns, and its positions moved
+    // back (one line up, two columns left).
+    let (positions, shift) = match is_list {
+        true => {
+            let wrapped: String = std::iter::once("list:\n".to_owned())
+                .chain(text.lines().map(|l| format!("  {l}\n")))
+                .collect();
+            (Positions::build(&wrapped), (1, 2))
+        }
+        false => (Positions::build(&text), (0, 0)),
+    };
+    let err = |field: &str, message: String| {
+        let pos = positions.lookup(&format!("list{field}"));
+        ConfigError {
+            file: file.clone(),
+            line: pos.map(|p| p.0.saturating_sub(shift.0)),
+            column: pos.map(|p| p.1.saturating_sub(shift.1)),
+            field: match is_list {
+                true => field.to_owned(),
+                false => format!("list{field}"),
+            },
+            message,
+        }
+    };
+    let raw = if is_list {
         let list: Option<Vec<RawConsumer>> =
             serde_yaml::from_str(&text).map_err(|e| ConfigError::from_yaml(&file, &e))?;
-        ("", list.unwrap_or_default())
+        list.unwrap_or_default()
     } else {
         let map: RawConsumersFile =
             serde_yaml::from_str(&text).map_err(|e| ConfigError::from_yaml(&file, &e))?;
-        ("list", map.list)
+        map.list
     };
-    raw.into_iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let field = format!("{prefix}[{i}]");
-            consumer(c, &field, &err).map(|c| (field, c))
-        })
-        .collect()
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, c) in raw.into_iter().enumerate() {
+        let field = format!("[{i}]");
+        let c = consumer(c, &field, &|f: &str, m| err(f, m))?;
+        let at = format!("{} {field}", path.display());
+        unique(&c, &field, &at, names, digests).map_err(|(f, m)| err(&f, m))?;
+        out.push(c);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
