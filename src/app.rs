@@ -83,8 +83,13 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
 pub fn check(path: &Path) -> Result<String, RunError> {
     let loaded = crate::config::load(path).map_err(ReloadError::from)?;
     let c = &loaded.config;
+    // Consumers only when configured: `, 3 consumer(s) (api_key, jwt)`.
+    let consumers = c.consumers.as_ref().map_or(String::new(), |k| {
+        let kinds: Vec<&str> = k.kinds().into_iter().map(|k| k.name()).collect();
+        format!(", {} consumer(s) ({})", k.list.len(), kinds.join(", "))
+    });
     let summary = format!(
-        "{}: ok: {} listener(s), {} route(s), {} upstream(s), {} limit(s), store {}\n",
+        "{}: ok: {} listener(s), {} route(s), {} upstream(s), {} limit(s), store {}{consumers}\n",
         path.display(),
         c.server.listen.len() + c.server.tls.as_ref().map_or(0, |t| t.listen.len()),
         c.routes.len(),

@@ -258,12 +258,14 @@ async fn decide_limits<B>(
             }
             Ok(figures)
         }
-        rejected => Err(rejection(rejected, route)),
+        Decision::NotApplied => Ok(Vec::new()),
+        refused => Err(rejection(refused, route)),
     }
 }
 
-/// The answer to a decision that admitted nothing: a rejection with the
-/// route's `limit_response`, or the store's unavailability.
+/// The answer to a decision that refused the request: a rejection with
+/// the route's `limit_response`, or the store's unavailability
+/// (`on_error: deny`).
 fn rejection(decision: Decision, route: &RouteRuntime) -> GatewayError {
     match decision {
         Decision::Reject {

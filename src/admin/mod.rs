@@ -347,14 +347,7 @@ pub fn consumers(rt: &Runtime) -> serde_json::Value {
         return serde_json::json!({"consumers": [], "credentials": []});
     };
     let c = &auth.config;
-    let kinds: Vec<&str> = [
-        (c.api_keys.is_some(), "api_key"),
-        (c.jwt.is_some(), "jwt"),
-        (c.mtls.is_some(), "mtls"),
-    ]
-    .into_iter()
-    .filter_map(|(on, k)| on.then_some(k))
-    .collect();
+    let kinds: Vec<&str> = c.kinds().into_iter().map(|k| k.name()).collect();
     serde_json::json!({
         "consumers": auth.registry.listing(c),
         "credentials": kinds,

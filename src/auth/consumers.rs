@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{ConsumerConfig, ConsumersConfig};
+use crate::config::{ConsumerConfig, ConsumersConfig, CredentialKind};
 
 /// The configured consumers.
 #[derive(Debug, Default)]
@@ -90,16 +90,12 @@ impl Registry {
         self.ordered
             .iter()
             .map(|c| {
-                let mut credentials = Vec::new();
-                if !c.keys.is_empty() {
-                    credentials.push("api_key");
-                }
-                if config.jwt.is_some() {
-                    credentials.push("jwt");
-                }
-                if config.mtls.is_some() {
-                    credentials.push("mtls");
-                }
+                let credentials = config
+                    .kinds()
+                    .into_iter()
+                    .filter(|k| *k != CredentialKind::ApiKey || !c.keys.is_empty())
+                    .map(CredentialKind::name)
+                    .collect();
                 Listed {
                     name: &c.name,
                     tenant: c.tenant.as_deref(),

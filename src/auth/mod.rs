@@ -76,14 +76,7 @@ impl Authenticator {
             )?),
             None => None,
         };
-        let kinds: Vec<CredentialKind> = [
-            (config.api_keys.is_some(), CredentialKind::ApiKey),
-            (config.jwt.is_some(), CredentialKind::Jwt),
-            (config.mtls.is_some(), CredentialKind::Mtls),
-        ]
-        .into_iter()
-        .filter_map(|(on, k)| on.then_some(k))
-        .collect();
+        let kinds = config.kinds();
         Ok(Authenticator {
             registry: Registry::new(config),
             config: Arc::new(config.clone()),

@@ -31,6 +31,21 @@ pub struct ConsumersConfig {
     pub failure_limit: Option<String>,
 }
 
+impl ConsumersConfig {
+    /// The credential kinds configured, in the order `api_key`, `jwt`,
+    /// `mtls`.
+    pub fn kinds(&self) -> Vec<CredentialKind> {
+        [
+            (self.api_keys.is_some(), CredentialKind::ApiKey),
+            (self.jwt.is_some(), CredentialKind::Jwt),
+            (self.mtls.is_some(), CredentialKind::Mtls),
+        ]
+        .into_iter()
+        .filter_map(|(on, kind)| on.then_some(kind))
+        .collect()
+    }
+}
+
 /// `consumers.api_keys`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeysConfig {

@@ -378,16 +378,7 @@ impl Ctx<'_> {
                 "auth needs a `consumers:` section saying how credentials are verified",
             ));
         };
-        let require = raw.require.map(|r| r.0).unwrap_or_else(|| {
-            [
-                (consumers.api_keys.is_some(), CredentialKind::ApiKey),
-                (consumers.jwt.is_some(), CredentialKind::Jwt),
-                (consumers.mtls.is_some(), CredentialKind::Mtls),
-            ]
-            .into_iter()
-            .filter_map(|(on, kind)| on.then_some(kind))
-            .collect()
-        });
+        let require = raw.require.map_or_else(|| consumers.kinds(), |r| r.0);
         if require.is_empty() {
             return Err(self.err(
                 &format!("{path}.require"),
