@@ -88,18 +88,31 @@ impl Gateway {
     }
 
     pub fn spawn_with(template: &str, launch: Launch) -> Gateway {
-        Self::spawn_inner(template, launch, None)
+        Self::spawn_inner(template, launch, None, &[])
+    }
+
+    /// Like [`Gateway::start`] with more environment variables (such as
+    /// `SSL_CERT_FILE`, the roots a JWKS fetch trusts).
+    pub async fn start_env(template: &str, envs: &[(&str, &str)]) -> Gateway {
+        let mut gw = Self::spawn_inner(template, Launch::Flag, None, envs);
+        gw.wait_ready().await;
+        gw
     }
 
     /// Like [`Gateway::start`] with exactly `workers` worker threads
     /// (`TOKIO_WORKER_THREADS`), for a test whose counts depend on them.
     pub async fn start_workers(template: &str, workers: usize) -> Gateway {
-        let mut gw = Self::spawn_inner(template, Launch::Flag, Some(workers));
+        let mut gw = Self::spawn_inner(template, Launch::Flag, Some(workers), &[]);
         gw.wait_ready().await;
         gw
     }
 
-    fn spawn_inner(template: &str, launch: Launch, workers: Option<usize>) -> Gateway {
+    fn spawn_inner(
+        template: &str,
+        launch: Launch,
+        workers: Option<usize>,
+        envs: &[(&str, &str)],
+    ) -> Gateway {
         let dir = temp_dir("gw");
         let config_path = dir.join("gateway.yaml");
         std::fs::write(&config_path, render(template)).expect("write config");
@@ -117,6 +130,7 @@ impl Gateway {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .current_dir(&dir);
+        cmd.envs(envs.iter().copied());
         match launch {
             Launch::Flag => {
                 cmd.arg("-c").arg(&config_path);

@@ -15,6 +15,8 @@ pub mod client;
 pub mod cluster;
 pub mod failover;
 pub mod gateway;
+pub mod jwks;
+pub mod jwt;
 pub mod limits;
 pub mod one_route;
 pub mod pattern;

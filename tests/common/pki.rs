@@ -45,12 +45,16 @@ impl Pki {
     /// A certificate for `names` (DNS names or IPs) signed by the CA, written
     /// as `<file>.pem` and `<file>.key` (PKCS#8); returns (cert, key).
     pub fn issue(&self, names: &[&str], file: &str) -> (PathBuf, PathBuf) {
-        let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &self.issuer)
-            .unwrap();
+        self.issue_params(CertificateParams::new(names).unwrap(), file)
+    }
+
+    /// A certificate of `params` (any SANs and subject, e.g. a client
+    /// certificate's URI SAN and CN) signed by the CA, written like
+    /// [`Pki::issue`]'s; returns (cert, key).
+    pub fn issue_params(&self, params: CertificateParams, file: &str) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
         let (c, k) = (
             self.dir.join(format!("{file}.pem")),
             self.dir.join(format!("{file}.key")),
