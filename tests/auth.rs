@@ -392,6 +392,19 @@ async fn a_client_guessing_10000_keys_is_locked_out_and_reaches_nothing() {
     .into();
     assert_eq!(counts, expected);
     assert_eq!(echo.count(), 0, "a guessed key reached the upstream");
+    let outcome = |o: &'static str| {
+        let gw = &gw;
+        async move {
+            let series = format!("tollgate_auth_total{{route=\"all\",outcome=\"{o}\"}}");
+            gw.metric(&series).await.unwrap_or(0.0)
+        }
+    };
+    let (invalid, locked_out) = (outcome("invalid").await, outcome("locked_out").await);
+    assert_eq!(invalid + locked_out, 10_000.0);
+    assert!(
+        locked_out >= 9_000.0,
+        "only {locked_out} turned away unverified"
+    );
     // Locked out: even the right key is turned away before it is looked up.
     let r = caller.get_h("/api", &[("x-api-key", ACME_KEY)]).await;
     assert_eq!(r.status, 429, "{}", r.text());

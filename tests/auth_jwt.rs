@@ -463,6 +463,8 @@ async fn jwks_down_at_start_up() {
         let r = s.send(&token).await;
         r.assert_error(503, "auth_unavailable");
     }
+    let unavailable = r#"tollgate_auth_total{route="all",outcome="unavailable"}"#;
+    assert_eq!(s.gw.metric(unavailable).await, Some(3.0));
     // Tokens of the other issuers do not wait for it.
     let hs = jwt::hmac_token(SECRET.as_bytes(), "HS256", &claims(HS_ISS, "hs", json!({})));
     s.accepted(&hs, "hs", "an HS256 token while the JWKS is down")
