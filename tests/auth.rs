@@ -867,3 +867,44 @@ async fn consumer_keys_on_redis_are_shared_by_two_instances() {
         assert_eq!(r.status, 429, "{}", r.text());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_failure_limit_without_lockout_valid_keys_still_pass() {
+    let echo = Echo::start("e").await;
+    let config = OneRoute::proxy(&echo)
+        .matching("{ path: /api }")
+        .route_keys("auth: { require: [api_key] }")
+        .define(
+            "auth_failures",
+            "{ algorithm: fixed_window, limit: 2, window: 1h, key: client_ip }",
+        )
+        .route("{ name: open, match: { path: /open }, upstream: e }")
+        .config()
+        + &consumers(false, "");
+    let gw = Gateway::start(&config).await;
+    let caller = Caller::new(gw.addr());
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let r = caller.get_h("/api", &[("x-api-key", "guess")]).await;
+        statuses.push((
+            r.status.as_u16(),
+            r.json()["error"].as_str().map(str::to_owned),
+        ));
+    }
+    let invalid = (401, Some("invalid_credentials".to_string()));
+    let limited = (429, Some("rate_limited".to_string()));
+    assert_eq!(
+        statuses,
+        [invalid.clone(), invalid, limited.clone(), limited]
+    );
+    // Not locked out: a valid key is verified and passes, on either route,
+    // and names its consumer.
+    for path in ["/api", "/open"] {
+        let r = caller.get_h(path, &[("x-api-key", ACME_KEY)]).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(
+            echo.last().unwrap().header("x-consumer").as_deref(),
+            Some("acme")
+        );
+    }
+}
