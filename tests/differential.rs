@@ -8,7 +8,10 @@
 //! encoded, `x-user` / exemption / override headers, cookies, several
 //! methods and hosts, HTTP/1.0 without Host, peers from several loopback
 //! addresses (one a trusted proxy, one in `server.deny`) with and without
-//! `X-Forwarded-For`. Each request is written byte for byte on its own
+//! `X-Forwarded-For`, and consumers (docs/configuration/consumers.md): API
+//! keys in the header or the query, HS256 tokens good and bad, both at
+//! once, plans a route does not let through, limits keyed on the consumer,
+//! tenant and a claim, and `failure_limit` with a lockout. Each request is written byte for byte on its own
 //! connection from its peer address, one at a time, and the gateway's answer
 //! is recorded (status, the JSON `error` and `limit`, whether the echo
 //! upstream answered, and the route from the access log). The same requests,
@@ -36,6 +39,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use sha2::Digest as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
@@ -132,7 +136,35 @@ limits:
     algorithm: concurrency
     limit: 2
     key: client_ip
+  auth_fail:
+    algorithm: sliding_log
+    limit: 6
+    window: 6d
+    key: client_ip
+    lockout: { after: 2, duration: 7h }
+  per_consumer:
+    algorithm: token_bucket
+    rate: 1/900d
+    burst: 4
+    key: consumer
+    exempt: ["consumer=root"]
+    overrides: [{ match: "plan=gold", burst: 7 }]
+  per_tenant:
+    algorithm: sliding_log
+    limit: 5
+    window: 5d
+    key: [tenant, "claim:region"]
+    on_missing_key: skip
 routes:
+  - name: account
+    match: { path: /account }
+    upstream: echo
+    auth: { plans: [gold, silver] }
+    limits: [per_consumer, per_tenant]
+  - name: partner
+    match: { path: /partner }
+    respond: { status: 200, body: "partner\n" }
+    auth: { require: [jwt], tenants: [acme] }
   - name: admin
     match: { hosts: ["admin.example.com"], path: / }
     respond: { status: 202, body: "admin\n" }
@@ -167,11 +199,46 @@ routes:
     respond: { status: 200, body: "static\n", headers: { content-type: text/plain } }
     limits:
       - { algorithm: token_bucket, rate: 1/800d, burst: 3, key: [client_ip, "header:x-user"] }
+consumers:
+  api_keys: { header: x-api-key, query: api_key }
+  jwt:
+    issuers:
+      - issuer: "https://hs.example/"
+        audiences: [api]
+        secret: "@SECRET@"
+        tenant: org
+        plan: plan
+  identity_headers: { consumer: x-consumer, tenant: x-tenant }
+  failure_limit: auth_fail
+  list:
+    - { name: acme, tenant: acme, plan: gold, keys: ["@ACME@"] }
+    - { name: beta, tenant: beta, plan: silver, keys: ["@BETA@"] }
+    - { name: cara, plan: bronze, keys: ["@CARA@"] }
+    - { name: root, tenant: acme, plan: gold, keys: ["@ROOT@"] }
 "#;
+
+/// The JWT issuer's secret.
+const SECRET: &str = "differential-hs256-secret";
+
+/// The API keys of the consumers acme (gold), beta (silver), cara (bronze,
+/// a plan no route lets through) and root (exempt from `per_consumer`).
+const KEYS: [(&str, &str); 4] = [
+    ("@ACME@", "acme-key-0001"),
+    ("@BETA@", "beta-key-0002"),
+    ("@CARA@", "cara-key-0003"),
+    ("@ROOT@", "root-key-0004"),
+];
 
 /// The config template (`@LISTEN@`, `@ADMIN@` left for [`Gateway`]).
 fn config_template(echo: SocketAddr) -> String {
-    common::config_with_server(SERVER, &REST.replace("@ECHO@", &echo.to_string()))
+    let mut rest = REST
+        .replace("@ECHO@", &echo.to_string())
+        .replace("@SECRET@", SECRET);
+    for (placeholder, key) in KEYS {
+        let digest = hex::encode(sha2::Sha256::digest(key.as_bytes()));
+        rest = rest.replace(placeholder, &format!("sha256:{digest}"));
+    }
+    common::config_with_server(SERVER, &rest)
 }
 
 /// `127.0.0.n`.
@@ -436,6 +503,7 @@ impl Gen {
             (12, Gen::search),
             (8, Gen::hosted),
             (10, Gen::junk),
+            (22, Gen::account),
         ]);
         let mut req = family(self);
         self.client(&mut req);
@@ -458,8 +526,13 @@ impl Gen {
         }
     }
 
-    /// The peer, and maybe `X-Forwarded-For` (once in a while twice).
+    /// The peer, maybe `X-Forwarded-For` (once in a while twice), and now
+    /// and then an API key on a route that may not ask for one.
     fn client(&mut self, req: &mut Req) {
+        if !req.target.starts_with("/account") && self.rng.chance(6) {
+            let key = self.rng.pick(&[KEYS[0].1, KEYS[2].1, "nope", "guess-2"]);
+            req.headers.push(("x-api-key", key.to_owned()));
+        }
         req.peer = self
             .rng
             .weighted(&[(30, 1), (35, TRUSTED_PEER), (25, 3), (10, DENIED_PEER)]);
@@ -611,6 +684,86 @@ impl Gen {
         req.host = Some(host.to_owned());
         self.maybe_header(&mut req, "x-user", &["frank", ""]);
         req
+    }
+
+    /// `/account` (any verified consumer of plan gold or silver, limits
+    /// keyed on the consumer and the tenant) and `/partner` (a JWT of
+    /// tenant acme): API keys in the header or the query, good and bad
+    /// tokens, both at once, none. Never HEAD: a refusal's `error` is in
+    /// the body.
+    fn account(&mut self) -> Req {
+        let method = self.rng.weighted(&[(75, "GET"), (25, "POST")]);
+        let path = self
+            .rng
+            .weighted(&[(80, "/account"), (10, "/account/x"), (10, "/partner")]);
+        let mut req = self.base(method, path.to_owned());
+        req.host.get_or_insert_with(|| "api.example.com".to_owned());
+        let (key, token) = self.credentials();
+        match key {
+            Some(key) if self.rng.chance(20) => req.target.push_str(&format!("?api_key={key}")),
+            Some(key) => req.headers.push(("x-api-key", key.to_owned())),
+            None => {}
+        }
+        if let Some(token) = token {
+            req.headers
+                .push(("authorization", format!("Bearer {token}")));
+        }
+        req
+    }
+
+    /// An API key and a bearer token, either or both or neither.
+    fn credentials(&mut self) -> (Option<&'static str>, Option<String>) {
+        let key = self.rng.weighted(&[
+            (30, None),
+            (18, Some(KEYS[0].1)),
+            (10, Some(KEYS[1].1)),
+            (6, Some(KEYS[2].1)),
+            (6, Some(KEYS[3].1)),
+            (14, Some("acme-key-0000")),
+            (6, Some("")),
+        ]);
+        let with_token = match key {
+            None => self.rng.chance(75),
+            Some(_) => self.rng.chance(12),
+        };
+        let token = with_token.then(|| self.token());
+        (key.filter(|k| !k.is_empty()), token)
+    }
+
+    /// A token: good ones (consumer, tenant, plan, region from claims),
+    /// and expired, for another audience, from another issuer, badly
+    /// signed, `alg: none`.
+    fn token(&mut self) -> String {
+        let sub = self.rng.pick(&["acme", "beta", "dana"]);
+        let org = self.rng.pick(&["acme", "beta", "zeta"]);
+        let plan = self.rng.pick(&["gold", "silver", "bronze"]);
+        let mut claims = serde_json::json!({
+            "iss": "https://hs.example/", "aud": "api", "sub": sub,
+            "org": org, "plan": plan, "exp": 4_102_444_800u64,
+        });
+        if self.rng.chance(50) {
+            claims["region"] = serde_json::json!(self.rng.pick(&["eu", "us"]));
+        }
+        let flaw = self.rng.weighted(&[
+            (60, "none"),
+            (8, "expired"),
+            (8, "audience"),
+            (6, "issuer"),
+            (10, "signature"),
+            (8, "alg none"),
+        ]);
+        let secret = if flaw == "signature" { "wrong" } else { SECRET };
+        match flaw {
+            "expired" => claims["exp"] = serde_json::json!(1_000_000_000u64),
+            "audience" => claims["aud"] = serde_json::json!("other"),
+            "issuer" => claims["iss"] = serde_json::json!("https://evil.example/"),
+            _ => {}
+        }
+        if flaw == "alg none" {
+            let header = serde_json::json!({"alg": "none"});
+            return common::jwt::token_with(&header, &claims, |_| Vec::new());
+        }
+        common::jwt::hmac_token(secret.as_bytes(), "HS256", &claims)
     }
 
     /// Targets no route takes, invalid ones, TRACE, `OPTIONS *`, bad Hosts.
@@ -984,6 +1137,8 @@ fn tally(reqs: &[Req], observed: &[Observed]) -> BTreeMap<&'static str, usize> {
             (false, Some("bad_request")) => "bad_request",
             (false, Some("forbidden")) => "forbidden",
             (false, Some("method_not_allowed")) => "method_not_allowed",
+            (false, Some("unauthorized")) => "unauthorized",
+            (false, Some("invalid_credentials")) => "invalid_credentials",
             (false, Some(_)) => "other",
         };
         *counts.entry(kind).or_default() += 1;
@@ -1000,6 +1155,18 @@ fn tally(reqs: &[Req], observed: &[Observed]) -> BTreeMap<&'static str, usize> {
             gw.limit.as_deref() == Some("login") && req.header("x-user").is_none_or(str::is_empty),
         );
         also("HTTP/1.0 without Host", req.host.is_none());
+        also(
+            "refused by failure_limit",
+            gw.limit.as_deref() == Some("auth_fail"),
+        );
+        also(
+            "limited per consumer or tenant",
+            matches!(gw.limit.as_deref(), Some("per_consumer" | "per_tenant")),
+        );
+        also(
+            "passed with a consumer",
+            gw.upstream && req.target.starts_with("/account"),
+        );
         also("HEAD", req.method == "HEAD");
         also(
             "XFF from the trusted peer",
@@ -1028,6 +1195,11 @@ fn thin(counts: &BTreeMap<&'static str, usize>) -> Vec<String> {
         ("HTTP/1.0 without Host", 10),
         ("HEAD", 15),
         ("XFF from the trusted peer", 40),
+        ("unauthorized", 5),
+        ("invalid_credentials", 10),
+        ("refused by failure_limit", 5),
+        ("limited per consumer or tenant", 5),
+        ("passed with a consumer", 10),
     ];
     minimum
         .iter()
