@@ -908,3 +908,89 @@ async fn over_a_failure_limit_without_lockout_valid_keys_still_pass() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribute_and_claim_keys() {
+    let echo = Echo::start("e").await;
+    let config = OneRoute::proxy(&echo)
+        .route_keys("auth: { require: [api_key, jwt] }")
+        .define("auth_failures", FAILURES)
+        .limit(
+            "per_region",
+            "{ algorithm: fixed_window, limit: 3, window: 1h, key: \"attr:region\", on_missing_key: skip }",
+        )
+        .limit(
+            "per_org",
+            "{ algorithm: fixed_window, limit: 2, window: 1h, key: \"claim:org.id\", on_missing_key: skip, exempt: [\"claim:org.id=free\"] }",
+        )
+        .config()
+        + &consumers(false, "")
+            .replace(
+                "keys: [\"",
+                "attributes: { region: eu }, keys: [\"",
+            );
+    let gw = Gateway::start(&config).await;
+    // acme and beta share region eu: 3 between them.
+    let mut statuses = Vec::new();
+    for key in [ACME_KEY, BETA_KEY, ACME_KEY, BETA_KEY] {
+        let r = client::get_with(gw.addr(), "/", &[("x-api-key", key)]).await;
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    // Tokens (no consumer entry of their subject, so no region): keyed on
+    // the nested claim; org "free" is exempt.
+    let token = |sub: &str, org: &str| jwt::bearer(&hs_token(sub, json!({"org": {"id": org}})));
+    let mut statuses = Vec::new();
+    for (sub, org) in [("u1", "o1"), ("u2", "o1"), ("u3", "o1"), ("u4", "o2")] {
+        let r = client::get_with(gw.addr(), "/", &[("authorization", &token(sub, org))]).await;
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429, 200]);
+    for i in 0..4 {
+        let r = client::get_with(
+            gw.addr(),
+            "/",
+            &[("authorization", &token(&format!("f{i}"), "free"))],
+        )
+        .await;
+        assert_eq!(r.status, 200, "free {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_lockout_on_redis_holds_on_another_instance() {
+    let redis = common::redis::RedisServer::start();
+    let store = format!(
+        "{{ backend: redis, url: \"{}\", prefix: authlock, timeout: 3s, on_error: deny }}",
+        redis.url()
+    );
+    let echo = Echo::start("e").await;
+    let config = OneRoute::proxy(&echo)
+        .matching("{ path: /api }")
+        .route_keys("auth: { require: [api_key] }")
+        .define("auth_failures", FAILURES)
+        .store(&store)
+        .config()
+        + &consumers(false, "");
+    let (one, two) = (Gateway::start(&config).await, Gateway::start(&config).await);
+    let mut statuses = Vec::new();
+    // Five failures alternating, the sixth (which starts the lockout) on
+    // instance one.
+    for gw in [&two, &one, &two, &one, &two, &one] {
+        let r = client::get_with(gw.addr(), "/api", &[("x-api-key", "guess")]).await;
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(statuses, [401, 401, 401, 401, 401, 429]);
+    let r = client::get_with(one.addr(), "/api", &[("x-api-key", ACME_KEY)]).await;
+    r.assert_error(429, "locked_out");
+    // Instance two learns of the lockout from the store at the client's
+    // next failed credential there (a valid key before that is verified);
+    // from then on it turns the client away unverified too.
+    let r = client::get_with(two.addr(), "/api", &[("x-api-key", ACME_KEY)]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = client::get_with(two.addr(), "/api", &[("x-api-key", "guess")]).await;
+    r.assert_error(429, "locked_out");
+    let r = client::get_with(two.addr(), "/api", &[("x-api-key", ACME_KEY)]).await;
+    r.assert_error(429, "locked_out");
+    assert_eq!(echo.count(), 1);
+}

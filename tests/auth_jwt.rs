@@ -497,3 +497,57 @@ async fn jwks_down_at_start_up() {
 async fn jwks_refetch_window() {
     tokio::join!(unknown_kids_and_rotation(), jwks_down_at_start_up());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwks_keys_survive_a_reload_with_the_same_url() {
+    let s = Setup::start().await;
+    let token = s
+        .keys
+        .p256
+        .token("ES256", Some("p256"), &claims(IDP, "kept", json!({})));
+    s.accepted(&token, "kept", "before the reload").await;
+    let fetches = s.jwks.fetches();
+    // The JWKS server goes away; a reload keeps the fetched set (same URL)
+    // and fetches nothing.
+    s.jwks.set(b"{\"keys\": []}".to_vec());
+    let r = s.gw.admin_post("/reload").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.accepted(&token, "kept", "after the reload").await;
+    let other = s
+        .keys
+        .ed
+        .token("EdDSA", Some("ed"), &claims(IDP, "ed", json!({})));
+    s.accepted(&other, "ed", "another key of the kept set")
+        .await;
+    assert_eq!(s.jwks.fetches(), fetches, "a reload refetched the JWKS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_token_is_never_accepted_past_its_exp() {
+    let echo = Echo::start("e").await;
+    let config = OneRoute::proxy(&echo)
+        .route_keys("auth: { require: [jwt] }")
+        .config()
+        + &dedent(&format!(
+            r#"
+            consumers:
+              jwt:
+                issuers:
+                  - {{ issuer: "{HS_ISS}", secret: "{SECRET}", leeway: 0s }}
+            "#
+        ));
+    let gw = Gateway::start(&config).await;
+    let exp = jwt::now() + 2;
+    let c = json!({"iss": HS_ISS, "sub": "brief", "exp": exp});
+    let token = bearer(&jwt::hmac_token(SECRET.as_bytes(), "HS256", &c));
+    for _ in 0..3 {
+        let r = client::get_with(gw.addr(), "/", &[("authorization", &token)]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    while jwt::now() <= exp {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = client::get_with(gw.addr(), "/", &[("authorization", &token)]).await;
+    r.assert_error(401, "invalid_credentials");
+    assert_eq!(echo.count(), 3);
+}
