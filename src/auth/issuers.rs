@@ -189,7 +189,7 @@ impl Issuers {
         match verified {
             Ok(v) => identity(&issuer.config, v, registry).map_or(
                 TokenOutcome::Invalid(JwtError::Malformed("no consumer claim")),
-                |id| TokenOutcome::Verified(id),
+                TokenOutcome::Verified,
             ),
             Err(JwtError::KeysUnavailable) => TokenOutcome::Unavailable,
             Err(e) => TokenOutcome::Invalid(e),

@@ -280,7 +280,7 @@ impl Simulator {
             }
         }
         let verified = auth
-            .verify(&presented, (now / SECOND) as u64)
+            .verify(&presented, now / SECOND)
             .now_or_never()
             .unwrap_or(auth::Verdict::Unavailable("not fetched".into()));
         let (outcome, judged) = auth::judge(required, kinds, verified);
