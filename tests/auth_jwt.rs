@@ -26,7 +26,7 @@ const IDP: &str = "https://idp.example/";
 const PEM_ISS: &str = "https://pem.example/";
 /// The HMAC issuer.
 const HS_ISS: &str = "https://hs.example/";
-const SECRET: &str = "hs-secret-for-the-jwt-tests";
+const SECRET: &str = "hs-secret-for-the-jwt-tests-32-bytes-at-least";
 
 /// The keys of one test: RSA (`rsa`), P-256 (`p256`), P-384 (`p384`),
 /// Ed25519 (`ed`) in the JWKS; P-256 (`pem-ec`) and RSA in PEM files.

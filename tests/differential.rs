@@ -218,7 +218,7 @@ consumers:
 "#;
 
 /// The JWT issuer's secret.
-const SECRET: &str = "differential-hs256-secret";
+const SECRET: &str = "differential-hs256-secret-of-32-bytes+";
 
 /// The API keys of the consumers acme (gold), beta (silver), cara (bronze,
 /// a plan no route lets through) and root (exempt from `per_consumer`).
