@@ -465,6 +465,20 @@ async fn jwks_down_at_start_up() {
     }
     let unavailable = r#"tollgate_auth_total{route="all",outcome="unavailable"}"#;
     assert_eq!(s.gw.metric(unavailable).await, Some(3.0));
+    // gRPC: UNAVAILABLE (14).
+    let addr = s.gw.addr();
+    let grpc = http::Request::post(format!("http://{addr}/svc.Greeter/Hello"))
+        .header("content-type", "application/grpc")
+        .header("authorization", bearer(&token))
+        .body(client::full(vec![0u8; 5]))
+        .unwrap();
+    let r = client::send_on_new_conn(addr, client::Proto::H2c, grpc)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status.as_u16(), r.header("grpc-status")),
+        (200, Some("14"))
+    );
     // Tokens of the other issuers do not wait for it.
     let hs = jwt::hmac_token(SECRET.as_bytes(), "HS256", &claims(HS_ISS, "hs", json!({})));
     s.accepted(&hs, "hs", "an HS256 token while the JWKS is down")

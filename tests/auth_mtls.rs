@@ -119,6 +119,17 @@ async fn get(
     cert: Option<&(PathBuf, PathBuf)>,
     path: &str,
 ) -> Result<u16, String> {
+    exchange(certs, addr, cert, path, false).await
+}
+
+/// [`get`] over HTTP/2 (ALPN `h2`) when `h2`.
+async fn exchange(
+    certs: &Certs,
+    addr: SocketAddr,
+    cert: Option<&(PathBuf, PathBuf)>,
+    path: &str,
+    h2: bool,
+) -> Result<u16, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -136,7 +147,11 @@ async fn get(
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![if h2 {
+        b"h2".to_vec()
+    } else {
+        b"http/1.1".to_vec()
+    }];
     let exchange = async {
         let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
         let name = ServerName::try_from("localhost").unwrap();
@@ -144,19 +159,34 @@ async fn get(
             .connect(name, tcp)
             .await
             .map_err(|e| format!("handshake: {e}"))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| format!("h1 handshake: {e}"))?;
-        tokio::spawn(conn);
-        let req = Request::get(path)
-            .header("host", "localhost")
-            .header("x-consumer", "forged")
-            .body(Empty::<Bytes>::new())
-            .unwrap();
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| format!("request: {e}"))?;
+        if h2 != (tls.get_ref().1.alpn_protocol() == Some(b"h2")) {
+            return Err("ALPN did not pick the protocol asked for".into());
+        }
+        let io = TokioIo::new(tls);
+        let resp = if h2 {
+            let (mut sender, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .map_err(|e| format!("h2 handshake: {e}"))?;
+            tokio::spawn(conn);
+            let req = Request::get(format!("https://localhost{path}"))
+                .header("x-consumer", "forged")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            sender.send_request(req).await
+        } else {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| format!("h1 handshake: {e}"))?;
+            tokio::spawn(conn);
+            let req = Request::get(path)
+                .header("host", "localhost")
+                .header("x-consumer", "forged")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            sender.send_request(req).await
+        }
+        .map_err(|e| format!("request: {e}"))?;
         let status = resp.status().as_u16();
         resp.into_body()
             .collect()
@@ -190,6 +220,13 @@ async fn required_client_certificates() {
         seen(&echo),
         (Some("billing.example.com".into()), Some("finance".into()))
     );
+    // Over HTTP/2 too (ALPN h2 with client certificates).
+    assert_eq!(
+        exchange(&certs, addr, Some(&certs.client), "/api", true).await,
+        Ok(200)
+    );
+    assert_eq!(seen(&echo).0.as_deref(), Some("billing.example.com"));
+    assert_eq!(echo.last().unwrap().header_all("x-consumer").len(), 1);
     // No certificate, or one of another CA: no exchange at all.
     for (what, cert) in [
         ("no certificate", None),
@@ -198,11 +235,11 @@ async fn required_client_certificates() {
         let r = get(&certs, addr, cert, "/open").await;
         assert!(r.is_err(), "{what}: {r:?}");
     }
-    assert_eq!(echo.count(), 1);
+    assert_eq!(echo.count(), 2);
     // The plain listener has no certificate to offer: 401 on the mTLS route.
     let r = common::client::get(gw.addr(), "/api").await;
     r.assert_error(401, "unauthorized");
-    assert_eq!(echo.count(), 1);
+    assert_eq!(echo.count(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
