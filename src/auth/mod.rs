@@ -208,6 +208,21 @@ impl Authenticator {
         for name in ih.names() {
             headers.remove(name);
         }
+        // Also spelt with `_` for `-`: NGINX, CGI and WSGI read `X_Consumer`
+        // as `X-Consumer` (docs/protocols.md drops such spellings of the
+        // client-address headers likewise).
+        let spelt: Vec<http::HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().contains('_'))
+            .filter(|k| {
+                ih.names()
+                    .any(|n| same_but_underscores(k.as_str(), n.as_str()))
+            })
+            .cloned()
+            .collect();
+        for name in spelt {
+            headers.remove(name);
+        }
         if let Some(keys) = c.api_keys.as_ref().filter(|k| k.hide) {
             if let Some(name) = &keys.header {
                 headers.remove(name);
@@ -337,6 +352,13 @@ fn same_consumer(found: &mut Option<Identity>, id: Identity) -> Result<(), Verdi
 /// access log).
 pub fn printable(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| (0x21..0x7f).contains(&b))
+}
+
+/// Whether two (lowercase) header names are the same once every `_` is
+/// read as `-`.
+fn same_but_underscores(a: &str, b: &str) -> bool {
+    let dash = |c: u8| if c == b'_' { b'-' } else { c };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| dash(x) == dash(y))
 }
 
 /// The certificate field of a `consumers.mtls.consumer` setting.
