@@ -1003,3 +1003,50 @@ async fn a_failure_lockout_on_redis_holds_on_another_instance() {
     r.assert_error(429, "locked_out");
     assert_eq!(echo.count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_headers_spelt_with_underscores_are_removed_too() {
+    // NGINX, CGI and WSGI make `X_Consumer` the same variable as
+    // `X-Consumer` (docs/protocols.md drops such spellings of the
+    // client-address headers for the same reason).
+    let echo = Echo::start("e").await;
+    let config = OneRoute::proxy(&echo)
+        .server(r#"trusted_proxies: ["127.0.0.2/32"]"#)
+        .define("auth_failures", FAILURES)
+        .config()
+        + &consumers(false, "");
+    let gw = Gateway::start(&config).await;
+    let forged = [
+        ("x_consumer", "admin"),
+        ("X_Tenant", "root"),
+        ("x-plan", "unlimited"),
+        ("x_plan", "unlimited"),
+    ];
+    for peer in [1, 2] {
+        for key in [None, Some(BETA_KEY)] {
+            let mut headers = forged.to_vec();
+            headers.extend(key.map(|k| ("x-api-key", k)));
+            let r = Caller::from(gw.addr(), peer).get_h("/x", &headers).await;
+            assert_eq!(r.status, 200);
+            let seen = echo.last().unwrap();
+            let identity: Vec<&(String, String)> = seen
+                .headers
+                .iter()
+                .filter(|(n, _)| {
+                    ["x-consumer", "x-tenant", "x-plan"].contains(&n.replace('_', "-").as_str())
+                })
+                .collect();
+            let want: Vec<(String, String)> = match key {
+                None => vec![],
+                Some(_) => vec![
+                    ("x-consumer".into(), "beta".into()),
+                    ("x-plan".into(), "silver".into()),
+                    ("x-tenant".into(), "beta-inc".into()),
+                ],
+            };
+            let mut identity: Vec<(String, String)> = identity.into_iter().cloned().collect();
+            identity.sort();
+            assert_eq!(identity, want, "peer 127.0.0.{peer}, key {key:?}");
+        }
+    }
+}
