@@ -1050,3 +1050,101 @@ async fn identity_headers_spelt_with_underscores_are_removed_too() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credential_edge_cases() {
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start(&gateway(&echo, Some("{ require: [api_key, jwt] }"), true)).await;
+    // Each request from its own address: the failures are not to add up
+    // to a lockout.
+    let peer = std::sync::atomic::AtomicU8::new(10);
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let (caller, path, headers): (Caller, String, Vec<(String, String)>) = (
+            Caller::from(gw.addr(), peer.fetch_add(1, Ordering::SeqCst)),
+            path.to_owned(),
+            headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+        );
+        async move {
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            let r = caller.get_h(&path, &headers).await;
+            let error = r
+                .json()
+                .get("error")
+                .and_then(|e| e.as_str())
+                .map(str::to_owned);
+            (r.status.as_u16(), error.unwrap_or_default())
+        }
+    };
+    let ok = (200, String::new());
+    let invalid = (401, "invalid_credentials".to_string());
+    let missing = (401, "unauthorized".to_string());
+    let token = jwt::bearer(&hs_token("acme", json!({})));
+    // The same valid key twice is two keys: invalid.
+    assert_eq!(
+        get("/api", &[("x-api-key", ACME_KEY), ("x-api-key", ACME_KEY)]).await,
+        invalid
+    );
+    // Two Authorization fields: invalid.
+    assert_eq!(
+        get(
+            "/api",
+            &[("authorization", &token), ("authorization", &token)]
+        )
+        .await,
+        invalid
+    );
+    // Another scheme is no bearer token.
+    assert_eq!(
+        get("/api", &[("authorization", "Basic YWNtZTpzZWNyZXQ=")]).await,
+        missing
+    );
+    assert_eq!(
+        get(
+            "/api",
+            &[("authorization", &token.replacen("Bearer", "bearer", 1))]
+        )
+        .await,
+        ok
+    );
+    // An empty key header counts as absent: the query's key is used,
+    // percent-encoded and all, and hidden whatever its spelling.
+    let encoded = ACME_KEY.replace('-', "%2D");
+    assert_eq!(
+        get(
+            &format!("/api/q?api%5Fkey={encoded}&k=v"),
+            &[("x-api-key", "")]
+        )
+        .await,
+        ok
+    );
+    assert_eq!(echo.last().unwrap().path, "/api/q?k=v");
+    // A consumer claim that is not a printable header value names nobody.
+    for sub in [
+        json!("a b"),
+        json!("caf\u{e9}"),
+        json!(""),
+        json!(["acme"]),
+        json!(null),
+    ] {
+        let t = jwt::bearer(&hs_token("x", json!({ "sub": sub })));
+        assert_eq!(
+            get("/api", &[("authorization", &t)]).await,
+            invalid,
+            "sub {sub}"
+        );
+    }
+    // A numeric one is its decimal text.
+    let t = jwt::bearer(&hs_token("x", json!({"sub": 4711})));
+    assert_eq!(get("/api", &[("authorization", &t)]).await, ok);
+    assert_eq!(
+        echo.last().unwrap().header("x-consumer").as_deref(),
+        Some("4711")
+    );
+    assert_eq!(echo.count(), 3);
+}
