@@ -330,6 +330,8 @@ async fn time_claims_issuer_and_audience() {
         ("nbf in 60 s", json!({"nbf": now + 60})),
         ("iat in 60 s", json!({"iat": now + 60})),
         ("exp as text", json!({"exp": (now + 600).to_string()})),
+        ("nbf as text", json!({"nbf": "yesterday"})),
+        ("iat as text", json!({"iat": "now"})),
         ("wrong issuer", json!({"iss": "https://idp.example"})),
         ("unknown issuer", json!({"iss": "https://evil.example/"})),
         ("wrong audience", json!({"aud": "elsewhere"})),
@@ -375,8 +377,8 @@ async fn a_token_over_16_kib_is_refused() {
 
 /// Waits until `s` accepts a token of kid `rsa` (its JWKS fetched), then
 /// returns when the refetch window of 30 s since the last fetch has passed
-/// (with a margin), and the fetch count then.
-async fn after_the_refetch_window(s: &Setup) -> usize {
+/// (with a margin): the fetch count then, and the token it sent.
+async fn after_the_refetch_window(s: &Setup) -> (usize, String) {
     let token = jwt::rsa().token("RS256", Some("rsa"), &claims(IDP, "first", json!({})));
     s.accepted(&token, "first", "the first token").await;
     let (at, fetches) = (Instant::now(), s.jwks.fetches());
@@ -387,7 +389,7 @@ async fn after_the_refetch_window(s: &Setup) -> usize {
         fetches,
         "a fetch before any refetch was due"
     );
-    fetches
+    (fetches, token)
 }
 
 /// An unknown `kid` flood fetches the JWKS at most once, and a rotated key
@@ -396,12 +398,13 @@ async fn unknown_kids_and_rotation() {
     let s = Setup::start().await;
     let rotated =
         jwt::rsa_other().token("RS256", Some("rsa-2"), &claims(IDP, "rotated", json!({})));
-    // Serve the new key; within 30 s of the start-up fetch the gateway does
-    // not refetch for it.
+    // Serve the new key in place of the old one; within 30 s of the
+    // start-up fetch the gateway does not refetch for it.
     let mut keys: Vec<Value> = serde_json::from_slice::<Value>(&s.keys.jwks()).unwrap()["keys"]
         .as_array()
         .unwrap()
         .clone();
+    keys.retain(|k| k["kid"] != "rsa");
     keys.push(jwt::rsa_other().jwk_kid("rsa-2"));
     let fetches_at_start = {
         let t = jwt::rsa().token("RS256", Some("rsa"), &claims(IDP, "first", json!({})));
@@ -417,7 +420,7 @@ async fn unknown_kids_and_rotation() {
         "refetched inside the window"
     );
 
-    let before = after_the_refetch_window(&s).await;
+    let (before, first) = after_the_refetch_window(&s).await;
     let started = Instant::now();
     let s = &s;
     let statuses: Vec<u16> = stream::iter(0..1000)
@@ -446,6 +449,9 @@ async fn unknown_kids_and_rotation() {
     // That fetch brought the rotated key: accepted with no further fetch.
     s.accepted(&rotated, "rotated", "the rotated key after the refetch")
         .await;
+    // The old key is gone: a token it signed (verified and cached before)
+    // is refused now.
+    s.refused(&first, "a token of the removed key").await;
     assert_eq!(s.jwks.fetches(), before + 1);
 }
 

@@ -302,3 +302,45 @@ async fn the_consumer_comes_from_the_configured_name() {
         assert_eq!(line["status"], 200, "{line}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_client_ca() {
+    let certs = Certs::new();
+    let echo = Echo::start("e").await;
+    let gw = certs.gateway(&echo, true, "san_dns").await;
+    let addr = gw.bound_addr(LISTEN2);
+    assert_eq!(
+        get(&certs, addr, Some(&certs.client), "/api").await,
+        Ok(200)
+    );
+    assert!(get(&certs, addr, Some(&certs.stranger), "/api")
+        .await
+        .is_err());
+    // The other CA in place of the client CA.
+    let other_ca = certs.stranger.0.parent().unwrap().join("ca.pem");
+    let config = std::fs::read_to_string(gw.config_path()).unwrap().replace(
+        &certs.client_pki.ca().display().to_string(),
+        &other_ca.display().to_string(),
+    );
+    gw.rewrite_config(&config);
+    let r = gw.admin_post("/reload").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(get(&certs, addr, Some(&certs.client), "/api")
+        .await
+        .is_err());
+    assert_eq!(
+        get(&certs, addr, Some(&certs.stranger), "/api").await,
+        Ok(200)
+    );
+    assert_eq!(seen(&echo).0.as_deref(), Some("billing.example.com"));
+    // An unreadable CA on reload changes nothing.
+    let broken = config.replace(&other_ca.display().to_string(), "/nonexistent/ca.pem");
+    gw.rewrite_config(&broken);
+    let r = gw.admin_post("/reload").await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("client_auth.ca"), "{}", r.text());
+    assert_eq!(
+        get(&certs, addr, Some(&certs.stranger), "/api").await,
+        Ok(200)
+    );
+}
