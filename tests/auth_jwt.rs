@@ -18,6 +18,7 @@ use common::client::{self, Resp};
 use common::gateway::temp_dir;
 use common::jwks::JwksServer;
 use common::jwt::{self, b64, bearer, Key};
+use common::pki::Pki;
 use common::{dedent, eventually, Echo, Gateway, OneRoute};
 
 /// The JWKS issuer.
@@ -72,10 +73,10 @@ impl Setup {
     async fn start() -> Setup {
         let keys = Keys::new();
         let jwks = JwksServer::start(keys.jwks()).await;
-        Setup::with(keys, jwks, "10m").await
+        Setup::with(keys, jwks, "10m", true).await
     }
 
-    async fn with(keys: Keys, jwks: JwksServer, refresh: &str) -> Setup {
+    async fn with(keys: Keys, jwks: JwksServer, refresh: &str, trust: bool) -> Setup {
         let echo = Echo::start("e").await;
         let dir = temp_dir("jwt-keys");
         let (rsa_pem, ec_pem) = (dir.join("rsa.pem"), dir.join("ec-cert.pem"));
@@ -108,7 +109,13 @@ impl Setup {
                 rsa_pem.display(),
                 ec_pem.display()
             ));
-        let ca = jwks.ca().display().to_string();
+        // The JWKS server's CA is trusted as a system root, unless the test
+        // says otherwise (another CA's file).
+        let ca = match trust {
+            true => jwks.ca(),
+            false => Pki::new().ca(),
+        };
+        let ca = ca.display().to_string();
         let gw = Gateway::start_env(&config, &[("SSL_CERT_FILE", &ca)]).await;
         Setup {
             gw,
@@ -460,7 +467,7 @@ async fn unknown_kids_and_rotation() {
 async fn jwks_down_at_start_up() {
     let keys = Keys::new();
     let server = JwksServer::down(keys.jwks());
-    let s = Setup::with(keys, server, "30s").await;
+    let s = Setup::with(keys, server, "30s", true).await;
     let token = s
         .keys
         .p384
@@ -570,4 +577,32 @@ async fn a_verified_token_is_never_accepted_past_its_exp() {
     let r = client::get_with(gw.addr(), "/", &[("authorization", &token)]).await;
     r.assert_error(401, "invalid_credentials");
     assert_eq!(echo.count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_server_with_an_untrusted_certificate_is_never_used() {
+    let keys = Keys::new();
+    let jwks = JwksServer::start(keys.jwks()).await;
+    let s = Setup::with(keys, jwks, "10m", false).await;
+    let token = s
+        .keys
+        .p256
+        .token("ES256", Some("p256"), &claims(IDP, "x", json!({})));
+    for _ in 0..3 {
+        s.send(&token).await.assert_error(503, "auth_unavailable");
+    }
+    assert_eq!(
+        s.jwks.fetches(),
+        0,
+        "a JWKS was read over an unverified connection"
+    );
+    let warned =
+        s.gw.stdout_lines()
+            .iter()
+            .any(|l| l.contains("JWKS fetch failed"));
+    assert!(
+        warned,
+        "no warning about the failed fetch:\n{}",
+        s.gw.output()
+    );
 }
