@@ -1148,3 +1148,32 @@ async fn credential_edge_cases() {
     );
     assert_eq!(echo.count(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_consume_nothing_of_the_routes_limits() {
+    let echo = Echo::start("e").await;
+    let config = OneRoute::proxy(&echo)
+        .route_keys("auth: { plans: [gold] }")
+        .define("auth_failures", FAILURES)
+        .limit(
+            "two",
+            "{ algorithm: fixed_window, limit: 2, window: 1h, key: route }",
+        )
+        .config()
+        + &consumers(false, "");
+    let gw = Gateway::start(&config).await;
+    for (peer, headers, status) in [
+        (5, vec![], 401),
+        (5, vec![("x-api-key", "wrong")], 401),
+        (6, vec![("x-api-key", BETA_KEY)], 403),
+        (6, vec![("x-api-key", BETA_KEY)], 403),
+        (7, vec![("authorization", "Bearer x.y.z")], 401),
+        (7, vec![], 401),
+    ] {
+        let r = Caller::from(gw.addr(), peer).get_h("/", &headers).await;
+        assert_eq!(r.status, status, "{headers:?}: {}", r.text());
+    }
+    let caller = Caller::from(gw.addr(), 8);
+    let statuses = caller.statuses("/", &[("x-api-key", ACME_KEY)], 3).await;
+    assert_eq!(statuses, [200, 200, 429]);
+}
