@@ -320,6 +320,12 @@ async fn forged_identity_headers_never_reach_the_upstream() {
             );
             assert!(!seen.has_header("x-proxyuser-ip"), "{:?}", seen.headers);
         }
+        // The next request on the same connection has no consumer of its own.
+        let connections = echo.connections();
+        caller.get_h("/x", &forged).await;
+        let seen = echo.last().unwrap();
+        assert!(!seen.has_header("x-consumer"), "{:?}", seen.headers);
+        assert_eq!(echo.connections(), connections);
     }
 }
 
@@ -342,6 +348,9 @@ async fn hide_strips_the_key_and_a_verified_token() {
     assert_eq!(seen.header("x-consumer").as_deref(), Some("acme"));
     client::get(gw.addr(), &format!("/api/z?api_key={ACME_KEY}")).await;
     assert_eq!(echo.last().unwrap().path, "/api/z");
+    // A path the gateway normalises: the normal form, without the key.
+    client::get(gw.addr(), &format!("/api//a/../w?api_key={ACME_KEY}&c=3")).await;
+    assert_eq!(echo.last().unwrap().path, "/api/w?c=3");
 
     client::get_with(gw.addr(), "/api", &[("authorization", &token)]).await;
     let seen = echo.last().unwrap();
