@@ -139,7 +139,14 @@ pub struct ClientBody<B> {
     /// The connection's framing watcher and this request's number on it
     /// (HTTP/1).
     chunks: Option<(Arc<dyn ChunkWatch>, u64)>,
+    /// What the request's trailers lose before they are forwarded.
+    scrub: Option<TrailerScrub>,
 }
+
+/// Removes from a request's trailers the fields that may not reach an
+/// upstream from a client (the runtime's, see
+/// `proxy::headers::scrub_request_trailers`).
+pub type TrailerScrub = Arc<dyn Fn(&mut http::HeaderMap) + Send + Sync>;
 
 impl<B> ClientBody<B> {
     /// Read `inner` with waits of at most `body_read`; `chunks` is the
@@ -151,7 +158,14 @@ impl<B> ClientBody<B> {
             stall: None,
             armed: false,
             chunks,
+            scrub: None,
         }
+    }
+
+    /// The same, with `scrub` applied to the trailers.
+    pub fn scrubbing(mut self, scrub: TrailerScrub) -> Self {
+        self.scrub = Some(scrub);
+        self
     }
 
     fn bad_chunk(&self) -> bool {
@@ -176,10 +190,13 @@ where
             return Poll::Ready(Some(Err(ClientBodyError::BadChunk.into())));
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Some(Ok(mut frame))) => {
                 this.armed = false;
                 if this.bad_chunk() {
                     return Poll::Ready(Some(Err(ClientBodyError::BadChunk.into())));
+                }
+                if let (Some(scrub), Some(trailers)) = (&this.scrub, frame.trailers_mut()) {
+                    scrub(trailers);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

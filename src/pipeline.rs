@@ -455,7 +455,8 @@ async fn forward(
             ctx.number,
         )
     });
-    let incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
+    let incoming = ClientBody::new(incoming, server.body_read_timeout, chunks)
+        .scrubbing(ctx.rt.trailer_scrub.clone());
     let (body, trailers) = request_body(
         incoming,
         &parts.headers,

@@ -20,9 +20,11 @@ use tollgate_limit::{Limiter, StoreError};
 
 use crate::auth::issuers::IssuerError;
 use crate::auth::Authenticator;
+use crate::body::TrailerScrub;
 use crate::config::{Config, LimitResponse, PathMatch, RouteAction, RouteAuth};
 use crate::limit::policy::Policy;
 use crate::metrics::RouteMetrics;
+use crate::proxy::headers::scrub_request_trailers;
 use crate::proxy::pool::{PoolError, UpstreamPool};
 use crate::route::matcher::{HostMatcher, RequestMatcher};
 use crate::route::normalise::normalise_path;
@@ -57,6 +59,9 @@ pub struct Runtime {
     pub auth: Option<Arc<Authenticator>>,
     /// `consumers.failure_limit`, compiled.
     pub failure_limit: Option<Arc<Policy>>,
+    /// What request trailers lose before they are forwarded
+    /// ([`scrub_request_trailers`], and the identity headers).
+    pub trailer_scrub: TrailerScrub,
 }
 
 /// What a route does once matched.
@@ -177,6 +182,16 @@ fn route_action(
         }
     };
     Ok(answer)
+}
+
+/// The runtime's trailer scrub: the fields no client may send upstream in
+/// trailers, and the configured identity headers.
+fn trailer_scrub(auth: Option<Arc<Authenticator>>) -> TrailerScrub {
+    Arc::new(move |trailers: &mut HeaderMap| {
+        scrub_request_trailers(trailers, |name| {
+            auth.as_ref().is_some_and(|a| a.is_identity_header(name))
+        })
+    })
 }
 
 /// Every route's `path` and `exact` must be a normalised path under the
@@ -301,6 +316,7 @@ impl Runtime {
             policies,
             limiter,
             tls,
+            trailer_scrub: trailer_scrub(auth.clone()),
             auth,
             failure_limit,
         })

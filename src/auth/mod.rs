@@ -213,11 +213,7 @@ impl Authenticator {
         // client-address headers likewise).
         let spelt: Vec<http::HeaderName> = headers
             .keys()
-            .filter(|k| k.as_str().contains('_'))
-            .filter(|k| {
-                ih.names()
-                    .any(|n| same_but_underscores(k.as_str(), n.as_str()))
-            })
+            .filter(|k| k.as_str().contains('_') && self.is_identity_header(k))
             .cloned()
             .collect();
         for name in spelt {
@@ -246,6 +242,15 @@ impl Authenticator {
         set(headers, &ih.consumer, Some(&id.consumer));
         set(headers, &ih.tenant, id.tenant.as_deref());
         set(headers, &ih.plan, id.plan.as_deref());
+    }
+
+    /// Whether `name` is a configured identity header, also when spelt
+    /// with `_` for `-`: never taken from a client, in headers or trailers.
+    pub fn is_identity_header(&self, name: &http::HeaderName) -> bool {
+        self.config
+            .identity_headers
+            .names()
+            .any(|n| n == name || same_but_underscores(name.as_str(), n.as_str()))
     }
 
     /// The query parameter to remove before forwarding: the API key's,

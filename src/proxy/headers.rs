@@ -280,6 +280,41 @@ fn insert_proto(headers: &mut HeaderMap, proto: &str) {
     headers.insert(X_FORWARDED_PROTO, value);
 }
 
+/// Removes from a client's request trailers what no upstream may take from
+/// it there (docs/protocols.md): the fields RFC 9110 §6.5.1 keeps out of
+/// trailers because they frame, route, authenticate or identify (Host,
+/// Content-Length, Transfer-Encoding, Authorization, Cookie, and the
+/// hop-by-hop ones), every client-address header (`X-Forwarded-*`,
+/// `X-Real-IP`, the vendor ones, any spelling: from trusted peers too, whose
+/// headers, not trailers, carry them), and what `also` names (the
+/// configured identity headers).
+pub fn scrub_request_trailers(trailers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+    use http::header::{
+        AUTHORIZATION, CONNECTION, CONTENT_LENGTH, COOKIE, HOST, PROXY_AUTHORIZATION, TE, TRAILER,
+        TRANSFER_ENCODING, UPGRADE,
+    };
+    const NEVER: [HeaderName; 10] = [
+        HOST,
+        CONTENT_LENGTH,
+        TRANSFER_ENCODING,
+        AUTHORIZATION,
+        PROXY_AUTHORIZATION,
+        COOKIE,
+        CONNECTION,
+        TE,
+        TRAILER,
+        UPGRADE,
+    ];
+    let gone: Vec<HeaderName> = trailers
+        .keys()
+        .filter(|k| NEVER.contains(k) || is_identity_header(k) || also(k))
+        .cloned()
+        .collect();
+    for name in gone {
+        trailers.remove(name);
+    }
+}
+
 /// Whether an incoming X-Request-Id may be kept: only from a trusted peer,
 /// and only if it is 1..=200 visible ASCII chars. Several X-Request-Id
 /// fields are ambiguous and kept as none.
@@ -644,6 +679,25 @@ mod tests {
         "X-ProxyUser-Ip",
         "X_ProxyUser_IP",
     ];
+
+    #[test]
+    fn request_trailers_lose_what_frames_routes_or_identifies() {
+        let mut t = hm(&[
+            ("x-checksum", "abc"),
+            ("host", "evil"),
+            ("content-length", "5"),
+            ("authorization", "Bearer x"),
+            ("cookie", "a=b"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x_real_ip", "6.6.6.6"),
+            ("true-client-ip", "6.6.6.6"),
+            ("x-consumer", "admin"),
+            ("grpc-status", "0"),
+        ]);
+        scrub_request_trailers(&mut t, |n| n == "x-consumer");
+        let left: Vec<&str> = t.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-checksum", "grpc-status"]);
+    }
 
     #[test]
     fn untrusted_peer_underscore_and_vendor_identity_headers_are_dropped() {
