@@ -127,6 +127,11 @@ mod tests {
                 keys: vec![digest(b"foo"), digest(b"bar")],
                 attributes: vec![],
             }],
+            api_keys: Some(crate::config::ApiKeysConfig {
+                header: Some(http::HeaderName::from_static("x-api-key")),
+                query: None,
+                hide: false,
+            }),
             ..Default::default()
         };
         let r = Registry::new(&config);

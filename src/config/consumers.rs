@@ -107,21 +107,34 @@ pub enum IssuerKeys {
     Secret(Vec<u8>),
 }
 
-/// A JWS algorithm an issuer may use (`none` has no spelling here).
+/// A JWS signature algorithm an issuer may use (RFC 7518 §3, RFC 8037 for
+/// `EdDSA`). `none` is not one: an unsigned token never verifies.
+#[allow(clippy::upper_case_acronyms)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum JwtAlgorithm {
+    /// RSASSA-PKCS1-v1_5 with SHA-256.
     RS256,
+    /// RSASSA-PKCS1-v1_5 with SHA-384.
     RS384,
+    /// RSASSA-PKCS1-v1_5 with SHA-512.
     RS512,
+    /// RSASSA-PSS with SHA-256 (MGF1 with SHA-256).
     PS256,
+    /// RSASSA-PSS with SHA-384 (MGF1 with SHA-384).
     PS384,
+    /// RSASSA-PSS with SHA-512 (MGF1 with SHA-512).
     PS512,
+    /// ECDSA on P-256 with SHA-256.
     ES256,
+    /// ECDSA on P-384 with SHA-384.
     ES384,
+    /// Ed25519 (RFC 8037; the only EdDSA curve accepted).
     EdDSA,
+    /// HMAC with SHA-256.
     HS256,
+    /// HMAC with SHA-384.
     HS384,
+    /// HMAC with SHA-512.
     HS512,
 }
 
@@ -160,6 +173,12 @@ impl JwtAlgorithm {
         }
     }
 
+    /// The algorithm named exactly `name` (a token header's or a JWK's
+    /// `alg`, whose text is never echoed in an error).
+    pub fn from_name(name: &str) -> Option<JwtAlgorithm> {
+        JwtAlgorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+
     /// An HMAC algorithm (verified with a shared secret, never a public key).
     pub fn is_hmac(self) -> bool {
         matches!(
@@ -175,13 +194,10 @@ impl FromStr for JwtAlgorithm {
         if text.trim().eq_ignore_ascii_case("none") {
             return Err("\"none\" is never allowed: a token must be signed".into());
         }
-        JwtAlgorithm::ALL
-            .into_iter()
-            .find(|a| a.name() == text.trim())
-            .ok_or_else(|| {
-                let names: Vec<&str> = JwtAlgorithm::ALL.iter().map(|a| a.name()).collect();
-                format!("unknown algorithm \"{text}\" (known: {})", names.join(", "))
-            })
+        JwtAlgorithm::from_name(text.trim()).ok_or_else(|| {
+            let names: Vec<&str> = JwtAlgorithm::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown algorithm \"{text}\" (known: {})", names.join(", "))
+        })
     }
 }
 
@@ -294,4 +310,32 @@ pub struct ClientAuthConfig {
     pub ca: PathBuf,
     /// Refuse the handshake of a client without a certificate.
     pub required: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn algorithm_names_read_back_exactly() {
+        for a in JwtAlgorithm::ALL {
+            assert_eq!(a.name().parse::<JwtAlgorithm>(), Ok(a));
+            assert_eq!(JwtAlgorithm::from_name(a.name()), Some(a));
+            assert_eq!(a.to_string(), a.name());
+        }
+        assert!("rs256".parse::<JwtAlgorithm>().is_err());
+        assert!("EDDSA".parse::<JwtAlgorithm>().is_err());
+        for none in ["none", "None", "NONE", "nOnE"] {
+            assert_eq!(
+                none.parse::<JwtAlgorithm>(),
+                Err("\"none\" is never allowed: a token must be signed".to_string())
+            );
+            assert_eq!(JwtAlgorithm::from_name(none), None);
+        }
+        assert_eq!(
+            "RS1".parse::<JwtAlgorithm>().unwrap_err(),
+            "unknown algorithm \"RS1\" (known: RS256, RS384, RS512, PS256, PS384, PS512, \
+             ES256, ES384, EdDSA, HS256, HS384, HS512)"
+        );
+    }
 }

@@ -7,7 +7,7 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use super::algorithm::Algorithm;
+use super::Algorithm;
 use super::key::{Key, KeyKind};
 
 /// base64url for key members: without padding as RFC 7518 asks, but with

@@ -5,7 +5,7 @@ use std::fmt;
 
 use ring::{hmac, signature};
 
-use super::algorithm::Algorithm;
+use super::Algorithm;
 use super::der::strip_zeros;
 
 /// What kind of key a [`Key`] is, which decides the algorithms it verifies.

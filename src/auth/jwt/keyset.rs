@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::algorithm::Algorithm;
+use super::Algorithm;
 use super::key::Key;
 use super::{jwk, pem, JwtError};
 

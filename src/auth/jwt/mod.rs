@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-mod algorithm;
 mod cache;
 mod claims;
 mod der;
@@ -41,7 +40,9 @@ mod keyset;
 mod pem;
 mod token;
 
-pub use algorithm::Algorithm;
+/// The JWS algorithms: the config's type, one for the issuer's list and a
+/// token's `alg`.
+pub use crate::config::JwtAlgorithm as Algorithm;
 pub use cache::TokenCache;
 pub use claims::claim;
 pub use jwks::Jwks;

@@ -5,7 +5,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use super::algorithm::Algorithm;
+use super::Algorithm;
 use super::JwtError;
 
 /// The longest token looked at (bytes); a longer one is refused unparsed.
