@@ -233,14 +233,7 @@ async fn decide_limits<B>(
     if route.limits.is_empty() {
         return Ok(Vec::new());
     }
-    let view = RequestView {
-        client: ctx.client.addr,
-        headers: req.headers(),
-        query: req.uri().query(),
-        route: &route.name,
-        ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
-        identity: ctx.record.consumer.as_ref().map(|c| c as &dyn Consumer),
-    };
+    let view = request_view(req, route, ctx);
     let metrics = &ctx.shared.metrics;
     let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
     count_decisions(metrics, route, &decision);
@@ -260,6 +253,23 @@ async fn decide_limits<B>(
         }
         Decision::NotApplied => Ok(Vec::new()),
         refused => Err(rejection(refused, route)),
+    }
+}
+
+/// What the request's limit keys read: its client, head and route, and
+/// the consumer once authenticated.
+fn request_view<'a, B>(
+    req: &'a Request<B>,
+    route: &'a RouteRuntime,
+    ctx: &'a Ctx<'_>,
+) -> RequestView<'a> {
+    RequestView {
+        client: ctx.client.addr,
+        headers: req.headers(),
+        query: req.uri().query(),
+        route: &route.name,
+        ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
+        identity: ctx.record.consumer.as_ref().map(|c| c as &dyn Consumer),
     }
 }
 
@@ -314,14 +324,8 @@ async fn authenticate<B>(
         return Ok(());
     }
     let metrics = &ctx.shared.metrics;
-    let view = RequestView {
-        client: ctx.client.addr,
-        headers: req.headers(),
-        query: req.uri().query(),
-        route: &route.name,
-        ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
-        identity: None,
-    };
+    // Before authentication: no consumer yet.
+    let view = request_view(req, route, ctx);
     let failures = ctx.rt.failure_limit.as_ref();
     if let Some(denied) = failures.and_then(|f| limit::failures_denied(&ctx.rt.limiter, f, &view)) {
         if required.is_none() {
