@@ -459,8 +459,11 @@ async fn forward(
             ctx.number,
         )
     });
-    let incoming = ClientBody::new(incoming, server.body_read_timeout, chunks)
-        .scrubbing(ctx.rt.trailer_scrub.clone());
+    let mut incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
+    if has_body {
+        // Only a body can end with trailers.
+        incoming = incoming.scrubbing(ctx.rt.trailer_scrub.clone());
+    }
     let (body, trailers) = request_body(
         incoming,
         &parts.headers,
