@@ -7,8 +7,8 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use super::Algorithm;
 use super::key::{Key, KeyKind};
+use super::Algorithm;
 
 /// base64url for key members: without padding as RFC 7518 asks, but with
 /// it too, since some publishers pad.

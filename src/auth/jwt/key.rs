@@ -5,8 +5,8 @@ use std::fmt;
 
 use ring::{hmac, signature};
 
-use super::Algorithm;
 use super::der::strip_zeros;
+use super::Algorithm;
 
 /// What kind of key a [`Key`] is, which decides the algorithms it verifies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

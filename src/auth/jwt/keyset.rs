@@ -2,8 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::Algorithm;
 use super::key::Key;
+use super::Algorithm;
 use super::{jwk, pem, JwtError};
 
 /// The verification keys of one issuer: from a JWKS, PEM public keys or

@@ -8,7 +8,7 @@
 //! own `alg` must be the token's), then its claims (`exp` required, `nbf`
 //! and `iat` with leeway, `iss`, `aud`).
 //!
-//! Its files: `algorithm` ([`Algorithm`]); `key` and `keyset` ([`Key`],
+//! [`Algorithm`] is the config's `JwtAlgorithm`. Its files: `key` and `keyset` ([`Key`],
 //! [`KeySet`]: verification keys and an issuer's set of them, read from a
 //! JWKS by `jwk`, from PEM by `pem` and `der`, or from a secret); `token`
 //! and `claims` (the compact serialisation, the claims, [`claim`]); `cache`
