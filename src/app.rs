@@ -104,9 +104,7 @@ pub fn check(path: &Path) -> Result<String, RunError> {
         .build()
         .map_err(RunError::Runtime)?;
     let _entered = tokio.enter();
-    Runtime::build(loaded.config, loaded.sha256, 0, None).map_err(|source| ReloadError::Build {
-        file: path.display().to_string(),
-        source,
-    })?;
+    Runtime::build(loaded.config, loaded.sha256, 0, None)
+        .map_err(|e| ReloadError::build(path, &loaded.source, e))?;
     Ok(summary + &warnings)
 }

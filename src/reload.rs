@@ -36,9 +36,36 @@ pub enum ReloadError {
         #[source]
         source: BuildError,
     },
+    /// The runtime could not be built because of a file a config field
+    /// names (a certificate, a key, a CA, a JWKS): where the field is, and
+    /// what is wrong with the file.
+    #[error("{at}: {problem}")]
+    File {
+        /// The field's file, line and column.
+        at: Box<Location>,
+        /// The file and what is wrong with it.
+        problem: String,
+    },
     /// A listen address could not be bound.
     #[error(transparent)]
     Bind(#[from] BindError),
+}
+
+impl ReloadError {
+    /// A runtime build error, positioned at the config field it is about
+    /// when it is about one (`source` is the config's text).
+    pub fn build(file: &Path, source: &Source, error: BuildError) -> ReloadError {
+        match error.about_field() {
+            Some((field, problem)) => ReloadError::File {
+                at: Box::new(source.locate(field)),
+                problem,
+            },
+            None => ReloadError::Build {
+                file: file.display().to_string(),
+                source: error,
+            },
+        }
+    }
 }
 
 /// A listen address that could not be bound, with where the config sets it.
@@ -103,13 +130,8 @@ pub fn prepare(
 ) -> Result<Prepared, ReloadError> {
     let loaded = config::load(path)?;
     let source = loaded.source;
-    let runtime =
-        Runtime::build(loaded.config, loaded.sha256, generation, current).map_err(|source| {
-            ReloadError::Build {
-                file: path.display().to_string(),
-                source,
-            }
-        })?;
+    let runtime = Runtime::build(loaded.config, loaded.sha256, generation, current)
+        .map_err(|e| ReloadError::build(path, &source, e))?;
     // Plain and TLS listeners alike: which one an address is, is read from
     // the runtime per connection (`Runtime::tls_for`).
     let server = &runtime.config.server;

@@ -136,6 +136,18 @@ pub enum BuildError {
     },
 }
 
+impl BuildError {
+    /// The config field a file error is about, and what is wrong (the
+    /// file and the problem): certificates, keys, CAs and JWT key files.
+    pub fn about_field(&self) -> Option<(&str, String)> {
+        match self {
+            BuildError::Tls(e) => Some((&e.field, format!("{}: {}", e.file.display(), e.problem))),
+            BuildError::Auth(e) => Some((&e.field, e.problem.clone())),
+            _ => None,
+        }
+    }
+}
+
 /// Every route's `path` and `exact` must be a normalised path under the
 /// config's `escaped_slashes`: the form request paths are matched in.
 /// Validation catches the common mistakes with the field's line; this is

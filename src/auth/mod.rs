@@ -376,3 +376,208 @@ fn cert_field(name: CertName) -> CertField {
         CertName::SubjectCn => CertField::SubjectCn,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The authenticator on a parsed config: API keys, a secret-signed
+    //! JWT, two credentials, the judgement, and the upstream's headers.
+
+    use futures_util::FutureExt as _;
+    use http::{HeaderMap, HeaderValue};
+    use ring::hmac;
+
+    use super::*;
+    use crate::config::parse;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+    const KEY: &str = "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+
+    fn authenticator() -> (Authenticator, crate::config::Config) {
+        let text = format!(
+            "consumers:
+  api_keys: {{ header: x-api-key, hide: true }}
+  jwt:
+    issuers:
+      - {{ issuer: me, secret: \"{SECRET}\", tenant: org.id }}
+  list:
+    - {{ name: acme, tenant: acme, plan: gold, keys: [\"{KEY}\"], attributes: {{ tz: UTC }} }}
+  identity_headers: {{ consumer: x-consumer, tenant: x-tenant, plan: x-plan }}
+routes:
+  - {{ name: gold, respond: {{ status: 200 }}, auth: {{ plans: [gold] }} }}
+  - {{ name: open, respond: {{ status: 200 }} }}
+"
+        );
+        let config = parse(&text, "t.yaml").expect("config").config;
+        let auth = Authenticator::build(config.consumers.as_ref().unwrap(), None).unwrap();
+        (auth, config)
+    }
+
+    /// An HS256 token for `claims` (JSON).
+    fn token(claims: &str) -> String {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+        use base64::Engine as _;
+        let input = format!(
+            "{}.{}",
+            B64.encode(r#"{"alg":"HS256","typ":"JWT"}"#),
+            B64.encode(claims)
+        );
+        let key = hmac::Key::new(hmac::HMAC_SHA256, SECRET.as_bytes());
+        let sig = hmac::sign(&key, input.as_bytes());
+        format!("{input}.{}", B64.encode(sig.as_ref()))
+    }
+
+    fn headers(pairs: &[(&'static str, String)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn verify(auth: &Authenticator, h: &HeaderMap) -> Verdict {
+        let p = auth.presented(auth.configured, h, None, None);
+        auth.verify(&p, 1_900_000_000)
+            .now_or_never()
+            .expect("ready")
+    }
+
+    #[test]
+    fn credentials_verify_to_one_consumer() {
+        let (auth, config) = authenticator();
+        let gold = config.routes[0].auth.as_ref();
+        assert!(matches!(verify(&auth, &HeaderMap::new()), Verdict::Missing));
+
+        let id = match verify(&auth, &headers(&[("x-api-key", "foo".into())])) {
+            Verdict::Verified(id) => id,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((&*id.consumer, id.plan.as_deref()), ("acme", Some("gold")));
+        assert!(allowed(gold.unwrap(), &id));
+
+        let good = token(r#"{"iss":"me","sub":"acme","exp":2000000000,"org":{"id":"acme-org"}}"#);
+        let id = match verify(
+            &auth,
+            &headers(&[("authorization", format!("Bearer {good}"))]),
+        ) {
+            Verdict::Verified(id) => id,
+            other => panic!("{other:?}"),
+        };
+        // The tenant claim wins; the plan and attributes come from the list.
+        assert_eq!(id.tenant.as_deref(), Some("acme-org"));
+        assert_eq!(
+            (id.plan.as_deref(), id.attr("tz")),
+            (Some("gold"), Some("UTC"))
+        );
+
+        // Both credentials, one consumer: verified, with the token's claims.
+        let both = headers(&[
+            ("x-api-key", "foo".into()),
+            ("authorization", format!("Bearer {good}")),
+        ]);
+        assert!(matches!(verify(&auth, &both), Verdict::Verified(id) if id.claims.is_some()));
+        // Two consumers: invalid.
+        let other = token(r#"{"iss":"me","sub":"zed","exp":2000000000}"#);
+        let two = headers(&[
+            ("x-api-key", "foo".into()),
+            ("authorization", format!("Bearer {other}")),
+        ]);
+        assert!(matches!(verify(&auth, &two), Verdict::Invalid { .. }));
+
+        for bad in [
+            headers(&[("x-api-key", "fooo".into())]),
+            headers(&[("authorization", "Bearer a.b.c".into())]),
+            headers(&[(
+                "authorization",
+                format!(
+                    "Bearer {}",
+                    token(r#"{"iss":"me","sub":"acme","exp":1000}"#)
+                ),
+            )]),
+            headers(&[("authorization", format!("Bearer {good}x"))]),
+        ] {
+            assert!(
+                matches!(verify(&auth, &bad), Verdict::Invalid { .. }),
+                "{bad:?}"
+            );
+        }
+        let jwt_failed = verify(&auth, &headers(&[("authorization", "Bearer x".into())]));
+        assert!(matches!(jwt_failed, Verdict::Invalid { bearer: true, .. }));
+    }
+
+    #[test]
+    fn the_judgement_of_each_route() {
+        let (auth, config) = authenticator();
+        let gold = config.routes[0].auth.as_ref();
+        let kinds = auth.kinds(gold);
+        let judge_of = |h: &HeaderMap, route: Option<&RouteAuth>| {
+            let v = verify(&auth, h);
+            let (outcome, result) = judge(route, kinds, v);
+            (outcome, result.map(|id| id.map(|i| i.consumer.to_string())))
+        };
+        let none = HeaderMap::new();
+        assert!(matches!(
+            judge_of(&none, gold),
+            (
+                AuthOutcome::Missing,
+                Err(Refusal::Unauthorized { bearer: true })
+            )
+        ));
+        assert!(matches!(
+            judge_of(&none, None),
+            (AuthOutcome::Missing, Ok(None))
+        ));
+        let bad = headers(&[("x-api-key", "nope".into())]);
+        assert!(matches!(
+            judge_of(&bad, gold),
+            (
+                AuthOutcome::Invalid,
+                Err(Refusal::Invalid { bearer: false, .. })
+            )
+        ));
+        // Without auth an invalid key is no consumer, never a refusal.
+        assert!(matches!(
+            judge_of(&bad, None),
+            (AuthOutcome::Invalid, Ok(None))
+        ));
+        let silver = token(r#"{"iss":"me","sub":"bob","exp":2000000000}"#);
+        let h = headers(&[("authorization", format!("Bearer {silver}"))]);
+        assert!(matches!(
+            judge_of(&h, gold),
+            (AuthOutcome::Forbidden, Err(Refusal::Forbidden(_)))
+        ));
+        assert!(matches!(judge_of(&h, None), (AuthOutcome::Ok, Ok(Some(name))) if name == "bob"));
+    }
+
+    #[test]
+    fn what_the_upstream_sees() {
+        let (auth, _) = authenticator();
+        let good = token(r#"{"iss":"me","sub":"acme","exp":2000000000}"#);
+        let mut h = headers(&[
+            ("x-api-key", "foo".into()),
+            ("authorization", format!("Bearer {good}")),
+            ("x-consumer", "forged".into()),
+            ("x-tenant", "forged".into()),
+            ("x-plan", "forged".into()),
+        ]);
+        let id = match verify(&auth, &h) {
+            Verdict::Verified(id) => id,
+            other => panic!("{other:?}"),
+        };
+        auth.upstream_headers(&mut h, Some(&id));
+        assert_eq!(h.get_all("x-consumer").iter().count(), 1);
+        assert_eq!(h["x-consumer"], "acme");
+        assert_eq!(h["x-tenant"], "acme");
+        assert_eq!(h["x-plan"], "gold");
+        assert!(h.get("x-api-key").is_none() && h.get("authorization").is_none());
+
+        // No consumer: the forged copies go, nothing is set.
+        let mut h = headers(&[
+            ("x-consumer", "forged".into()),
+            ("authorization", "Basic x".into()),
+        ]);
+        auth.upstream_headers(&mut h, None);
+        assert!(h.get("x-consumer").is_none());
+        assert_eq!(h["authorization"], "Basic x", "not a verified token: kept");
+        assert_eq!(auth.hidden_param(), None, "api_keys has no query");
+    }
+}

@@ -833,6 +833,77 @@ mod tests {
     }
 
     #[test]
+    fn identity_sources() {
+        use crate::auth::jwt::Verified;
+        use std::sync::Arc;
+        let h = HeaderMap::new();
+        let claims = serde_json::json!({"org": {"id": "acme-org"}, "n": 7});
+        let id = |consumer: &str, plan: Option<&str>| Identity {
+            consumer: consumer.into(),
+            tenant: Some("acme".into()),
+            plan: plan.map(Into::into),
+            claims: Some(Arc::new(Verified {
+                claims: claims.as_object().unwrap().clone(),
+                exp: 0,
+            })),
+            entry: None,
+        };
+        let (ann, bob) = (id("ann", Some("gold")), id("bob", None));
+        let with = |identity: Option<&'static Identity>| RequestView {
+            identity,
+            ..view("10.0.0.1", &h, None)
+        };
+        let ann: &'static Identity = Box::leak(Box::new(ann));
+        let bob: &'static Identity = Box::leak(Box::new(bob));
+        let a = round_trip(
+            &["consumer", "tenant", "claim:org.id", "claim:n"],
+            &with(Some(ann)),
+        );
+        assert_eq!(a.display, "ann|acme|acme-org|7");
+        let b = round_trip(
+            &["consumer", "tenant", "claim:org.id", "claim:n"],
+            &with(Some(bob)),
+        );
+        assert_ne!(a.store, b.store, "one bucket per consumer");
+        // A consumer called like a header value is another key.
+        let header = HeaderMap::from_iter([(
+            HeaderName::from_static("x-c"),
+            HeaderValue::from_static("ann"),
+        )]);
+        let forged = must(key(
+            &["header:x-c"],
+            OnMissingKey::Skip,
+            &view("10.0.0.1", &header, None),
+        ));
+        let real = must(key(&["consumer"], OnMissingKey::Skip, &with(Some(ann))));
+        assert_ne!(forged.store, real.store);
+        // Missing without a verified consumer, or without the value.
+        for (source, identity) in [
+            ("consumer", None),
+            ("plan", Some(bob)),
+            ("claim:org.name", Some(ann)),
+            ("attr:tz", Some(ann)),
+        ] {
+            let v = with(identity);
+            assert_eq!(
+                key(&[source], OnMissingKey::Skip, &v),
+                KeyOutcome::Skip,
+                "{source}"
+            );
+            assert_eq!(
+                key(&[source], OnMissingKey::Deny, &v),
+                KeyOutcome::Deny,
+                "{source}"
+            );
+        }
+        // Matching by value reads the same values.
+        let m = |text: &str, v: &RequestView<'_>| client_matches(&text.parse().unwrap(), v);
+        assert!(m("plan=gold", &with(Some(ann))) && !m("plan=gold", &with(Some(bob))));
+        assert!(m("claim:org.id=acme-org", &with(Some(ann))));
+        assert!(!m("consumer=ann", &with(None)));
+    }
+
+    #[test]
     fn cookie_source() {
         let h = headers(&[
             ("cookie", b"theme=dark; sid=s1; sid=s2"),

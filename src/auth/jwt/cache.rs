@@ -145,3 +145,116 @@ fn cache_key(issuer: &str, token: &str) -> [u8; 32] {
     key.copy_from_slice(context.finish().as_ref());
     key
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::auth::jwt::{testkit, Algorithm};
+
+    const ISS: &str = "https://issuer.example/";
+    const NOW: u64 = 1_700_000_000;
+    const SECRET: &[u8] = b"a shared secret of at least 32 bytes, for HMAC";
+
+    fn validation() -> Validation {
+        Validation {
+            issuer: ISS.into(),
+            audiences: vec![],
+            algorithms: vec![Algorithm::HS256],
+            leeway: Duration::from_secs(30),
+        }
+    }
+
+    fn token(sub: &str, exp: u64) -> String {
+        let claims = json!({"iss": ISS, "sub": sub, "exp": exp});
+        testkit::hmac_token(SECRET, Algorithm::HS256, &claims)
+    }
+
+    #[test]
+    fn a_hit_until_exp_never_after() {
+        let (cache, keys, v) = (
+            TokenCache::new(100),
+            KeySet::from_secret(SECRET),
+            validation(),
+        );
+        let t = token("alice", NOW + 60);
+        let first = cache.verify(&t, &keys, &v, NOW).unwrap();
+        assert_eq!(cache.len(), 1);
+        let again = cache.verify(&t, &keys, &v, NOW + 59).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        // At exp the entry no longer answers; the token still verifies
+        // within the leeway, but is not cached again.
+        assert!(cache.get(ISS, &t, &keys, NOW + 60).is_none());
+        let late = cache.verify(&t, &keys, &v, NOW + 60).unwrap();
+        assert!(!Arc::ptr_eq(&first, &late));
+        assert_eq!(
+            cache.verify(&t, &keys, &v, NOW + 90),
+            Err(JwtError::Expired)
+        );
+    }
+
+    #[test]
+    fn a_hit_needs_the_same_issuer_and_key_set() {
+        let (cache, keys, v) = (
+            TokenCache::new(100),
+            KeySet::from_secret(SECRET),
+            validation(),
+        );
+        let t = token("alice", NOW + 60);
+        cache.verify(&t, &keys, &v, NOW).unwrap();
+        assert!(cache.get(ISS, &t, &keys, NOW).is_some());
+        assert!(cache.get("https://other/", &t, &keys, NOW).is_none());
+        // The same secret, but another set (a refresh, a reload): a miss.
+        let refreshed = KeySet::from_secret(SECRET);
+        assert!(cache.get(ISS, &t, &refreshed, NOW).is_none());
+    }
+
+    #[test]
+    fn invalid_tokens_never_enter() {
+        let (cache, keys, v) = (
+            TokenCache::new(100),
+            KeySet::from_secret(SECRET),
+            validation(),
+        );
+        for i in 0..1000 {
+            let claims = json!({"iss": ISS, "sub": i, "exp": NOW + 60});
+            let forged = testkit::hmac_token(
+                b"guessed, and wrong, 32 bytes long",
+                Algorithm::HS256,
+                &claims,
+            );
+            assert_eq!(
+                cache.verify(&forged, &keys, &v, NOW),
+                Err(JwtError::Signature)
+            );
+        }
+        assert_eq!(
+            cache.verify("garbage", &keys, &v, NOW).err(),
+            Some(JwtError::Malformed("not three dot-separated parts"))
+        );
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn the_size_is_bounded_and_the_oldest_go_first() {
+        let (cache, keys) = (TokenCache::new(64), KeySet::from_secret(SECRET));
+        let verified = Arc::new(Verified {
+            claims: Default::default(),
+            exp: NOW + 60,
+        });
+        let tokens: Vec<String> = (0..2000).map(|i| format!("token-{i}")).collect();
+        for t in &tokens {
+            cache.insert(ISS, t, &keys, verified.clone(), NOW);
+        }
+        assert_eq!(cache.len(), 64);
+        // The newest of all is kept; the oldest is gone.
+        assert!(cache.get(ISS, &tokens[1999], &keys, NOW).is_some());
+        assert!(cache.get(ISS, &tokens[0], &keys, NOW).is_none());
+        // Inserting one again does not count it twice.
+        cache.insert(ISS, &tokens[1999], &keys, verified.clone(), NOW);
+        assert_eq!(cache.len(), 64);
+    }
+}

@@ -32,6 +32,10 @@ const MIN_REFETCH: Duration = Duration::from_secs(30);
 /// the refresh interval if that is sooner).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
 
+/// The shortest background refresh interval: a zero from a config that
+/// did not refuse it must not become a fetch loop.
+const MIN_REFRESH: Duration = Duration::from_millis(100);
+
 /// The log target of everything authentication logs.
 const LOG_TARGET: &str = "tollgate::auth";
 
@@ -65,7 +69,7 @@ pub struct Jwks {
 
 impl Jwks {
     /// The JWKS of `url` (`http://` or `https://`, TLS verified against the
-    /// system's roots), refreshed every `refresh`.
+    /// system's roots), refreshed every `refresh` (at least 100 ms).
     ///
     /// `previous` is the same issuer's JWKS in the config generation before:
     /// with the same URL and interval it is reused as it is (its key set,
@@ -76,6 +80,7 @@ impl Jwks {
         refresh: Duration,
         previous: Option<&Arc<Jwks>>,
     ) -> Result<Arc<Jwks>, String> {
+        let refresh = refresh.max(MIN_REFRESH);
         let previous = previous.filter(|p| p.url == url);
         if let Some(p) = previous.filter(|p| p.refresh == refresh) {
             return Ok(p.clone());
@@ -279,4 +284,275 @@ async fn refresher(state: Weak<Jwks>, mut stop: watch::Receiver<()>, first: Dura
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::AtomicUsize;
+
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::auth::jwt::testkit::{self, TestKey};
+    use crate::auth::jwt::Algorithm;
+
+    const ISS: &str = "https://issuer.example/";
+
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn validation() -> Validation {
+        Validation {
+            issuer: ISS.into(),
+            audiences: vec![],
+            algorithms: vec![Algorithm::ES256],
+            leeway: Duration::from_secs(0),
+        }
+    }
+
+    fn token(key: &TestKey, kid: &str) -> String {
+        let claims = json!({"iss": ISS, "sub": kid, "exp": now() + 600});
+        testkit::token(key, Algorithm::ES256, Some(kid), &claims)
+    }
+
+    /// A plain-HTTP JWKS server on 127.0.0.1: answers every request with
+    /// `body` (503 while it is `None`) and counts them.
+    struct Server {
+        addr: SocketAddr,
+        body: Arc<Mutex<Option<Vec<u8>>>>,
+        fetches: Arc<AtomicUsize>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Server {
+        async fn start(addr: &str, body: Option<Vec<u8>>) -> Server {
+            let listener = TcpListener::bind(addr).await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let body = Arc::new(Mutex::new(body));
+            let fetches = Arc::new(AtomicUsize::new(0));
+            let (b, f) = (body.clone(), fetches.clone());
+            let task = tokio::spawn(async move {
+                while let Ok((mut stream, _)) = listener.accept().await {
+                    let (b, f) = (b.clone(), f.clone());
+                    tokio::spawn(async move {
+                        let mut head = Vec::new();
+                        let mut buf = [0u8; 1024];
+                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => head.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        f.fetch_add(1, Ordering::SeqCst);
+                        let body = lock(&b).clone();
+                        let (status, body) = match body {
+                            Some(body) => ("200 OK", body),
+                            None => ("503 Service Unavailable", Vec::new()),
+                        };
+                        let head = format!(
+                            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = stream.write_all(head.as_bytes()).await;
+                        let _ = stream.write_all(&body).await;
+                        let _ = stream.shutdown().await;
+                    });
+                }
+            });
+            Server {
+                addr,
+                body,
+                fetches,
+                task,
+            }
+        }
+
+        fn url(&self) -> String {
+            format!("http://{}/.well-known/jwks.json", self.addr)
+        }
+
+        fn serve(&self, keys: &[serde_json::Value]) {
+            *lock(&self.body) = Some(testkit::jwks(keys));
+        }
+
+        fn fetches(&self) -> usize {
+            self.fetches.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    /// A JWKS state whose token-caused fetches are `min_refetch` apart.
+    fn jwks(url: &str, refresh: Duration, min_refetch: Duration) -> Arc<Jwks> {
+        let mut jwks = Jwks::new(url, refresh, None).unwrap();
+        Arc::get_mut(&mut jwks).unwrap().min_refetch = min_refetch;
+        jwks
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn a_flood_of_unknown_kids_fetches_once() {
+        let a = testkit::p256();
+        let server = Server::start("127.0.0.1:0", None).await;
+        server.serve(&[a.jwk_with("a", None)]);
+        let jwks = jwks(&server.url(), HOUR, Duration::from_secs(1));
+        let (cache, v) = (TokenCache::new(100), validation());
+        // No set yet: the first token fetches it.
+        assert!(jwks
+            .verify(&token(&a, "a"), &v, now(), &cache)
+            .await
+            .is_ok());
+        assert_eq!(server.fetches(), 1);
+        tokio::time::sleep(Duration::from_millis(1050)).await;
+        let forged = token(&a, "unknown");
+        let concurrent = (0..1000).map(|_| jwks.verify(&forged, &v, now(), &cache));
+        for outcome in futures_util::future::join_all(concurrent).await {
+            assert_eq!(outcome, Err(JwtError::UnknownKid));
+        }
+        for _ in 0..1000 {
+            let outcome = jwks.verify(&forged, &v, now(), &cache).await;
+            assert_eq!(outcome, Err(JwtError::UnknownKid));
+        }
+        assert_eq!(server.fetches(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_rotated_key_appears_after_the_refetch() {
+        let (a, b) = (testkit::p256(), testkit::p256());
+        let server = Server::start("127.0.0.1:0", None).await;
+        server.serve(&[a.jwk_with("a", None)]);
+        let jwks = jwks(&server.url(), HOUR, Duration::from_millis(300));
+        let (cache, v) = (TokenCache::new(100), validation());
+        assert!(jwks
+            .verify(&token(&a, "a"), &v, now(), &cache)
+            .await
+            .is_ok());
+        // The issuer rotates in b; within the rate limit nothing is fetched.
+        server.serve(&[a.jwk_with("a", None), b.jwk_with("b", None)]);
+        let b_token = token(&b, "b");
+        assert_eq!(
+            jwks.verify(&b_token, &v, now(), &cache).await,
+            Err(JwtError::UnknownKid)
+        );
+        assert_eq!(server.fetches(), 1);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let verified = jwks.verify(&b_token, &v, now(), &cache).await.unwrap();
+        assert_eq!(verified.claims["sub"], "b");
+        assert_eq!(server.fetches(), 2);
+        assert_eq!(jwks.keys().unwrap().keys().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_jwks_down_at_start_up_is_not_fatal() {
+        let a = testkit::p256();
+        // A free port, with nothing listening on it yet.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let url = format!("http://{addr}/jwks");
+        let jwks = jwks(&url, HOUR, Duration::from_secs(1));
+        jwks.start();
+        let (cache, v, t) = (TokenCache::new(100), validation(), token(&a, "a"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(jwks.keys().is_none());
+        assert_eq!(
+            jwks.verify(&t, &v, now(), &cache).await,
+            Err(JwtError::KeysUnavailable)
+        );
+        let server = Server::start(&addr.to_string(), None).await;
+        server.serve(&[a.jwk_with("a", None)]);
+        // Still within the rate limit of the failed start-up fetch.
+        assert_eq!(
+            jwks.verify(&t, &v, now(), &cache).await,
+            Err(JwtError::KeysUnavailable)
+        );
+        assert_eq!(server.fetches(), 0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(jwks.verify(&t, &v, now(), &cache).await.is_ok());
+        assert_eq!(server.fetches(), 1);
+    }
+
+    #[tokio::test]
+    async fn refreshes_keep_the_last_good_set_and_stop_with_the_state() {
+        let (a, b) = (testkit::p256(), testkit::p256());
+        let server = Server::start("127.0.0.1:0", None).await;
+        server.serve(&[a.jwk_with("a", None)]);
+        let jwks = jwks(&server.url(), Duration::from_millis(100), HOUR);
+        jwks.start();
+        jwks.start(); // once only
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let first = jwks.keys().unwrap();
+        assert_eq!(first.keys()[0].kid(), Some("a"));
+        // Broken answers: the last good set stays.
+        *lock(&server.body) = Some(b"{\"keys\": []}".to_vec());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        *lock(&server.body) = None;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(Arc::ptr_eq(&jwks.keys().unwrap(), &first));
+        let fetched = server.fetches();
+        assert!(fetched >= 3, "{fetched} fetches");
+        // A good answer again: the refresher picks it up.
+        server.serve(&[b.jwk_with("b", None)]);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(jwks.keys().unwrap().keys()[0].kid(), Some("b"));
+        // Dropped: the refresher ends at once, holding nothing.
+        let weak = Arc::downgrade(&jwks);
+        drop(jwks);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(weak.upgrade().is_none());
+        let fetched = server.fetches();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(server.fetches(), fetched);
+    }
+
+    #[tokio::test]
+    async fn reloads_reuse_the_state_of_the_same_url() {
+        let a = testkit::p256();
+        let server = Server::start("127.0.0.1:0", None).await;
+        server.serve(&[a.jwk_with("a", None)]);
+        let url = server.url();
+        let old = Jwks::new(&url, HOUR, None).unwrap();
+        let keys = old.refetch().await.unwrap();
+        let same = Jwks::new(&url, HOUR, Some(&old)).unwrap();
+        assert!(Arc::ptr_eq(&same, &old));
+        let retimed = Jwks::new(&url, HOUR / 2, Some(&old)).unwrap();
+        assert!(!Arc::ptr_eq(&retimed, &old));
+        assert!(Arc::ptr_eq(&retimed.keys().unwrap(), &keys));
+        let elsewhere = format!("http://{}/other", server.addr);
+        assert!(Jwks::new(&elsewhere, HOUR, Some(&old))
+            .unwrap()
+            .keys()
+            .is_none());
+        assert_eq!(retimed.url(), url);
+    }
+
+    #[test]
+    fn urls_must_be_http_or_https_with_a_host() {
+        for bad in [
+            "ftp://issuer.example/jwks",
+            "/jwks",
+            "issuer.example",
+            "http://",
+        ] {
+            assert!(Jwks::new(bad, HOUR, None).is_err(), "{bad}");
+        }
+        // An https URL gets a TLS client config (the system's roots).
+        let jwks = Jwks::new("https://issuer.example/.well-known/jwks.json", HOUR, None);
+        assert!(jwks.is_ok());
+    }
 }

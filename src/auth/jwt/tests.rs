@@ -160,7 +160,7 @@ fn an_rsa_public_key_is_never_an_hmac_secret() {
     let both = validation(&[Algorithm::RS256, Algorithm::HS256]);
     for set in [
         KeySet::from_pem(rsa.public_pem.as_bytes()).unwrap(),
-        jwks_of(&[rsa.jwk.clone()]),
+        jwks_of(std::slice::from_ref(&rsa.jwk)),
     ] {
         assert!(matches!(
             verify(&forged, &set, &both, NOW),

@@ -201,6 +201,27 @@ impl Ctx<'_> {
                 ));
             }
         }
+        if let IssuerKeys::Secret(secret) = &keys {
+            // RFC 7518 §3.2: a key at least as long as the hash.
+            let needed = algorithms
+                .iter()
+                .map(|a| hmac_key_len(*a))
+                .max()
+                .unwrap_or(32);
+            if secret.len() < needed {
+                return Err(self.err(
+                    &format!("{path}.secret"),
+                    format!(
+                        "the secret is {} bytes; {} needs at least {needed} (RFC 7518)",
+                        secret.len(),
+                        algorithms
+                            .iter()
+                            .find(|a| hmac_key_len(**a) == needed)
+                            .map_or("HS256", |a| a.name())
+                    ),
+                ));
+            }
+        }
         let claim = |field: &str, value: Option<String>| -> Result<Option<String>> {
             match value {
                 Some(v) if v.is_empty() || v.split('.').any(str::is_empty) => Err(self.err(
@@ -435,6 +456,15 @@ impl Ctx<'_> {
     }
 }
 
+/// The shortest secret an HMAC algorithm takes: its hash's length.
+fn hmac_key_len(alg: JwtAlgorithm) -> usize {
+    match alg {
+        JwtAlgorithm::HS384 => 48,
+        JwtAlgorithm::HS512 => 64,
+        _ => 32,
+    }
+}
+
 /// Headers that can never be identity headers: hop-by-hop and framing
 /// fields, Host, and the ones the gateway sets itself.
 fn is_reserved(name: &HeaderName) -> bool {
@@ -613,6 +643,189 @@ fn read_consumers_file(path: &std::path::Path) -> Result<Vec<(String, ConsumerCo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{parse, Config};
+
+    const KEY: &str = "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+
+    /// `consumers:` (indented two spaces per line given) with one route
+    /// requiring auth, and `extra` appended at the top level.
+    fn config(consumers: &str, extra: &str) -> String {
+        format!(
+            "consumers:\n{consumers}routes:\n  - name: api\n    respond: {{ status: 200 }}\n    auth: {{}}\n{extra}"
+        )
+    }
+
+    fn valid(text: &str) -> Config {
+        match parse(text, "gateway.yaml") {
+            Ok(l) => l.config,
+            Err(e) => panic!("{e}\n{text}"),
+        }
+    }
+
+    /// The error's field, line and message.
+    fn error(text: &str) -> (String, Option<usize>, String) {
+        match parse(text, "gateway.yaml") {
+            Ok(_) => panic!("valid:\n{text}"),
+            Err(e) => {
+                assert!(e.column.is_some() || e.line.is_none(), "{e}");
+                (e.field, e.line, e.message)
+            }
+        }
+    }
+
+    #[test]
+    fn a_whole_section() {
+        let c = valid(&config(
+            &format!(
+                "  api_keys: {{ header: X-Api-Key, query: api_key, hide: true }}
+  jwt:
+    issuers:
+      - issuer: \"https://auth.example/\"
+        audiences: api
+        jwks: {{ url: \"https://auth.example/jwks.json\" }}
+        tenant: org.id
+      - {{ issuer: internal, secret: \"0123456789abcdef0123456789abcdef\" }}
+  list:
+    - {{ name: acme-batch, tenant: acme, plan: gold, keys: [\"{KEY}\"], attributes: {{ billing_day: 15, tz: Europe/Berlin, vip: true }} }}
+  identity_headers: {{ consumer: x-consumer }}
+  failure_limit: fails
+"
+            ),
+            "limits:\n  fails: { algorithm: fixed_window, limit: 5, window: 1m }\n  per: { algorithm: fixed_window, limit: 5, window: 1m, key: [consumer, \"claim:org.id\", \"attr:tz\"], exempt: [\"plan=gold\"] }\n",
+        ));
+        let consumers = c.consumers.expect("consumers");
+        let keys = consumers.api_keys.expect("api keys");
+        assert_eq!(keys.header.as_ref().map(|h| h.as_str()), Some("x-api-key"));
+        let jwt = consumers.jwt.expect("jwt");
+        assert!(jwt.hide, "jwt.hide follows api_keys.hide");
+        let i = &jwt.issuers[0];
+        assert_eq!(i.algorithms, vec![JwtAlgorithm::RS256]);
+        assert_eq!(i.leeway, DEFAULT_LEEWAY);
+        assert_eq!(i.consumer, "sub");
+        assert_eq!(i.audiences, vec!["api".to_owned()]);
+        assert!(
+            matches!(&i.keys, IssuerKeys::JwksUrl { refresh, .. } if *refresh == DEFAULT_REFRESH)
+        );
+        assert_eq!(jwt.issuers[1].algorithms, vec![JwtAlgorithm::HS256]);
+        let acme = &consumers.list[0];
+        assert_eq!(acme.keys[0], parse_digest(KEY).unwrap());
+        assert_eq!(
+            acme.attributes,
+            vec![
+                ("billing_day".to_owned(), "15".to_owned()),
+                ("tz".to_owned(), "Europe/Berlin".to_owned()),
+                ("vip".to_owned(), "true".to_owned())
+            ]
+        );
+        assert_eq!(
+            c.routes[0].auth.as_ref().map(|a| a.require.clone()),
+            Some(vec![CredentialKind::ApiKey, CredentialKind::Jwt])
+        );
+    }
+
+    #[test]
+    fn mistakes_name_their_field_and_line() {
+        let keys = "  api_keys: { header: x-api-key }\n";
+        let issuer = |rest: &str| {
+            config(
+                &format!("  jwt:\n    issuers:\n      - issuer: i\n{rest}"),
+                "",
+            )
+        };
+        let cases: Vec<(String, &str, usize, &str)> = vec![
+            (issuer("        algorithms: [RS256, XS999]\n        keys: [{ pem: k.pem }]\n"),
+             "consumers.jwt.issuers[0].algorithms[1]", 5, "unknown algorithm \"XS999\""),
+            (issuer("        algorithms: [none]\n        keys: [{ pem: k.pem }]\n"),
+             "consumers.jwt.issuers[0].algorithms[0]", 5, "\"none\" is never allowed"),
+            (issuer("        algorithms: [RS256]\n        secret: \"0123456789abcdef0123456789abcdef\"\n"),
+             "consumers.jwt.issuers[0].algorithms[0]", 5, "a `secret` verifies only HS256"),
+            (issuer("        algorithms: [HS256]\n        keys: [{ pem: k.pem }]\n"),
+             "consumers.jwt.issuers[0].algorithms[0]", 5, "a public key is never used as an HMAC secret"),
+            (issuer("        secret: short\n"),
+             "consumers.jwt.issuers[0].secret", 5, "the secret is 5 bytes; HS256 needs at least 32"),
+            (issuer("        secret: s\n        keys: [{ pem: k.pem }]\n"),
+             "consumers.jwt.issuers[0]", 4, "exactly one of `jwks`, `keys` and `secret`"),
+            (issuer("        jwks: { url: \"ftp://x/jwks\" }\n"),
+             "consumers.jwt.issuers[0].jwks.url", 5, "expected an http:// or https:// URL"),
+            (config(&format!("{keys}  list:\n    - {{ name: a, keys: [\"sha256:abc\"] }}\n"), ""),
+             "consumers.list[0].keys[0]", 4, "\"sha256:\" and 64 hex digits"),
+            (config(&format!("{keys}  list:\n    - {{ name: a }}\n    - {{ name: a }}\n"), ""),
+             "consumers.list[1].name", 5, "duplicate consumer \"a\""),
+            (config(&format!("{keys}  list:\n    - {{ name: a, keys: [\"{KEY}\"] }}\n    - {{ name: b, keys: [\"{KEY}\"] }}\n"), ""),
+             "consumers.list[1].keys[0]", 5, "duplicate API key digest"),
+            (config("  mtls: { consumer: san_uri }\n", ""),
+             "consumers.mtls", 2, "server.tls.client_auth"),
+            (config(&format!("{keys}  failure_limit: f\n"), "limits:\n  f: { algorithm: fixed_window, limit: 1, window: 1m, key: consumer }\n"),
+             "consumers.failure_limit", 3, "keyed on consumer"),
+            (config(keys, "").replace("auth: {}", "auth: { require: [jwt] }"),
+             "routes[0].auth.require[0]", 6, "jwt needs consumers.jwt"),
+        ];
+        for (text, field, line, message) in cases {
+            let (f, l, m) = error(&text);
+            assert_eq!((f.as_str(), l), (field, Some(line)), "{m}\n{text}");
+            assert!(m.contains(message), "{m}\n{text}");
+        }
+    }
+
+    #[test]
+    fn identity_sources_need_consumers() {
+        let text = "limits:\n  p: { algorithm: fixed_window, limit: 1, window: 1m, key: [client_ip, tenant] }\n";
+        let (f, l, m) = error(text);
+        assert_eq!((f.as_str(), l), ("limits.p.key[1]", Some(2)));
+        assert!(m.contains("no `consumers:` section"), "{m}");
+        let text = "limits:\n  p: { algorithm: fixed_window, limit: 1, window: 1m, overrides: [{ match: \"plan=gold\", limit: 5 }] }\n";
+        let (f, _, m) = error(text);
+        assert_eq!(f, "limits.p.overrides[0].match");
+        assert!(m.contains("plan reads the verified consumer"), "{m}");
+        let text = config(
+            "  api_keys: { header: k }\n",
+            "limits:\n  p: { algorithm: fixed_window, limit: 1, window: 1m, key: \"claim:org\" }\n",
+        );
+        let (f, _, m) = error(&text);
+        assert_eq!(f, "limits.p.key");
+        assert!(m.contains("consumers.jwt is not configured"), "{m}");
+        let (f, _, m) = error("routes:\n  - { name: a, respond: { status: 200 }, auth: {} }\n");
+        assert_eq!(f, "routes[0].auth");
+        assert!(m.contains("needs a `consumers:` section"), "{m}");
+    }
+
+    #[test]
+    fn the_consumers_file() {
+        let dir = tollgate_testkit::temp_dir("consumers-file");
+        let file = dir.join("consumers.yaml");
+        std::fs::write(&file, format!("- {{ name: b, keys: [\"{KEY}\"] }}\n")).unwrap();
+        let text = config(
+            &format!(
+                "  api_keys: {{ header: k }}\n  file: {}\n  list:\n    - {{ name: a }}\n",
+                file.display()
+            ),
+            "",
+        );
+        let c = valid(&text);
+        let names: Vec<&str> = c
+            .consumers
+            .as_ref()
+            .unwrap()
+            .list
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        std::fs::write(&file, "list:\n  - name: c\n    keys: [\"sha256:nope\"]\n").unwrap();
+        let e = parse(&text, "gateway.yaml").unwrap_err();
+        assert_eq!(e.file, file.display().to_string());
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("list[0].keys[0]", Some(3)),
+            "{e}"
+        );
+        std::fs::write(&file, "- { name: a }\n").unwrap();
+        let e = parse(&text, "gateway.yaml").unwrap_err();
+        assert!(e.message.contains("duplicate consumer \"a\""), "{e}");
+        std::fs::remove_file(&file).unwrap();
+        let e = parse(&text, "gateway.yaml").unwrap_err();
+        assert!(e.message.contains("cannot read the consumers file"), "{e}");
+    }
 
     #[test]
     fn digests() {
