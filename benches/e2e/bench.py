@@ -210,8 +210,10 @@ def report(results_path):
         load = "the connection helper (python3) and the upstream nginx"
     elif tls_only:
         load = "the clients (wrk, hsload, h2load) and the upstream nginx"
-    else:
+    elif any(n.endswith(("redis", "cluster")) for n, _ in present):
         load = "wrk/oha, upstream nginx and Redis"
+    else:
+        load = "wrk/oha and the upstream nginx"
     if cores_only:
         w(f"- pinning: each proxy on CPUs {meta['proxy_cpu']} and {meta['load_cpu']}; {load} on CPU {meta['load_cpu']}")
     else:
@@ -284,9 +286,14 @@ def main_tables(w, meta, by, m, total, present):
             fmt(m(name, "max64", "other_cpu0_pct"), 0),
         ]) + " |")
     w("")
-    w(f"Latency at fixed rates (oha, open loop, 64 connections, corrected for coordinated omission) and cost: "
-      f"A = {fmt(meta.get('rate'))} req/s (half NGINX's maximum), B = {fmt(meta.get('rate_lo'))} req/s "
-      "(half tollgate's)")
+    if meta.get("rate_lo") is not None:
+        w(f"Latency at fixed rates (oha, open loop, 64 connections, corrected for coordinated omission) and cost: "
+          f"A = {fmt(meta.get('rate'))} req/s (half NGINX's maximum), B = {fmt(meta.get('rate_lo'))} req/s "
+          "(half tollgate's)")
+    else:
+        w(f"Latency at a fixed rate (oha, open loop, 64 connections, corrected for coordinated omission) and cost: "
+          f"A = {fmt(meta.get('rate'))} req/s (half tollgate's maximum with 3 memory limits, no auth); no B here; "
+          "no fixed-rate figure for the new-token-per-request row (oha sends one header value)")
     w("")
     w("| scenario | A: p50 / p99 ms | A: added p50 / p99 ms | B: p50 / p99 ms | B: added p50 / p99 ms | "
       "proxy CPU s per 10k req (A) | RSS MiB | Redis per req: calls / cmds / µs (fallbacks) |")
@@ -307,7 +314,7 @@ def main_tables(w, meta, by, m, total, present):
     w("Columns: `64c`/`256c` = wrk -t1 with that many connections; proxy CPU % = share of its core the proxy used "
       "at 64 connections (well under 100 % means the load core, running wrk, the upstream and Redis, was the limit, "
       "or the proxy was waiting on Redis); non-2xx and errors = totals over every run of every phase (the deny rows "
-      "answer 429 by design; requests oha abandons in flight when its time is up are not counted); other CPU0 % = "
+      "and the forger answer 429 by design, the no-credential row 401; requests oha abandons in flight when its time is up are not counted); other CPU0 % = "
       "CPU 0 time not used by the proxy during the 64-connection run (other processes, interrupts): the noise; "
       "added = latency minus direct's at the same rate; proxy CPU s per 10k = utime+stime of the proxy's processes "
       "during run A per 10,000 requests; RSS = VmRSS of the serving process after the 256-connection run; "
@@ -343,6 +350,10 @@ def main_tables(w, meta, by, m, total, present):
         ("tollgate deny cache (Redis) ÷ NGINX return 429", "tg-deny-redis", "nginx-429"),
         ("tollgate access log ÷ NGINX access log", "tg-log", "nginx-log"),
         ("tollgate access log ÷ tollgate no log", "tg-log", "tg"),
+        ("JWT, the same token ÷ no auth (3 limits memory)", "tg-jwt-mem", "tg-lim-mem"),
+        ("JWT, a new token per request ÷ no auth (3 limits memory)", "tg-jwt-fresh", "tg-lim-mem"),
+        ("API key ÷ no auth (3 limits memory)", "tg-key-mem", "tg-lim-mem"),
+        ("locked-out forger (429, deny cache) ÷ no credential (401)", "tg-forger", "tg-401"),
     ]
     for label, a, b in pairs:
         if (a, "max64") in by and (b, "max64") in by:
@@ -364,6 +375,7 @@ def main_tables(w, meta, by, m, total, present):
               f"{fmt(m('tg-lim-cluster', 'max64', 'redis_per_req'), 4)} commands in all, over the three nodes.")
         w("")
 
+    auth_section(w, meta, by, m, total)
     mem_table(w, meta)
 
     rl = meta.get("reload")
@@ -380,6 +392,91 @@ def main_tables(w, meta, by, m, total, present):
             w(f"- {note}")
         if rl.get("notes"):
             w("")
+
+
+# The credential rows: what each must answer (None: 2xx), for the checks.
+AUTH_EXPECT = {"tg-jwt-mem": None, "tg-jwt-fresh": None, "tg-key-mem": None, "tg-401": 401, "tg-forger": 429}
+
+
+def auth_section(w, meta, by, m, total):
+    """Issue 24's figures: each credential's cost against 3 memory limits
+    without auth, with its target, and the forger's CPU per request."""
+    if not any((n, "max64") in by for n in AUTH_EXPECT):
+        return
+    w("#### Credentials (issue 24: consumers)")
+    w("")
+    w("Every row: the route and 3 memory limits of \"tollgate, 3 limits, memory store\" (no auth), plus "
+      "`auth:`. JWT: one issuer, `keys: [{pem}]`, algorithms [ES256]; the same token on every request (after the "
+      "first, a verified-token cache hit) or a new one per request from a pool of "
+      f"{meta.get('auth_tokens', '?'):,} distinct tokens, cycled (the cache holds 10,000, so nearly every request "
+      "is an ECDSA P-256 verification). API key: header x-api-key, one consumer with one key. No credential: 401 "
+      "`unauthorized`. Forger: `failure_limit` with a lockout, the client locked out first, then a new "
+      "random-looking bad key per request (wrk; oha sends one): 429 from the deny cache before any key lookup.")
+    w("")
+    w("| ratio (medians) | req/s 64c | req/s 256c | p99 64c | capacity by CPU 64c | target (req/s 64c; by CPU) |")
+    w("|---|---:|---:|---:|---:|---|")
+
+    def r(a, b, phase="max64", field="rps"):
+        return ratio(m(a, phase, field), m(b, phase, field))
+
+    def met(x, y, want):
+        if x is None or y is None or not y:
+            return "-"
+        return "met" if x / y >= want else "NOT met"
+
+    def target(a, b, want):
+        # Capacity by CPU: requests per CPU-second of the proxy, the row's
+        # over the base's (the inverse of the CPU per request ratio).
+        return (f">= {want}: {met(m(a, 'max64', 'rps'), m(b, 'max64', 'rps'), want)}; "
+                f"{met(m(b, 'max64', 'cpu_per_10k'), m(a, 'max64', 'cpu_per_10k'), want)}")
+
+    for label, a, b, want in (
+        ("JWT, the same token ÷ no auth", "tg-jwt-mem", "tg-lim-mem", 0.9),
+        ("JWT, a new token per request ÷ no auth", "tg-jwt-fresh", "tg-lim-mem", None),
+        ("API key ÷ no auth", "tg-key-mem", "tg-lim-mem", 0.97),
+    ):
+        if (a, "max64") not in by or (b, "max64") not in by:
+            continue
+        w(f"| {label} | {r(a, b)} | {r(a, b, 'max256')} | {r(a, b, 'max64', 'p99_us')} | "
+          f"{r(b, a, 'max64', 'cpu_per_10k')} | {target(a, b, want) if want else 'reported'} |")
+    w("")
+    w("Capacity by CPU = the base row's proxy CPU per request ÷ this row's (utime + stime over the 64-connection "
+      "runs): the req/s ratio the proxy's own work allows, which the load core and other processes on the proxy "
+      "core (\"other CPU0 %\" above) do not move as much as they move req/s.")
+    w("")
+    if ("tg-forger", "max64") in by and ("tg-401", "max64") in by:
+        w("CPU per request, locked-out forger ÷ unauthenticated 401 (proxy utime + stime per 10,000 requests):")
+        w("")
+        w("| phase | forger s/10k | 401 s/10k | forger ÷ 401 | forger req/s | 401 req/s |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for phase, what in (("max64", "wrk -c64, as fast as it goes (a new bad key per request)"),
+                            ("rate", f"oha -c64 at {fmt(meta.get('rate'))} req/s (one bad key)")):
+            if ("tg-forger", phase) not in by:
+                continue
+            w(f"| {what} | {fmt(m('tg-forger', phase, 'cpu_per_10k'), 3)} | {fmt(m('tg-401', phase, 'cpu_per_10k'), 3)} | "
+              f"{r('tg-forger', 'tg-401', phase, 'cpu_per_10k')} | {fmt(m('tg-forger', phase, 'rps'))} | "
+              f"{fmt(m('tg-401', phase, 'rps'))} |")
+        w("")
+    w("CPU per request of every credential row (s per 10,000 requests, wrk -c64), and what each answered:")
+    w("")
+    w("| row | s/10k 64c | ÷ no auth | answers | as expected | tollgate_auth_total{route=\"bench\"} |")
+    w("|---|---:|---:|---|---|---|")
+    outcomes = meta.get("auth_outcomes", {})
+    for n, want in AUTH_EXPECT.items():
+        if (n, "max64") not in by:
+            continue
+        reqs = sum(total(n, p, "requests") for p in PHASES)
+        bad = sum(total(n, p, "status") for p in ("max64", "max256")) + sum(total(n, p, "non2xx") for p in ("rate", "rate_lo"))
+        errs = sum(total(n, p, f) for p in PHASES for f in ("connect", "read", "write", "timeout", "errors"))
+        ok = (bad == 0 if want is None else bad == reqs) and errs == 0
+        ans = "2xx" if want is None else f"{want} (non-2xx by design)"
+        oc = ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.get(n, {}).items())) or "-"
+        w(f"| {n} | {fmt(m(n, 'max64', 'cpu_per_10k'), 3)} | {r(n, 'tg-lim-mem', 'max64', 'cpu_per_10k')} | {ans} | "
+          f"{'yes' if ok else f'NO: {bad:,} non-2xx, {errs:,} errors of {reqs:,}'} | {oc} |")
+    w("")
+    w("The outcome counts include the warm-up and the start-up checks; `locked_out` is also the forger's outcome "
+      "for the 429s from the deny cache. wrk counts a 4xx as a non-2xx answer, not as an error.")
+    w("")
 
 
 def mem_table(w, meta):
@@ -532,6 +629,10 @@ def summary(line):
     if "redis_per_req" in d:
         extra += (f" | Redis {d['redis_trips_per_req']:.3f} calls/req, {d['redis_per_req']:.2f} cmds/req, {d['redis_usec_per_req']:.1f} µs/req,"
                   f" {d.get('store_fallbacks', 0)} fallbacks")
+    # The rows that answer 4xx by design say so, rather than look failed.
+    want = AUTH_EXPECT.get(d["scenario"]) or (429 if d["scenario"].startswith("tg-deny") else None)
+    if want:
+        bad = f"{bad} (all {want} by design)" if bad == d["requests"] else f"{bad} of {d['requests']} (want all {want})"
     print(f"  {d['scenario']:<14} {d['phase']:<6} run {d['run']}: {rps:>9,.0f} req/s  "
           f"p50 {d['p50_us'] / 1000:.3f} ms  p99 {d['p99_us'] / 1000:.3f} ms  non-2xx {bad}  errors {err}{extra}")
 
