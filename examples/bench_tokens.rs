@@ -9,9 +9,9 @@
 //! ```
 //!
 //! Every token has the same header (`{"alg":"ES256","typ":"JWT"}`, no
-//! `kid`) and claims `iss`, `aud`, `sub` ("bench"), `iat` (now), `exp` (now
-//! + TTL, default 6 h) and a distinct `jti` (its line number), so no two
-//! tokens are alike: cycling more of them than the gateway's verified-token
+//! `kid`) and claims `iss`, `aud`, `sub` ("bench"), `iat` (now), `exp` (TTL
+//! seconds from now, default 6 h) and a distinct `jti` (its line number
+//! from 0), so no two tokens are alike: cycling more of them than the gateway's verified-token
 //! cache holds (10,000) makes nearly every request a signature check.
 //! Signed with *ring* (ECDSA P-256, SHA-256, the fixed r||s form JWS uses);
 //! only the encoding (base64url, JSON, the SPKI prefix) is written here.
@@ -63,7 +63,11 @@ fn main() -> anyhow::Result<()> {
         let sig = key
             .sign(&rng, signing_input.as_bytes())
             .map_err(|_| anyhow::anyhow!("signing failed"))?;
-        writeln!(out, "{signing_input}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))?;
+        writeln!(
+            out,
+            "{signing_input}.{}",
+            URL_SAFE_NO_PAD.encode(sig.as_ref())
+        )?;
     }
     out.flush()?;
     Ok(())
