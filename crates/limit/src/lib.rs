@@ -112,6 +112,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod algorithm;
+pub mod calendar;
 pub mod clock;
 pub(crate) mod decide;
 pub(crate) mod deny_cache;
