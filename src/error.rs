@@ -16,11 +16,12 @@ use std::sync::Arc;
 use http::header::{HeaderName, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use tollgate_limit::headers::secs_ceil;
-use tollgate_limit::{Figure, Micros};
+
+use tollgate_limit::{Figure, Micros, Status};
 
 use crate::body::{self, Body};
 use crate::config::template::Values;
-use crate::config::LimitResponse;
+use crate::config::{LimitResponse, ResponseFormat};
 use crate::limit::headers::add_limit_headers;
 
 /// An error the gateway answers itself.
@@ -60,9 +61,10 @@ pub enum GatewayError {
     /// A limit rejected the request.
     #[error("{} by limit {}", if .0.locked_out { "locked out" } else { "rate limited" }, .0.limit)]
     Limited(Box<Rejection>),
-    /// The limit store could not decide and `on_error: deny` applies.
+    /// The limit store could not decide and `on_error: deny` applies; with
+    /// the route's answer and limits, for a problem-details answer.
     #[error("limit store unavailable")]
-    LimiterUnavailable,
+    LimiterUnavailable(Option<Box<Unavailable>>),
     /// The route requires a credential and none was presented
     /// (docs/configuration/consumers.md). `bearer`: a JWT is one it takes,
     /// so the answer says `WWW-Authenticate: Bearer`.
@@ -116,6 +118,57 @@ pub struct Rejection {
     pub answer: Arc<LimitResponse>,
 }
 
+/// What a route says when its limits could not be decided
+/// (`on_error: deny`): its `limit_response`, and its limits' names.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    /// The route's `limit_response` (its `format` decides the body).
+    pub answer: Arc<LimitResponse>,
+    /// The route's limits, none of which could be decided.
+    pub limits: Vec<Arc<str>>,
+}
+
+/// The problem types of draft-ietf-httpapi-ratelimit-headers-11, section
+/// "Problem Types" (registered in its "Update HTTP Problem Type registry"
+/// section, with these titles): a quota exceeded (429) ...
+const QUOTA_EXCEEDED: (&str, &str) = (
+    "https://iana.org/assignments/http-problem-types#quota-exceeded",
+    "Quota Exceeded",
+);
+/// ... and a temporary reduction in capacity (503: the limit store could
+/// not decide).
+const TEMPORARY_REDUCED_CAPACITY: (&str, &str) = (
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
+    "Temporary Reduced Capacity",
+);
+
+/// RFC 9457 problem details with the draft's `violated-policies`.
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    #[serde(rename = "violated-policies")]
+    violated_policies: Vec<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<u64>,
+    request_id: &'a str,
+}
+
+impl Problem<'_> {
+    /// The answer: `status`, `application/problem+json`.
+    fn response(&self) -> Response<Body> {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let mut r = Response::new(body::full(json));
+        *r.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+        r.headers_mut()
+            .insert(CONTENT_TYPE, APPLICATION_PROBLEM_JSON);
+        r
+    }
+}
+
 /// gRPC status codes the gateway answers with.
 mod grpc {
     pub(super) const UNKNOWN: u8 = 2;
@@ -159,7 +212,7 @@ impl GatewayError {
             GatewayError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             GatewayError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             GatewayError::Limited(r) => (r.answer.status, r.code()),
-            GatewayError::LimiterUnavailable => {
+            GatewayError::LimiterUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable")
             }
             GatewayError::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
@@ -220,6 +273,19 @@ impl GatewayError {
     pub fn response(&self, request_id: &HeaderValue, grpc: bool) -> Response<Body> {
         let mut response = match self {
             GatewayError::Limited(rejection) => rejection.response(request_id, grpc),
+            GatewayError::LimiterUnavailable(Some(u))
+                if !grpc && u.answer.format == ResponseFormat::Problem =>
+            {
+                Problem {
+                    kind: TEMPORARY_REDUCED_CAPACITY.0,
+                    title: TEMPORARY_REDUCED_CAPACITY.1,
+                    status: 503,
+                    violated_policies: u.limits.iter().map(|l| &**l).collect(),
+                    retry_after: None,
+                    request_id: request_id.to_str().unwrap_or_default(),
+                }
+                .response()
+            }
             _ => {
                 let (status, code) = self.status_and_code();
                 if grpc {
@@ -311,6 +377,27 @@ impl Rejection {
                 );
                 grpc_answer(grpc::RESOURCE_EXHAUSTED, &message)
             }
+            (None, false) if self.answer.format == ResponseFormat::Problem => {
+                // Every limit that rejected (figures), else the one named.
+                let mut violated: Vec<&str> = self
+                    .figures
+                    .iter()
+                    .filter(|f| matches!(f.outcome.status, Status::Rejected | Status::LockedOut))
+                    .map(|f| &*f.name)
+                    .collect();
+                if violated.is_empty() {
+                    violated.push(values.limit);
+                }
+                Problem {
+                    kind: QUOTA_EXCEEDED.0,
+                    title: QUOTA_EXCEEDED.1,
+                    status: self.answer.status.as_u16(),
+                    violated_policies: violated,
+                    retry_after: Some(secs),
+                    request_id: values.request_id,
+                }
+                .response()
+            }
             (None, false) => {
                 let json = serde_json::to_vec(&RejectionBody {
                     error: values.error,
@@ -348,6 +435,7 @@ pub fn is_grpc(headers: &HeaderMap) -> bool {
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+const APPLICATION_PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
 /// Whether a content type is JSON (`application/json`, `application/*+json`),
 /// so placeholders are escaped for it.
@@ -427,7 +515,7 @@ mod tests {
     use super::*;
     use crate::config::{HeaderStyle, Template};
     use http_body_util::BodyExt;
-    use tollgate_limit::{Outcome, Status};
+    use tollgate_limit::Outcome;
 
     async fn body(response: Response<Body>) -> String {
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -518,7 +606,7 @@ mod tests {
             ),
             (GatewayError::BodyTimeout, 408, "request_timeout", true, 2),
             (
-                GatewayError::LimiterUnavailable,
+                GatewayError::LimiterUnavailable(None),
                 503,
                 "limiter_unavailable",
                 false,
@@ -616,6 +704,62 @@ mod tests {
         assert_eq!(h[CACHE_CONTROL], "no-store");
         assert_eq!(h["ratelimit"], "\"login\";r=0;t=42");
         assert_eq!(grpc_percent_encode("a%b\né"), "a%25b%0A%C3%A9");
+    }
+
+    #[tokio::test]
+    async fn problem_details_with_the_drafts_types() {
+        let id = HeaderValue::from_static("req-2");
+        let problem = LimitResponse {
+            format: ResponseFormat::Problem,
+            ..LimitResponse::default()
+        };
+        let r = rejection(true, 3_000_000, problem.clone()).response(&id, false);
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+        assert_eq!(r.headers()[RETRY_AFTER], "3");
+        assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
+        assert_eq!(r.headers()["ratelimit"], "\"login\";r=0;t=3");
+        let json: serde_json::Value = serde_json::from_str(&body(r).await).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+                "title": "Quota Exceeded",
+                "status": 429,
+                "violated-policies": ["login"],
+                "retry_after": 3,
+                "request_id": "req-2"
+            })
+        );
+        // gRPC is unchanged.
+        let r = rejection(false, 3_000_000, problem.clone()).response(&id, true);
+        assert_eq!(r.headers()[GRPC_STATUS], "8");
+        // The store could not decide and `on_error: deny`: 503.
+        let unavailable = GatewayError::LimiterUnavailable(Some(Box::new(Unavailable {
+            answer: Arc::new(problem),
+            limits: vec!["a".into(), "b".into()],
+        })));
+        let r = unavailable.response(&id, false);
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+        let json: serde_json::Value = serde_json::from_str(&body(r).await).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "type": "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
+                "title": "Temporary Reduced Capacity",
+                "status": 503,
+                "violated-policies": ["a", "b"],
+                "request_id": "req-2"
+            })
+        );
+        // The JSON format keeps its body.
+        let json_route = GatewayError::LimiterUnavailable(Some(Box::new(Unavailable {
+            answer: Arc::new(LimitResponse::default()),
+            limits: vec![],
+        })));
+        let r = json_route.response(&id, false);
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ use crate::admission;
 use crate::auth::{self, AuthOutcome};
 use crate::body::{self, Body, ClientBody, ClientBodyError, ClientFault, Finish};
 use crate::config::PathMatch;
-use crate::error::{is_grpc, GatewayError, Rejection};
+use crate::error::{is_grpc, GatewayError, Rejection, Unavailable};
 use crate::identity::Client;
 use crate::limit;
 use crate::limit::headers::add_limit_headers;
@@ -290,7 +290,10 @@ fn rejection(decision: Decision, route: &RouteRuntime) -> GatewayError {
             figures,
             answer: route.limit_response.clone(),
         })),
-        _ => GatewayError::LimiterUnavailable,
+        _ => GatewayError::LimiterUnavailable(Some(Box::new(Unavailable {
+            answer: route.limit_response.clone(),
+            limits: route.limits.iter().map(|p| p.name.clone()).collect(),
+        }))),
     }
 }
 

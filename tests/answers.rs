@@ -166,6 +166,65 @@ async fn grpc_requests_get_unavailable_when_the_store_is_down_under_deny() {
 }
 
 #[tokio::test]
+async fn problem_details_for_rejections_and_an_undecidable_store() {
+    // Two limits, both rejecting the second request: both are violated.
+    let gw = OneRoute::new()
+        .server("limit_response: { format: problem }")
+        .limit(
+            "a",
+            "{ algorithm: fixed_window, limit: 1, window: 1h, key: client_ip }",
+        )
+        .limit(
+            "b",
+            "{ algorithm: token_bucket, rate: 1/1000d, burst: 1, key: client_ip }",
+        )
+        .start()
+        .await;
+    assert_eq!(client::get(gw.addr(), "/").await.status, 200);
+    let r = client::get(gw.addr(), "/").await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let j = r.json();
+    assert_eq!(
+        j["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(
+        (j["title"].as_str(), j["status"].as_u64()),
+        (Some("Quota Exceeded"), Some(429))
+    );
+    assert_eq!(j["violated-policies"], serde_json::json!(["a", "b"]));
+    assert_eq!(
+        j["retry_after"].as_u64().map(|s| s.to_string()).as_deref(),
+        r.header("retry-after")
+    );
+    assert_eq!(j["request_id"].as_str(), r.header("x-request-id"));
+
+    // on_error: deny with the store down: 503 temporary-reduced-capacity.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let gw = OneRoute::new()
+        .server("limit_response: { format: problem }")
+        .store(&format!(
+            "{{ backend: redis, url: \"redis://127.0.0.1:{port}/0\", on_error: deny, timeout: 100ms }}"
+        ))
+        .limit("l", "{ algorithm: gcra, rate: 10/s }")
+        .start()
+        .await;
+    let r = client::get(gw.addr(), "/").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    let j = r.json();
+    assert_eq!(
+        j["type"],
+        "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+    );
+    assert_eq!(j["violated-policies"], serde_json::json!(["l"]));
+}
+
+#[tokio::test]
 async fn trace_and_connect_are_answered_405() {
     let gw = OneRoute::new().named("all").start().await;
     let r = raw::request(

@@ -518,6 +518,21 @@ pub struct LimitResponse {
     /// The body's content type; `None`: `application/json` for the JSON
     /// body, `text/plain; charset=utf-8` for a custom one.
     pub content_type: Option<HeaderValue>,
+    /// The built-in body's form (`format`): the gateway's JSON, or RFC 9457
+    /// problem details; a `body` template overrides either.
+    pub format: ResponseFormat,
+}
+
+/// `limit_response.format` (docs/configuration/limit-response.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseFormat {
+    /// `{"error", "limit", "retry_after", "request_id"}` (the default).
+    #[default]
+    Json,
+    /// RFC 9457 problem details with the rate-limit draft's problem types
+    /// (`application/problem+json`).
+    Problem,
 }
 
 impl Default for LimitResponse {
@@ -528,6 +543,7 @@ impl Default for LimitResponse {
             body: None,
             locked_body: None,
             content_type: None,
+            format: ResponseFormat::Json,
         }
     }
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::consumers::{CertName, CredentialKind, JwtAlgorithm};
 use super::model::{
     Balance, ClientMatch, EscapedSlashes, HeaderStyle, KeySource, Mode, OnError, OnMissingKey,
-    TimeSource,
+    ResponseFormat, TimeSource,
 };
 use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
 
@@ -403,7 +403,7 @@ pub(crate) struct RawRespond {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with fields status, headers, body, content_type, locked_body"
+    expecting = "a mapping with fields status, headers, body, content_type, locked_body, format"
 )]
 pub(crate) struct RawLimitResponse {
     pub status: Option<u16>,
@@ -411,6 +411,7 @@ pub(crate) struct RawLimitResponse {
     pub body: Option<String>,
     pub content_type: Option<String>,
     pub locked_body: Option<String>,
+    pub format: Option<ResponseFormat>,
 }
 
 /// A route's `limits:` entry: a policy name or an inline limit.

@@ -211,6 +211,7 @@ impl Ctx<'_> {
             body: template("body", raw.body, &base.body)?,
             locked_body: template("locked_body", raw.locked_body, &base.locked_body)?,
             content_type,
+            format: raw.format.unwrap_or(base.format),
         })
     }
 }
