@@ -322,7 +322,10 @@ async fn authenticate<B>(
     let required = route.auth.as_ref();
     let kinds = auth.kinds(required);
     let cert = ctx.conn.client_cert.as_deref();
-    let presented = auth.presented(kinds, req.headers(), req.uri().query(), cert);
+    let mut presented = auth.presented(kinds, req.headers(), req.uri().query(), cert);
+    if required.is_none() {
+        auth.without_foreign_bearer(&mut presented);
+    }
     if presented.is_empty() && required.is_none() {
         return Ok(());
     }

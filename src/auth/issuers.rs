@@ -132,6 +132,14 @@ impl Issuers {
         })
     }
 
+    /// Whether `token`'s unverified `iss` is one of the issuers' (a token
+    /// too large or unreadable is not).
+    pub fn knows(&self, token: &str) -> bool {
+        token.len() <= jwt::MAX_TOKEN_LEN
+            && jwt::peek_issuer(token)
+                .is_ok_and(|iss| self.issuers.iter().any(|i| i.config.issuer == iss))
+    }
+
     /// The fetched JWKS state of the issuer whose URL is `url`.
     fn fetched(&self, url: &str) -> Option<&Arc<Jwks>> {
         self.issuers.iter().find_map(|i| match &i.keys {

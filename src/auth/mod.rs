@@ -135,6 +135,19 @@ impl Authenticator {
         }
     }
 
+    /// On a route without `auth`: a bearer token that names none of the
+    /// issuers (its unverified `iss`, or none readable) is left to the
+    /// upstream, which may have tokens of its own, and is no credential
+    /// here: not verified, never charged to `failure_limit`. (On a route
+    /// with `auth` such a token is an invalid credential.)
+    pub fn without_foreign_bearer(&self, presented: &mut Presented<'_>) {
+        if let (Some(Ok(token)), Some(issuers)) = (&presented.bearer, &self.issuers) {
+            if !issuers.knows(token) {
+                presented.bearer = None;
+            }
+        }
+    }
+
     /// Verify what a request presents at `now_unix` (seconds; tokens'
     /// `exp` and `nbf` are read against it): each credential on its own,
     /// then they must all name one consumer.
@@ -544,6 +557,30 @@ routes:
             (AuthOutcome::Forbidden, Err(Refusal::Forbidden(_)))
         ));
         assert!(matches!(judge_of(&h, None), (AuthOutcome::Ok, Ok(Some(name))) if name == "bob"));
+    }
+
+    #[test]
+    fn a_foreign_token_is_the_upstreams_business_outside_auth() {
+        let (auth, _) = authenticator();
+        let foreign = token(r#"{"iss":"someone-else","sub":"x","exp":2000000000}"#);
+        let ours_bad = token(r#"{"iss":"me","sub":"acme","exp":1000}"#);
+        let h = |t: &str| headers(&[("authorization", format!("Bearer {t}"))]);
+        let outside = |hm: &HeaderMap| {
+            let mut p = auth.presented(auth.configured, hm, None, None);
+            auth.without_foreign_bearer(&mut p);
+            p.bearer.is_some()
+        };
+        assert!(!outside(&h(&foreign)), "another issuer's token: not ours");
+        assert!(!outside(&h("not.a.jwt")), "unreadable: not ours");
+        assert!(
+            outside(&h(&ours_bad)),
+            "our issuer's, expired: verified (and refused)"
+        );
+        // On a route with auth, the foreign token is an invalid credential.
+        assert!(matches!(
+            verify(&auth, &h(&foreign)),
+            Verdict::Invalid { bearer: true, .. }
+        ));
     }
 
     #[test]
