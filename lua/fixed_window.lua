@@ -2,7 +2,8 @@
 Mirrors crates/limit/src/algorithm/fixed_window.rs line for line.
 
 A function library over common.lua; registers DEFINE.fixed_window, which
-builds ALGO.fixed_window on first use. Every algorithm's table has:
+builds ALGO.fixed_window on first use (and DEFINE.calendar_window: the same
+counter over calendar periods, below). Every algorithm's table has:
 
   nparams     how many integer params follow the check's cost in ARGV
   lease       true if the request's lease id (a decimal string: it may exceed
@@ -38,6 +39,61 @@ State (tag 1): ws the start of the counted window, n the units taken in it.
   ttl = end - now if n' > 0 else 0;  window = end - start
 ]]
 
+-- The algorithm's table over a bounds function (window params -> start,
+-- finish) and the time state outlives its window (`linger`, µs). Shared by
+-- fixed_window (params: limit, window) and calendar_window (params: limit,
+-- start, finish, next): the same counter, tag 1.
+local function fixed_table(nparams, what, bounds, linger)
+  local TAG = 1
+  return {
+    nparams = nparams,
+    what = what,
+
+    check = function(st, now, cost, limit, a, b, c)
+      cost = max(cost, 1)
+      local ws, n = state_unpack(st, TAG, 2)
+      local start, finish = bounds(now, a, b, c)
+      if ws == nil or ws < start or ws >= finish then n = 0 end
+      local fits = cost <= limit
+      local allowed = fits and n + cost <= limit
+      local left = finish - now
+      if not allowed then
+        return false, 0, limit, finish - start, max(limit - n, 0), left,
+          fits and left or -1, n > 0 and left + linger or 0, nil
+      end
+      n = n + cost
+      return true, 0, limit, finish - start, max(limit - n, 0), left, 0, left + linger,
+        state_pack(TAG, 2, start, n)
+    end,
+
+    -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`,
+    -- from the window that held `at` if it is still the stored one (a later
+    -- window never counted them). The state to store (its TTL kept), or nil.
+    refund = function(st, at, _, cost, _, a, b, c)
+      local ws, n = state_unpack(st, TAG, 2)
+      if ws == nil or ws ~= bounds(at, a, b, c) then return nil end
+      return state_pack(TAG, 2, ws, max(n - max(cost, 1), 0))
+    end,
+
+    decode = function(st)
+      return state_decode(st, TAG, 2)
+    end,
+  }
+end
+
+-- calendar_window: a fixed window of calendar periods the gateway computed
+-- (crates/limit/src/calendar.rs) for its clock: [start, finish), then
+-- [finish, next). A store clock already past finish counts in the next
+-- period; the state outlives its period by a day (Window::Calendar).
+DEFINE.calendar_window = function()
+  local DAY = 86400 * 1000000
+  return fixed_table(4, 'calendar_window (limit, start, finish, next)',
+    function(now, start, finish, next)
+      if now >= finish then return finish, max(next, now + 1) end
+      return start, finish
+    end, DAY)
+end
+
 DEFINE.fixed_window = function()
   local DAY = 86400 * 1000000
 
@@ -68,7 +124,7 @@ DEFINE.fixed_window = function()
   end
 
   -- The window holding now: start <= now < end (Window::bounds).
-  local function bounds(window, now)
+  local function bounds(now, window)
     if window > 0 then
       local start = now - now % window
       return start, start + window
@@ -79,40 +135,5 @@ DEFINE.fixed_window = function()
     return days_from_civil(y, m, 1) * DAY, days_from_civil(ny, nm, 1) * DAY
   end
 
-  local TAG = 1
-
-  return {
-    nparams = 2,
-    what = 'fixed_window (limit, window)',
-
-    check = function(st, now, cost, limit, window)
-      cost = max(cost, 1)
-      local ws, n = state_unpack(st, TAG, 2)
-      local start, finish = bounds(window, now)
-      if ws == nil or ws < start or ws >= finish then n = 0 end
-      local fits = cost <= limit
-      local allowed = fits and n + cost <= limit
-      local left = finish - now
-      if not allowed then
-        return false, 0, limit, finish - start, max(limit - n, 0), left,
-          fits and left or -1, n > 0 and left or 0, nil
-      end
-      n = n + cost
-      return true, 0, limit, finish - start, max(limit - n, 0), left, 0, left,
-        state_pack(TAG, 2, start, n)
-    end,
-
-    -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`,
-    -- from the window that held `at` if it is still the stored one (a later
-    -- window never counted them). The state to store (its TTL kept), or nil.
-    refund = function(st, at, _, cost, _, window)
-      local ws, n = state_unpack(st, TAG, 2)
-      if ws == nil or ws ~= bounds(window, at) then return nil end
-      return state_pack(TAG, 2, ws, max(n - max(cost, 1), 0))
-    end,
-
-    decode = function(st)
-      return state_decode(st, TAG, 2)
-    end,
-  }
+  return fixed_table(2, 'fixed_window (limit, window)', bounds, 0)
 end

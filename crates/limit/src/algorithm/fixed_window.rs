@@ -31,6 +31,20 @@ pub enum Window {
     Fixed(Micros),
     /// Calendar months in UTC, from the first of the month at 00:00.
     Month,
+    /// A calendar period ([`crate::calendar`]) the caller computed for its
+    /// clock, with the one after it: `[start, end)` then `[end, next)`. A
+    /// store whose clock is already past `end` counts in the next period;
+    /// one still before `start` (behind the caller's clock by less than a
+    /// period) counts in `[start, end)`. The state outlives the period by
+    /// a day (`ttl = end - now + DAY`).
+    Calendar {
+        /// The period's first instant.
+        start: Micros,
+        /// Its end, the next period's start.
+        end: Micros,
+        /// The next period's end.
+        next: Micros,
+    },
 }
 
 impl Window {
@@ -54,6 +68,26 @@ impl Window {
                     days_from_civil(ny, nm, 1).saturating_mul(DAY),
                 )
             }
+            // Past `next` never happens for bounds computed within a
+            // period of the store's clock; the window then ends just after
+            // `now`, so the maths stays defined.
+            Window::Calendar { start, end, next } => {
+                if now >= end {
+                    (end, next.max(now + 1))
+                } else {
+                    (start, end)
+                }
+            }
+        }
+    }
+
+    /// How long state outlives its window: a calendar period's a day (a
+    /// quota's counter is still there to read just after its period),
+    /// others' nothing.
+    pub fn linger(&self) -> Micros {
+        match self {
+            Window::Calendar { .. } => DAY,
+            _ => 0,
         }
     }
 }
@@ -101,9 +135,15 @@ impl Params {
     pub fn new(limit: u64, window: Window) -> Result<Params, ParamError> {
         nonzero("limit", limit)?;
         at_most("limit", limit, MAX_COUNT)?;
-        if let Window::Fixed(w) = window {
-            nonzero("window", w)?;
-            at_most("window", w, MAX_DURATION)?;
+        match window {
+            Window::Fixed(w) => {
+                nonzero("window", w)?;
+                at_most("window", w, MAX_DURATION)?;
+            }
+            Window::Calendar { start, end, next } if !(start < end && end < next) => {
+                return Err(ParamError::CalendarBounds);
+            }
+            _ => {}
         }
         Ok(Params { limit, window })
     }
@@ -165,7 +205,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
             None
         },
         state: State { ws: start, n },
-        ttl: if n > 0 { left } else { 0 },
+        ttl: if n > 0 { left + p.window.linger() } else { 0 },
     }
 }
 

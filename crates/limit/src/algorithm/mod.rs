@@ -162,6 +162,9 @@ pub enum ParamError {
         /// The largest accepted value, in the parameter's unit.
         max: u64,
     },
+    /// A calendar window whose bounds are not `start < end < next`.
+    #[error("a calendar window's bounds must be start < end < next")]
+    CalendarBounds,
     /// A rate faster than one unit per microsecond, which GCRA's integer
     /// emission interval cannot express.
     #[error("rate is too fast: at most one per microsecond")]

@@ -417,7 +417,6 @@ fn conformance(
     start: Micros,
     trace: &[Step],
 ) -> Result<(), TestCaseError> {
-    let name = params[0].name();
     let check = Function::of("algo_probe");
     let release = Function::of("release_probe");
     let key = "t:{00000000000000000000000000000000}:s";
@@ -446,7 +445,7 @@ fn conformance(
             model = kept.then_some(AlgoState::Concurrency(rel.state));
         } else {
             let mut inv = check.key(key);
-            inv.arg(name).arg(now).arg(cost).arg(lease);
+            inv.arg(wire::wire_name(p)).arg(now).arg(cost).arg(lease);
             for v in wire::algo_params(p) {
                 inv.arg(v);
             }
@@ -519,6 +518,28 @@ fn fixed_window_matches_rust() {
         (one.clone(), one),
         (0u64..100_000).prop_map(move |o| march - o),
         steps(3_000, 8, false),
+    );
+}
+
+#[test]
+fn calendar_window_matches_rust() {
+    let _busy = CPU.blocking_read();
+    // Periods of unequal lengths (as calendar months and DST days are),
+    // the trace starting before the period, crossing into the next, and
+    // now and then past it.
+    let base = days_from_civil(2026, 3, 29) * DAY;
+    let one = (1u64..20, 1u64..4_000, 1u64..4_000).prop_map(move |(l, a, b)| {
+        let window = Window::Calendar {
+            start: base,
+            end: base + a,
+            next: base + a + b,
+        };
+        AlgoParams::FixedWindow(fixed_window::Params::new(l, window).unwrap())
+    });
+    algorithm_suite(
+        (one.clone(), one),
+        (0u64..2_000).prop_map(move |o| base + o),
+        steps(2_000, 8, false),
     );
 }
 

@@ -45,6 +45,7 @@ impl From<String> for ReplyError {
 /// | algorithm | params |
 /// |---|---|
 /// | `fixed_window` | limit, window (0 = calendar months) |
+/// | `calendar_window` (a fixed window of [`fixed_window::Window::Calendar`]) | limit, start, end, next |
 /// | `sliding_window`, `sliding_log` | limit, window |
 /// | `token_bucket`, `leaky_bucket` | unit, drain ([`Rate::ticks`](crate::algorithm::Rate::ticks)), burst, max_delay |
 /// | `gcra` | interval, burst, max_delay |
@@ -54,13 +55,13 @@ impl From<String> for ReplyError {
 /// request).
 pub(crate) fn algo_params(p: &AlgoParams) -> impl Iterator<Item = u64> {
     let (values, n) = match p {
-        AlgoParams::FixedWindow(p) => {
-            let window = match p.window() {
-                fixed_window::Window::Fixed(w) => w,
-                fixed_window::Window::Month => 0,
-            };
-            ([p.limit(), window, 0, 0], 2)
-        }
+        AlgoParams::FixedWindow(p) => match p.window() {
+            fixed_window::Window::Fixed(w) => ([p.limit(), w, 0, 0], 2),
+            fixed_window::Window::Month => ([p.limit(), 0, 0, 0], 2),
+            fixed_window::Window::Calendar { start, end, next } => {
+                ([p.limit(), start, end, next], 4)
+            }
+        },
         AlgoParams::SlidingWindow(p) => ([p.limit(), p.window(), 0, 0], 2),
         AlgoParams::SlidingLog(p) => ([p.limit(), p.window(), 0, 0], 2),
         AlgoParams::TokenBucket(p) => {
@@ -77,10 +78,24 @@ pub(crate) fn algo_params(p: &AlgoParams) -> impl Iterator<Item = u64> {
     values.into_iter().take(n)
 }
 
+/// The algorithm's name in a spec: its own, but `calendar_window` for a
+/// fixed window of calendar periods (the Lua side's own table, with four
+/// params; the state is fixed_window's).
+pub(crate) fn wire_name(p: &AlgoParams) -> &'static str {
+    match p {
+        AlgoParams::FixedWindow(f)
+            if matches!(f.window(), fixed_window::Window::Calendar { .. }) =>
+        {
+            "calendar_window"
+        }
+        other => other.name(),
+    }
+}
+
 /// Writes one check's spec (see the module docs) to `w`.
 fn write_spec(c: &Check, w: &mut impl std::io::Write) -> std::io::Result<()> {
     let mut n = itoa::Buffer::new();
-    w.write_all(c.params.name().as_bytes())?;
+    w.write_all(wire_name(&c.params).as_bytes())?;
     w.write_all(match (c.shadow, c.lockout.is_some()) {
         (false, false) => b" 0 ",
         (true, false) => b" 1 ",
