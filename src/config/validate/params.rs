@@ -67,8 +67,11 @@ impl Ctx<'_> {
                     (_, fixed_window::Window::Fixed(w)) => {
                         AlgoParams::SlidingLog(sliding_log::Params::new(limit, w).map_err(fail)?)
                     }
-                    // `window()` allows months on fixed_window only.
-                    (_, fixed_window::Window::Month) => return Err(missing("window")),
+                    // `window()` allows months on fixed_window only, and
+                    // gives no calendar bounds (a policy computes them).
+                    (_, fixed_window::Window::Month | fixed_window::Window::Calendar { .. }) => {
+                        return Err(missing("window"))
+                    }
                 }
             }
             AlgorithmKind::TokenBucket | AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => {
@@ -99,8 +102,6 @@ impl Ctx<'_> {
 
     /// A parameter the algorithm refused, in the operator's words: durations
     /// as durations, the rate's parts as `rate`.
-    /// A parameter the algorithm refused, in the operator's words: durations
-    /// as durations, the rate's parts as `rate`.
     fn param_error(&self, field: &str, kind: AlgorithmKind, e: &ParamError) -> ConfigError {
         let name = leaf(field);
         let message = match e {
@@ -120,7 +121,7 @@ impl Ctx<'_> {
                 "rate is too fast for {}: at most one request per microsecond",
                 kind.name()
             ),
-            ParamError::Precision => e.to_string(),
+            ParamError::Precision | ParamError::CalendarBounds => e.to_string(),
         };
         self.err(field, message)
     }
@@ -236,6 +237,7 @@ fn param_of(e: &ParamError) -> &'static str {
         }
         ParamError::TooFast => "rate",
         ParamError::Precision => "burst",
+        ParamError::CalendarBounds => "window",
     }
 }
 
