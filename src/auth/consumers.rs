@@ -48,11 +48,6 @@ impl Registry {
     pub fn by_name(&self, name: &str) -> Option<&Arc<ConsumerConfig>> {
         self.by_name.get(name)
     }
-
-    /// Every consumer, in config order.
-    pub fn all(&self) -> &[Arc<ConsumerConfig>] {
-        &self.ordered
-    }
 }
 
 /// SHA-256 of an API key.
