@@ -12,6 +12,7 @@
 //! `/metrics` always agree.
 
 pub mod stats;
+pub mod top;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
