@@ -237,6 +237,9 @@ async fn decide_limits<B>(
     let metrics = &ctx.shared.metrics;
     let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
     count_decisions(metrics, route, &decision);
+    if let Decision::Reject { figures, .. } = &decision {
+        note_offenders(metrics, route, figures, &view);
+    }
     ctx.record.decision = decision.kind();
     match decision {
         Decision::Allow {
@@ -636,6 +639,32 @@ fn count_decisions(metrics: &Metrics, route: &RouteRuntime, decision: &Decision)
         }
         if f.outcome.lock_started {
             metrics.lockout(&f.name);
+        }
+    }
+}
+
+/// Each limit that rejected the request notes its client among its top
+/// offenders (`GET /top`): the key computed again, only for rejections.
+fn note_offenders(
+    metrics: &Metrics,
+    route: &RouteRuntime,
+    figures: &[Figure],
+    view: &RequestView<'_>,
+) {
+    for f in figures {
+        if !matches!(
+            f.outcome.status,
+            tollgate_limit::Status::Rejected | tollgate_limit::Status::LockedOut
+        ) {
+            continue;
+        }
+        let Some(policy) = route.limits.iter().find(|p| Arc::ptr_eq(&p.name, &f.name)) else {
+            continue;
+        };
+        if let limit::key::KeyOutcome::Key(key) = policy.store_key(view) {
+            metrics.top.rejected(&policy.name, key, || {
+                policy.display_key(view).unwrap_or_default()
+            });
         }
     }
 }

@@ -466,3 +466,34 @@ async fn a_failed_reload_shows_in_the_stats() {
     assert_eq!(c["last_reload"]["result"], "success");
     assert!(c["last_error"].is_null());
 }
+
+#[tokio::test]
+async fn top_lists_the_clients_rejected_most() {
+    let gw = OneRoute::new()
+        .limit(
+            "once",
+            r#"{ algorithm: fixed_window, limit: 1, window: 1h, key: "header:x-user" }"#,
+        )
+        .limit(
+            "never",
+            "{ algorithm: fixed_window, limit: 1000, window: 1h }",
+        )
+        .start()
+        .await;
+    // ann: 1 allowed, 5 rejected; bob: 1 allowed, 2 rejected; cy: none.
+    for (user, n) in [("ann", 6), ("bob", 3), ("cy", 1)] {
+        for _ in 0..n {
+            client::get_with(gw.addr(), "/", &[("x-user", user)]).await;
+        }
+    }
+    let top = gw.admin_get("/top").await;
+    assert_eq!(top.status, 200);
+    assert_eq!(
+        top.json(),
+        serde_json::json!({"limits": {"once": [
+            {"key": "ann", "rejected": 5, "error": 0},
+            {"key": "bob", "rejected": 2, "error": 0}
+        ]}}),
+        "a limit that rejected nobody is not listed"
+    );
+}

@@ -150,6 +150,10 @@ async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Respon
             StatusCode::OK,
             serde_json::json!({"upstreams": upstreams(&gateway.shared.runtime.load())}),
         ),
+        (&Method::GET, "/top") => json(
+            StatusCode::OK,
+            serde_json::json!({ "limits": gateway.shared.metrics.top.top(TOP_SHOWN) }),
+        ),
         (&Method::GET, "/consumers") => {
             json(StatusCode::OK, consumers(&gateway.shared.runtime.load()))
         }
@@ -161,7 +165,7 @@ async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Respon
         (
             _,
             "/" | "/healthz" | "/readyz" | "/config" | "/metrics" | "/lockouts" | "/upstreams"
-            | "/api/stats" | "/consumers",
+            | "/api/stats" | "/consumers" | "/top",
         ) => method_not_allowed("GET"),
         _ => json(
             StatusCode::NOT_FOUND,
@@ -338,6 +342,9 @@ fn target_health(rt: &Runtime) -> Vec<(Arc<str>, Arc<str>, bool)> {
         })
         .collect()
 }
+
+/// Clients `GET /top` lists per limit.
+const TOP_SHOWN: usize = 10;
 
 /// `GET /consumers` (docs/operations.md): every configured consumer's name,
 /// tenant, plan, attributes and credential kinds, never a key or a digest;

@@ -14,9 +14,9 @@
 pub mod stats;
 pub mod top;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,7 +25,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use tollgate_limit::DecisionKind;
+use tollgate_limit::{DecisionKind, StoreKey};
 
 use stats::{LimitCounters, RouteCounters, Stats, DECISIONS};
 
@@ -276,6 +276,50 @@ pub struct Metrics {
     pub connections: Gauge,
     /// The counters the dashboard reads back.
     pub stats: Stats,
+    /// Per limit, the clients rejected most in the last ten minutes
+    /// (`GET /top`).
+    pub top: TopOffenders,
+}
+
+/// The top-offender sketches of every limit, by name: at most
+/// [`TOP_LIMITS`] limits (names come from configs; a flood of clients adds
+/// none).
+#[derive(Debug, Default)]
+pub struct TopOffenders(Mutex<HashMap<Arc<str>, top::Offenders>>);
+
+/// Limits whose offenders are kept at most.
+const TOP_LIMITS: usize = 1_000;
+
+impl TopOffenders {
+    /// One rejection of the client `key` by `limit`; `display` names it
+    /// (asked only when it enters a summary).
+    pub fn rejected(&self, limit: &Arc<str>, key: StoreKey, display: impl FnOnce() -> String) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut table = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !table.contains_key(limit) && table.len() >= TOP_LIMITS {
+            return;
+        }
+        table
+            .entry(limit.clone())
+            .or_default()
+            .rejected(key, display, now);
+    }
+
+    /// Each limit's `n` clients rejected most in the last ten minutes, by
+    /// limit name (limits without a rejection left out).
+    pub fn top(&self, n: usize) -> std::collections::BTreeMap<String, Vec<top::Offender>> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let table = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        table
+            .iter()
+            .map(|(name, o)| (name.to_string(), o.top(n, now)))
+            .filter(|(_, list)| !list.is_empty())
+            .collect()
+    }
 }
 
 impl Metrics {
@@ -364,6 +408,7 @@ impl Metrics {
                 Gauge::default(),
             ),
             stats: Stats::new(),
+            top: TopOffenders::default(),
             registry,
         };
         // Both outcomes exist from the start, at 0.

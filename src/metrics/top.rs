@@ -11,9 +11,8 @@
 //! minute's rejections is always in that minute's summary. The answer sums
 //! each client's counts over the buckets of the last ten minutes.
 //!
-//! Not wired to the pipeline, `GET /top` or the dashboard yet (issue 25,
-//! item 6): the rejected client's store key and display form are what the
-//! pipeline will feed.
+//! The pipeline feeds each limit's rejections (the client's store key and
+//! display form); `GET /top` reads them (docs/operations.md).
 
 use std::collections::HashMap;
 
