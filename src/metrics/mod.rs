@@ -282,7 +282,7 @@ pub struct Metrics {
 }
 
 /// The top-offender sketches of every limit, by name: at most
-/// [`TOP_LIMITS`] limits (names come from configs; a flood of clients adds
+/// 1,000 limits (names come from configs; a flood of clients adds
 /// none).
 #[derive(Debug, Default)]
 pub struct TopOffenders(Mutex<HashMap<Arc<str>, top::Offenders>>);
