@@ -97,6 +97,7 @@ fn figure(name: &str, outcome: Outcome) -> Figure {
         name: name.into(),
         outcome,
         concurrency: false,
+        key: [0; 16],
     }
 }
 

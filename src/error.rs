@@ -550,6 +550,7 @@ mod tests {
                 name: "login".into(),
                 outcome,
                 concurrency: false,
+                key: [0; 16],
             }],
             answer: Arc::new(answer),
         }))
@@ -828,7 +829,7 @@ mod tests {
                 locked_out: false,
                 limit: "l".into(),
                 retry_after: outcome.retry_after,
-                figures: vec![Figure { name: "l".into(), outcome, concurrency: false }],
+                figures: vec![Figure { name: "l".into(), outcome, concurrency: false, key: [0; 16] }],
                 answer: Arc::new(LimitResponse { headers: HeaderStyle::Both, ..LimitResponse::default() }),
             }));
             let r = error.response(&HeaderValue::from_static("x"), false);

@@ -623,6 +623,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
             name: name.as_str().into(),
             outcome,
             concurrency,
+            key: [0; 16],
         });
     }
     (style, limits)

@@ -325,10 +325,7 @@ async fn authenticate<B>(
     let required = route.auth.as_ref();
     let kinds = auth.kinds(required);
     let cert = ctx.conn.client_cert.as_deref();
-    let mut presented = auth.presented(kinds, req.headers(), req.uri().query(), cert);
-    if required.is_none() {
-        auth.without_foreign_bearer(&mut presented);
-    }
+    let presented = auth.presented(required, req.headers(), req.uri().query(), cert);
     if presented.is_empty() && required.is_none() {
         return Ok(());
     }
@@ -644,7 +641,8 @@ fn count_decisions(metrics: &Metrics, route: &RouteRuntime, decision: &Decision)
 }
 
 /// Each limit that rejected the request notes its client among its top
-/// offenders (`GET /top`): the key computed again, only for rejections.
+/// offenders (`GET /top`), by the key the limiter decided it under; its
+/// display form is made only when it enters a summary.
 fn note_offenders(
     metrics: &Metrics,
     route: &RouteRuntime,
@@ -661,11 +659,9 @@ fn note_offenders(
         let Some(policy) = route.limits.iter().find(|p| Arc::ptr_eq(&p.name, &f.name)) else {
             continue;
         };
-        if let limit::key::KeyOutcome::Key(key) = policy.store_key(view) {
-            metrics.top.rejected(&policy.name, key, || {
-                policy.display_key(view).unwrap_or_default()
-            });
-        }
+        metrics.top.rejected(&policy.name, f.key, || {
+            policy.display_key(view).unwrap_or_default()
+        });
     }
 }
 

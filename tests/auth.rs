@@ -275,15 +275,21 @@ async fn grpc_requests_get_grpc_statuses() {
     assert_eq!(echo.count(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forged_identity_headers_never_reach_the_upstream() {
-    let echo = Echo::start("e").await;
-    let config = OneRoute::proxy(&echo)
-        .server(r#"trusted_proxies: ["127.0.0.2/32"]"#)
+/// A gateway proxying to `echo` with the consumers of [`consumers`],
+/// trusting the proxies of `trusted` (a CIDR).
+async fn proxy_behind(echo: &Echo, trusted: &str) -> Gateway {
+    let config = OneRoute::proxy(echo)
+        .server(&format!(r#"trusted_proxies: ["{trusted}"]"#))
         .define("auth_failures", FAILURES)
         .config()
         + &consumers(false, "");
-    let gw = Gateway::start(&config).await;
+    Gateway::start(&config).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_identity_headers_never_reach_the_upstream() {
+    let echo = Echo::start("e").await;
+    let gw = proxy_behind(&echo, "127.0.0.2/32").await;
     let forged = [
         ("x-consumer", "admin"),
         ("X-Tenant", "root"),
@@ -333,12 +339,7 @@ async fn forged_identity_trailers_never_reach_the_upstream() {
     // A backend that merges trailers into headers must not see a forged
     // consumer or client address there either.
     let echo = Echo::start("e").await;
-    let config = OneRoute::proxy(&echo)
-        .server(r#"trusted_proxies: ["127.0.0.1/32"]"#)
-        .define("auth_failures", FAILURES)
-        .config()
-        + &consumers(false, "");
-    let gw = Gateway::start(&config).await;
+    let gw = proxy_behind(&echo, "127.0.0.1/32").await;
     let r = common::raw::request(
         gw.addr(),
         format!(
@@ -1049,12 +1050,7 @@ async fn identity_headers_spelt_with_underscores_are_removed_too() {
     // `X-Consumer` (docs/protocols.md drops such spellings of the
     // client-address headers for the same reason).
     let echo = Echo::start("e").await;
-    let config = OneRoute::proxy(&echo)
-        .server(r#"trusted_proxies: ["127.0.0.2/32"]"#)
-        .define("auth_failures", FAILURES)
-        .config()
-        + &consumers(false, "");
-    let gw = Gateway::start(&config).await;
+    let gw = proxy_behind(&echo, "127.0.0.2/32").await;
     let forged = [
         ("x_consumer", "admin"),
         ("X_Tenant", "root"),

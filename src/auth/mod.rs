@@ -98,15 +98,27 @@ impl Authenticator {
         auth.map_or(self.configured, |a| Kinds::of(&a.require))
     }
 
-    /// The credentials of `kinds` a request presents.
+    /// The credentials a request to a route with `auth` (or without)
+    /// presents, of the kinds it is looked at for ([`Authenticator::kinds`]).
+    ///
+    /// On a route without `auth`, a bearer token that names none of the
+    /// issuers (its unverified `iss`, or none readable) is left to the
+    /// upstream, which may have tokens of its own: no credential here, not
+    /// verified, never charged to `failure_limit`. (On a route with `auth`
+    /// it is an invalid credential.)
     pub fn presented<'a>(
         &self,
-        kinds: Kinds,
+        route: Option<&RouteAuth>,
         headers: &'a HeaderMap,
         query: Option<&'a str>,
         cert: Option<&'a PeerCert>,
     ) -> Presented<'a> {
+        let kinds = self.kinds(route);
         let c = &self.config;
+        let foreign = |token: &Result<&str, &str>| match (token, &self.issuers, route) {
+            (Ok(token), Some(issuers), None) => !issuers.knows(token),
+            _ => false,
+        };
         Presented {
             api_key: c
                 .api_keys
@@ -117,7 +129,8 @@ impl Authenticator {
                 .jwt
                 .as_ref()
                 .filter(|_| kinds.has(CredentialKind::Jwt))
-                .and_then(|j| credentials::bearer(j, headers)),
+                .and_then(|j| credentials::bearer(j, headers))
+                .filter(|token| !foreign(token)),
             certificate: c
                 .mtls
                 .as_ref()
@@ -132,19 +145,6 @@ impl Authenticator {
                         Some(name) => Ok(name),
                     })
                 }),
-        }
-    }
-
-    /// On a route without `auth`: a bearer token that names none of the
-    /// issuers (its unverified `iss`, or none readable) is left to the
-    /// upstream, which may have tokens of its own, and is no credential
-    /// here: not verified, never charged to `failure_limit`. (On a route
-    /// with `auth` such a token is an invalid credential.)
-    pub fn without_foreign_bearer(&self, presented: &mut Presented<'_>) {
-        if let (Some(Ok(token)), Some(issuers)) = (&presented.bearer, &self.issuers) {
-            if !issuers.knows(token) {
-                presented.bearer = None;
-            }
         }
     }
 
@@ -446,7 +446,14 @@ routes:
     }
 
     fn verify(auth: &Authenticator, h: &HeaderMap) -> Verdict {
-        let p = auth.presented(auth.configured, h, None, None);
+        // As a route with `auth` for every kind sees them.
+        let every = RouteAuth {
+            require: auth.config.kinds(),
+            plans: vec![],
+            consumers: vec![],
+            tenants: vec![],
+        };
+        let p = auth.presented(Some(&every), h, None, None);
         auth.verify(&p, 1_900_000_000)
             .now_or_never()
             .expect("ready")
@@ -565,11 +572,7 @@ routes:
         let foreign = token(r#"{"iss":"someone-else","sub":"x","exp":2000000000}"#);
         let ours_bad = token(r#"{"iss":"me","sub":"acme","exp":1000}"#);
         let h = |t: &str| headers(&[("authorization", format!("Bearer {t}"))]);
-        let outside = |hm: &HeaderMap| {
-            let mut p = auth.presented(auth.configured, hm, None, None);
-            auth.without_foreign_bearer(&mut p);
-            p.bearer.is_some()
-        };
+        let outside = |hm: &HeaderMap| auth.presented(None, hm, None, None).bearer.is_some();
         assert!(!outside(&h(&foreign)), "another issuer's token: not ours");
         assert!(!outside(&h("not.a.jwt")), "unreadable: not ours");
         assert!(

@@ -81,6 +81,7 @@ mod tests {
                 retry_after: 0,
             },
             concurrency: false,
+            key: [0; 16],
         }
     }
 

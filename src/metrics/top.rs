@@ -185,17 +185,9 @@ mod tests {
     fn a_million_distinct_clients_keep_memory_flat_and_the_heavy_one_on_top() {
         let mut o = Offenders::default();
         let t = 1_800_000_000;
-        let mut named = 0u64;
         for i in 0..1_000_000u64 {
             let now = t + i * 600 / 1_000_000;
-            o.rejected(
-                key(1_000_000 + i),
-                || {
-                    named += 1;
-                    format!("c{i}")
-                },
-                now,
-            );
+            o.rejected(key(1_000_000 + i), || format!("c{i}"), now);
             if i % 50 == 0 {
                 // One client behind 2 % of the rejections: over the 1 % a
                 // summary of 100 is sure to hold.
@@ -207,7 +199,5 @@ mod tests {
         assert_eq!(top[0].key, "heavy");
         // Space-Saving: never an undercount.
         assert!(top[0].rejected >= 20_000, "{top:?}");
-        // A name is made only when a client enters a summary.
-        assert!(named <= 1_000_000, "{named}");
     }
 }

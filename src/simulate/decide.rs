@@ -259,10 +259,7 @@ impl Simulator {
         let required = route.auth.as_ref();
         let kinds = auth.kinds(required);
         let (headers, query) = (self.req.headers(), self.req.uri().query());
-        let mut presented = auth.presented(kinds, headers, query, None);
-        if required.is_none() {
-            auth.without_foreign_bearer(&mut presented);
-        }
+        let presented = auth.presented(required, headers, query, None);
         if presented.is_empty() && required.is_none() {
             return Ok(None);
         }

@@ -233,6 +233,7 @@ mod tests {
             name: Arc::from(name),
             outcome: *outcome,
             concurrency,
+            key: [0; 16],
         }
     }
 

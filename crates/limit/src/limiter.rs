@@ -78,6 +78,9 @@ pub struct Figure {
     pub outcome: Outcome,
     /// A `concurrency` limit (its policy item says so).
     pub concurrency: bool,
+    /// The client's store key under this limit (who the figures are of:
+    /// the gateway's top offenders read it, no key computed again).
+    pub key: StoreKey,
 }
 
 /// What the limiter says of a request.
@@ -514,6 +517,7 @@ impl Limiter {
                         name: check.name.clone(),
                         outcome: *outcome,
                         concurrency: check.is_concurrency(),
+                        key: check.key,
                     },
                     params: check.params.clone(),
                 };
@@ -537,6 +541,7 @@ impl Limiter {
         let mut figures = Vec::with_capacity(checks.len());
         for (outcome, check) in outcomes.iter().zip(checks) {
             let concurrency = check.is_concurrency();
+            let key = check.key;
             let name = if allowed && check.lease != 0 {
                 let name = check.name.clone();
                 lease_checks.push(check);
@@ -548,6 +553,7 @@ impl Limiter {
                 name,
                 outcome: *outcome,
                 concurrency,
+                key,
             });
         }
         match verdict {
