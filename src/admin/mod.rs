@@ -30,7 +30,6 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use subtle::ConstantTimeEq;
-use tollgate_limit::clock::now_micros;
 use tollgate_limit::headers::secs_ceil;
 use tollgate_limit::Check;
 
@@ -233,10 +232,12 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
             ),
         };
     }
+    let now = rt.limiter.now();
+    let params = policy.own_params(now);
     let check = Check {
         name: policy.name.clone(),
         key: store_key,
-        params: policy.params.clone(),
+        params: params.clone(),
         cost: 1,
         lockout: policy.lockout,
         shadow: policy.shadow,
@@ -244,11 +245,10 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
     };
     match rt.limiter.inspect(&check).await {
         Ok((algo, lock)) => {
-            let now = now_micros();
-            let state = algo.unwrap_or_else(|| policy.params.fresh());
+            let state = algo.unwrap_or_else(|| params.fresh());
             // A request too large to ever pass changes nothing and reports
             // the state as it is: what is left, and when it is whole again.
-            let peek = policy.params.check(&state, now, PEEK_COST, 0);
+            let peek = params.check(&state, now, PEEK_COST, 0);
             // Only `concurrency` (which ignores cost) can take the peek: it
             // then counts a lease that is not really there.
             let remaining = if peek.allowed {

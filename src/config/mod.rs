@@ -21,6 +21,7 @@
 //!   the whole normalised path, as docs/configuration/routes.md says.
 //! - `respond.status` is 200..=599, `limit_response.status` 400..=599.
 
+mod calendar;
 mod consumers;
 mod error;
 mod expand;
@@ -38,6 +39,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+pub use calendar::*;
 pub use consumers::*;
 pub use error::{ConfigError, Location};
 pub use model::*;

@@ -252,6 +252,9 @@ pub struct LimitConfig {
     pub exempt: Vec<ClientMatch>,
     /// Other parameters for some clients; the first match wins.
     pub overrides: Vec<Override>,
+    /// A calendar window (`fixed_window` only): the periods its `params`
+    /// count in, computed per request (docs/configuration/quotas.md).
+    pub calendar: Option<super::CalendarWindow>,
 }
 
 /// Where one component of a client key comes from.

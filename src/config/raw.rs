@@ -299,7 +299,7 @@ pub(crate) struct RawLimit {
     pub name: Option<String>,
     pub algorithm: AlgorithmKind,
     pub limit: Option<u64>,
-    pub window: Option<Window>,
+    pub window: Option<RawWindow>,
     pub rate: Option<Rate>,
     pub burst: Option<u64>,
     pub max_delay: Option<Dur>,
@@ -338,7 +338,7 @@ pub(crate) struct RawOverride {
     pub limit: Option<u64>,
     pub rate: Option<Rate>,
     pub burst: Option<u64>,
-    pub window: Option<Window>,
+    pub window: Option<RawWindow>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -412,6 +412,64 @@ pub(crate) struct RawLimitResponse {
     pub content_type: Option<String>,
     pub locked_body: Option<String>,
     pub format: Option<ResponseFormat>,
+}
+
+/// `window:` as written: a duration or `month`, or a calendar period.
+#[derive(Debug, Clone)]
+pub(crate) enum RawWindow {
+    Plain(Window),
+    Calendar(RawCalendar),
+}
+
+/// `window: { calendar: month, tz: ..., anchor_day: ... }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields calendar, tz, anchor_day, anchor_month, week_start, anchor_time"
+)]
+pub(crate) struct RawCalendar {
+    pub calendar: String,
+    pub tz: Option<String>,
+    pub anchor_day: Option<DayOrAttr>,
+    pub anchor_month: Option<u8>,
+    pub week_start: Option<String>,
+    pub anchor_time: Option<String>,
+}
+
+/// `anchor_day`: a day of the month, or `attr:NAME`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged, expecting = "a day of the month (1 to 31) or attr:NAME")]
+pub(crate) enum DayOrAttr {
+    Day(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for RawWindow {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawWindow;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a window like \"1m\" or \"month\", or {calendar: month, tz, ...}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawWindow, E> {
+                v.parse().map(RawWindow::Plain).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawWindow, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawWindow, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawWindow, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawWindow, A::Error> {
+                RawCalendar::deserialize(MapAccessDeserializer::new(map)).map(RawWindow::Calendar)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 /// A route's `limits:` entry: a policy name or an inline limit.

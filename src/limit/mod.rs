@@ -8,6 +8,7 @@
 //! - [`key`]: client keys from a request (address, headers, query,
 //!   cookies), hashed into store keys; exempt/override matching.
 //! - [`plan`]: the checks a request makes, one per limit that applies.
+//! - [`calendar`]: a calendar window's periods, per request and consumer.
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` / `X-RateLimit-*` on a
 //!   response.
 //!
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use tollgate_limit::{Decision, Limiter, Observer, Request};
 
+pub mod calendar;
 pub mod headers;
 pub mod key;
 pub mod plan;
@@ -36,7 +38,7 @@ pub async fn decide(
     view: &RequestView<'_>,
     observer: &dyn Observer,
 ) -> Decision {
-    let plan = match plan::plan(limits, view, || fastrand::u64(1..)) {
+    let plan = match plan::plan(limits, view, limiter.now(), || fastrand::u64(1..)) {
         Ok(plan) => plan,
         Err(denied) => {
             return Decision::Reject {
@@ -71,7 +73,7 @@ pub fn failures_denied(
     view: &RequestView<'_>,
 ) -> Option<Decision> {
     let limits = std::slice::from_ref(failure_limit);
-    let plan = plan::plan(limits, view, || 0).ok()?;
+    let plan = plan::plan(limits, view, limiter.now(), || 0).ok()?;
     limiter.cached(&plan.checks).filter(|d| {
         matches!(
             d,

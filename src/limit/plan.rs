@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use tollgate_limit::Check;
+use tollgate_limit::{Check, Micros};
 
 use super::key::{client_matches, KeyOutcome, RequestView};
 use super::policy::Policy;
@@ -58,11 +58,13 @@ pub struct Denied<'p> {
 
 /// Plan a request against its route's `limits`: exempt clients and keys
 /// missing with `skip` leave a limit out; the first override that matches
-/// gives the parameters; shadow limits never lock out. `lease` numbers each
-/// `concurrency` check (the gateway draws a random id, `simulate` counts).
+/// gives the parameters, and a calendar window its bounds at `now`; shadow
+/// limits never lock out. `lease` numbers each `concurrency` check (the
+/// gateway draws a random id, `simulate` counts).
 pub fn plan<'p>(
     limits: &'p [Arc<Policy>],
     view: &RequestView<'_>,
+    now: Micros,
     mut lease: impl FnMut() -> u64,
 ) -> Result<Plan<'p>, Denied<'p>> {
     let mut plan = Plan {
@@ -84,12 +86,7 @@ pub fn plan<'p>(
             }
             KeyOutcome::Deny => return Err(Denied { policy, index }),
         };
-        let params = policy
-            .overrides
-            .iter()
-            .find(|(m, _)| client_matches(m, view))
-            .map_or(&policy.params, |(_, p)| p)
-            .clone();
+        let params = policy.params_at(view, now);
         plan.checks.push(Check {
             name: policy.name.clone(),
             key,
@@ -158,6 +155,7 @@ mod tests {
         let denied = plan(
             &limits,
             &view("10.1.2.3", &headers, Some("tier=gold")),
+            0,
             &next,
         )
         .expect_err("no sid cookie");
@@ -167,6 +165,7 @@ mod tests {
         let p = plan(
             first_four,
             &view("10.1.2.3", &headers, Some("tier=gold")),
+            0,
             &next,
         )
         .expect("planned");
@@ -189,7 +188,7 @@ mod tests {
         );
         assert!(p.checks[1].shadow && p.checks[1].lockout.is_none());
 
-        let p = plan(first_four, &view("192.0.2.1", &headers, None), next).expect("planned");
+        let p = plan(first_four, &view("192.0.2.1", &headers, None), 0, next).expect("planned");
         assert_eq!(p.not_applied, [(1, NotApplied::Skipped)]);
         assert_eq!(p.applied, [0, 2, 3]);
         assert_eq!(p.checks[1].params.capacity(), Some(10), "no override");

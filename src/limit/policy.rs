@@ -10,10 +10,13 @@
 
 use std::sync::Arc;
 
-use tollgate_limit::{AlgoParams, LockParams, StoreKey};
+use tollgate_limit::algorithm::fixed_window;
+use tollgate_limit::{AlgoParams, LockParams, Micros, StoreKey};
+
+use super::calendar::Periods;
 
 use crate::config::{ClientMatch, KeySource, LimitConfig, Mode, OnMissingKey};
-use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
+use crate::limit::key::{self, client_matches, Consumer, KeyOutcome, KeyPrefix, RequestView};
 
 /// One compiled limit.
 #[derive(Debug)]
@@ -40,6 +43,9 @@ pub struct Policy {
     pub exempt: Vec<ClientMatch>,
     /// Other parameters for some clients; the first match wins.
     pub overrides: Vec<(ClientMatch, AlgoParams)>,
+    /// A calendar window's periods: the plan writes each request's bounds
+    /// into its parameters.
+    pub periods: Option<Periods>,
 }
 
 impl Policy {
@@ -77,6 +83,42 @@ impl Policy {
             lockout: cfg.lockout,
             exempt: cfg.exempt.clone(),
             overrides,
+            periods: cfg.calendar.as_ref().map(Periods::new),
+        }
+    }
+
+    /// The parameters for a request at `now` (its override's, or the
+    /// limit's own), with a calendar window's bounds for that instant and
+    /// its consumer.
+    pub fn params_at(&self, view: &RequestView<'_>, now: Micros) -> AlgoParams {
+        let params = self
+            .overrides
+            .iter()
+            .find(|(m, _)| client_matches(m, view))
+            .map_or(&self.params, |(_, p)| p);
+        self.in_period(params, now, view.identity)
+    }
+
+    /// The limit's own parameters at `now`, a calendar window's bounds
+    /// those of its configured rule (the admin API knows no consumer).
+    pub fn own_params(&self, now: Micros) -> AlgoParams {
+        self.in_period(&self.params, now, None)
+    }
+
+    /// `params` with a calendar window's bounds at `now` for `consumer`.
+    fn in_period(
+        &self,
+        params: &AlgoParams,
+        now: Micros,
+        consumer: Option<&dyn Consumer>,
+    ) -> AlgoParams {
+        match (&self.periods, params) {
+            (Some(periods), AlgoParams::FixedWindow(p)) => {
+                let window = periods.window(now, consumer);
+                fixed_window::Params::new(p.limit(), window)
+                    .map_or_else(|_| params.clone(), AlgoParams::FixedWindow)
+            }
+            _ => params.clone(),
         }
     }
 

@@ -174,7 +174,7 @@ impl Simulator {
         let mut view = request_view(&self.req, client, &route, prefix);
         view.identity = identity.map(|i| i as &dyn crate::limit::key::Consumer);
         let next_lease = &mut self.next_lease;
-        let planned = plan::plan(&route.limits, &view, || {
+        let planned = plan::plan(&route.limits, &view, now, || {
             *next_lease += 1;
             *next_lease
         });
@@ -267,7 +267,7 @@ impl Simulator {
         let prefix = self.runtime.config.server.ipv6_prefix;
         let view = request_view(&self.req, client, route, prefix);
         let failure_check = failures.as_ref().and_then(|f| {
-            let plan = plan::plan(std::slice::from_ref(f), &view, || 0).ok()?;
+            let plan = plan::plan(std::slice::from_ref(f), &view, now, || 0).ok()?;
             plan.checks.into_iter().next().map(|c| (f.clone(), c))
         });
         if let Some((policy, check)) = &failure_check {

@@ -18,10 +18,15 @@
 //! agree on every period boundary. jiff is maintained, handles the gap and
 //! fold cases explicitly, and needs no C library.
 
-use jiff::civil::{Date, DateTime, Time, Weekday};
+use std::str::FromStr;
+
+use jiff::civil::{Date, DateTime, Time};
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::Timestamp;
 
+pub use jiff::civil::Weekday;
+
+use crate::algorithm::fixed_window::Window;
 use crate::algorithm::Micros;
 
 /// The unit of a calendar period.
@@ -35,6 +40,67 @@ pub enum Unit {
     Month,
     /// From `anchor_month`/`anchor_day` at `anchor_time` to the next year's.
     Year,
+}
+
+impl Unit {
+    /// Its name as written (`day`, `week`, `month`, `year`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// The longest a period of this unit can be: a day of 25 hours (fall
+    /// back), a week of 7 days and an hour, a month of 31 days and an hour,
+    /// a year of 366 days and an hour.
+    pub fn longest(self) -> Micros {
+        const HOUR: Micros = 3_600_000_000;
+        const DAY: Micros = 24 * HOUR;
+        HOUR + match self {
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 31 * DAY,
+            Unit::Year => 366 * DAY,
+        }
+    }
+}
+
+impl FromStr for Unit {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Unit, String> {
+        match text {
+            "day" => Ok(Unit::Day),
+            "week" => Ok(Unit::Week),
+            "month" => Ok(Unit::Month),
+            "year" => Ok(Unit::Year),
+            _ => Err(format!("expected day, week, month or year, got \"{text}\"")),
+        }
+    }
+}
+
+/// A weekday by its English name, any case (`monday`, `Sunday`).
+pub fn weekday(name: &str) -> Result<Weekday, String> {
+    const DAYS: [(&str, Weekday); 7] = [
+        ("monday", Weekday::Monday),
+        ("tuesday", Weekday::Tuesday),
+        ("wednesday", Weekday::Wednesday),
+        ("thursday", Weekday::Thursday),
+        ("friday", Weekday::Friday),
+        ("saturday", Weekday::Saturday),
+        ("sunday", Weekday::Sunday),
+    ];
+    DAYS.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|&(_, d)| d)
+        .ok_or_else(|| format!("expected a weekday like monday, got \"{name}\""))
+}
+
+/// Whether `tz` names a time zone of the bundled IANA database.
+pub fn is_time_zone(tz: &str) -> bool {
+    TimeZone::get(tz).is_ok()
 }
 
 /// A calendar period rule, in one time zone.
@@ -122,6 +188,19 @@ impl Calendar {
         Period {
             start: micros(self.instant(start)),
             end: micros(self.instant(end)),
+        }
+    }
+
+    /// The `fixed_window` window for `now`: the period holding it and the
+    /// one after ([`Window::Calendar`]), so a store whose clock is a little
+    /// ahead of the caller's still counts in the right period.
+    pub fn window(&self, now: Micros) -> Window {
+        let this = self.period(now);
+        let next = self.period(this.end);
+        Window::Calendar {
+            start: this.start,
+            end: this.end,
+            next: next.end.max(this.end + 1),
         }
     }
 

@@ -616,6 +616,12 @@ impl Limiter {
         labels.insert(key, label);
     }
 
+    /// The limiter's clock now (µs since the epoch): the instant a plan's
+    /// calendar bounds are computed at.
+    pub fn now(&self) -> Micros {
+        self.clock.now()
+    }
+
     /// Forget every cached rejection (a reload may have changed the limits
     /// they came from).
     pub fn clear_deny_cache(&self) {

@@ -6,8 +6,9 @@ use super::{Ctx, Result, DAY, SECOND};
 use crate::config::model::{
     AlgoParams, ClientMatch, KeySource, LimitConfig, LockParams, Mode, OnMissingKey, Override,
 };
-use crate::config::raw::{AlgorithmKind, Ordered, RawLimit, RawLockout, RawOverride};
+use crate::config::raw::{AlgorithmKind, Ordered, RawLimit, RawLockout, RawOverride, RawWindow};
 use crate::config::units::{format_duration, Window};
+use tollgate_limit::algorithm::fixed_window;
 
 impl Ctx<'_> {
     /// `limits:` (the named limits, or policies), in file order.
@@ -34,13 +35,32 @@ impl Ctx<'_> {
     /// The limit `name` at `path` (a policy, or a route's inline limit).
     pub(super) fn limit(&mut self, path: &str, name: String, raw: RawLimit) -> Result<LimitConfig> {
         let kind = raw.algorithm;
+        let calendar = match &raw.window {
+            Some(RawWindow::Calendar(c)) if kind == AlgorithmKind::FixedWindow => {
+                Some(self.calendar(&format!("{path}.window"), c)?)
+            }
+            Some(RawWindow::Calendar(_)) => {
+                return Err(self.err(
+                    &format!("{path}.window"),
+                    format!(
+                        "calendar windows are only supported by fixed_window, not {}",
+                        kind.name()
+                    ),
+                ))
+            }
+            _ => None,
+        };
         let written = Written {
             limit: raw.limit,
-            window: raw.window,
+            window: match raw.window {
+                Some(RawWindow::Plain(w)) => Some(w),
+                _ => None,
+            },
             rate: raw.rate,
             burst: raw.burst,
             max_delay: raw.max_delay.map(|d| d.0),
             lease: raw.lease.map(|d| d.0),
+            calendar: calendar.as_ref().map(|c| c.default.window(wall_clock())),
         };
         for param in written.given() {
             if !kind.params().contains(&param) {
@@ -104,6 +124,7 @@ impl Ctx<'_> {
             lockout,
             exempt,
             overrides,
+            calendar,
         })
     }
 
@@ -120,6 +141,18 @@ impl Ctx<'_> {
         let mut overrides = Vec::with_capacity(raw.len());
         for (i, o) in raw.into_iter().enumerate() {
             let opath = format!("{path}.overrides[{i}]");
+            if let Some(RawWindow::Calendar(_)) = &o.window {
+                return Err(self.err(
+                    &format!("{opath}.window"),
+                    "an override's window is a duration; a calendar window is set on the limit itself",
+                ));
+            }
+            if o.window.is_some() && written.calendar.is_some() {
+                return Err(self.err(
+                    &format!("{opath}.window"),
+                    "an override cannot change a calendar window (it may set `limit`)",
+                ));
+            }
             if let ClientMatch::Source { source, .. } = &o.matcher {
                 self.identity_source(&format!("{opath}.match"), source)?;
             }
@@ -203,6 +236,12 @@ impl Ctx<'_> {
         }
         // Strikes are counted over the limit's own window (or rate period).
         let default_within = match (written.window, written.rate, written.lease) {
+            _ if written.calendar.is_some() => match written.calendar {
+                Some(fixed_window::Window::Calendar { start, end, .. }) => {
+                    std::time::Duration::from_micros(end - start)
+                }
+                _ => 31 * DAY,
+            },
             (Some(Window::Fixed(d)), _, _) => d,
             (Some(Window::Month), _, _) => 31 * DAY,
             (None, Some(rate), _) => rate.period,
@@ -246,4 +285,12 @@ fn capacity_param(params: &AlgoParams) -> &'static str {
         AlgoParams::TokenBucket(_) | AlgoParams::Gcra(_) | AlgoParams::LeakyBucket(_) => "burst",
         _ => "limit",
     }
+}
+
+/// Now, in microseconds since the epoch: the instant a calendar window's
+/// load-time bounds are computed at.
+fn wall_clock() -> tollgate_limit::Micros {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

@@ -11,6 +11,7 @@
 //! name upstreams and limits, the admin listener avoids the server's).
 
 mod admin;
+mod calendar;
 mod consumers;
 mod limits;
 mod matchers;

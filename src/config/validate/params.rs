@@ -13,7 +13,7 @@ use super::{leaf, Ctx, Result, SECOND};
 
 use crate::config::error::ConfigError;
 use crate::config::model::AlgoParams;
-use crate::config::raw::{AlgorithmKind, RawOverride};
+use crate::config::raw::{AlgorithmKind, RawOverride, RawWindow};
 use crate::config::units::{format_duration, Rate, Window};
 
 impl Ctx<'_> {
@@ -49,6 +49,11 @@ impl Ctx<'_> {
         };
         let fail = |e: ParamError| self.param_error(&field(param_of(&e)), kind, &e);
         let params = match kind {
+            AlgorithmKind::FixedWindow if written.calendar.is_some() => {
+                let limit = limit.ok_or_else(|| missing("limit"))?;
+                let bounds = written.calendar.ok_or_else(|| missing("window"))?;
+                AlgoParams::FixedWindow(fixed_window::Params::new(limit, bounds).map_err(fail)?)
+            }
             AlgorithmKind::FixedWindow
             | AlgorithmKind::SlidingWindow
             | AlgorithmKind::SlidingLog => {
@@ -197,6 +202,9 @@ pub(super) struct Written {
     pub(super) burst: Option<u64>,
     pub(super) max_delay: Option<Duration>,
     pub(super) lease: Option<Duration>,
+    /// A calendar window's bounds at load time (the plan computes each
+    /// request's); `window` is then `None`.
+    pub(super) calendar: Option<fixed_window::Window>,
 }
 
 impl Written {
@@ -204,7 +212,7 @@ impl Written {
     pub(super) fn given(&self) -> Vec<&'static str> {
         [
             ("limit", self.limit.is_some()),
-            ("window", self.window.is_some()),
+            ("window", self.window.is_some() || self.calendar.is_some()),
             ("rate", self.rate.is_some()),
             ("burst", self.burst.is_some()),
             ("max_delay", self.max_delay.is_some()),
@@ -217,11 +225,15 @@ impl Written {
 }
 
 impl RawOverride {
-    /// The parameters this override sets.
+    /// The parameters this override sets (its window, if any, is a plain
+    /// one: `overrides` refuses calendar windows first).
     pub(super) fn limit_params(&self) -> Written {
         Written {
             limit: self.limit,
-            window: self.window,
+            window: match &self.window {
+                Some(RawWindow::Plain(w)) => Some(*w),
+                _ => None,
+            },
             rate: self.rate,
             burst: self.burst,
             ..Written::default()
