@@ -1,0 +1,328 @@
+//! Quotas for tenants (docs/configuration/quotas.md), through the real
+//! binary: calendar windows (periods in a time zone, anchors, the gap and
+//! the fold) replayed by `tollgate simulate` on its virtual clock with the
+//! issue's exact boundaries, and live on the memory store and Redis (the
+//! period's `w` and `t`, the key's TTL a day past the period's end, zones
+//! from consumers' attributes).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use common::client;
+use common::redis::RedisServer;
+use common::{config, config_with_store, Gateway};
+
+const DAY: u64 = 86_400;
+
+/// A scratch directory for one test.
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("quotas-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `simulate --json` of `window` (a calendar window, limit 1 unless
+/// `limit` says) over requests at `times` (RFC 3339), from one client:
+/// whether each was allowed, in order.
+fn replay(name: &str, limit: u64, window: &str, times: &[&str]) -> Vec<bool> {
+    let d = dir(name);
+    let cfg = d.join("gateway.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "limits:\n  q: {{ algorithm: fixed_window, limit: {limit}, window: {window} }}\nroutes:\n  - {{ name: api, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [q] }}\n"
+        ),
+    )
+    .unwrap();
+    // One request per line, and one run per prefix: the last request's
+    // verdict is the difference of two runs' counts.
+    let mut allowed = Vec::new();
+    let mut before = 0;
+    for n in 1..=times.len() {
+        let log = d.join("requests.log");
+        let text: String = times[..n]
+            .iter()
+            .map(|t| format!("{{\"ts\":\"{t}\",\"client\":\"192.0.2.1\",\"method\":\"GET\",\"path\":\"/\"}}\n"))
+            .collect();
+        std::fs::write(&log, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "simulate",
+                "-c",
+                cfg.to_str().unwrap(),
+                log.to_str().unwrap(),
+                "--json",
+            ])
+            .env_remove("TOLLGATE_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let limit = &doc["limits"][0];
+        assert_eq!(limit["name"], "q");
+        let now = limit["allowed"].as_u64().unwrap();
+        allowed.push(now > before);
+        before = now;
+    }
+    allowed
+}
+
+#[test]
+fn new_york_months_end_at_local_midnight() {
+    let got = replay(
+        "new-york",
+        2,
+        "{ calendar: month, tz: America/New_York }",
+        &[
+            "2026-03-31T23:59:58-04:00",
+            "2026-03-31T23:59:59-04:00",
+            // Still March in New York (April 1st, 03:59:59 UTC): over.
+            "2026-03-31T23:59:59-04:00",
+            // April starts at local midnight.
+            "2026-04-01T00:00:00-04:00",
+        ],
+    );
+    assert_eq!(got, [true, true, false, true]);
+}
+
+#[test]
+fn anchor_day_31_ends_periods_on_the_months_last_day() {
+    let got = replay(
+        "anchor-31",
+        1,
+        "{ calendar: month, anchor_day: 31 }",
+        &[
+            "2027-02-27T23:59:59Z", // the period from Jan 31
+            "2027-02-28T00:00:00Z", // Feb 28: a new one
+            "2027-03-30T23:59:59Z", // still the Feb 28 period
+            "2027-03-31T00:00:00Z", // Mar 31
+            "2027-04-29T23:59:59Z",
+            "2027-04-30T00:00:00Z", // Apr 30
+        ],
+    );
+    assert_eq!(got, [true, true, false, true, false, true]);
+}
+
+#[test]
+fn berlin_days_follow_the_clock_changes() {
+    // anchor_time 02:30 does not exist on 2026-03-29 (02:00 -> 03:00):
+    // that day's period starts at 03:00 CEST, 01:00 UTC.
+    let got = replay(
+        "berlin-gap",
+        1,
+        "{ calendar: day, tz: Europe/Berlin, anchor_time: \"02:30\" }",
+        &[
+            "2026-03-28T01:30:00Z", // 02:30 CET: the Mar 28 period
+            "2026-03-29T00:59:59Z", // 01:59:59 CET: still it
+            "2026-03-29T01:00:00Z", // 03:00 CEST: the Mar 29 period
+            "2026-03-29T01:00:01Z",
+        ],
+    );
+    assert_eq!(got, [true, false, true, false]);
+    // 2026-10-25 has 25 hours: midnight to midnight is 90,000 s, so
+    // 24 h after its start is still the same period.
+    let got = replay(
+        "berlin-fold",
+        1,
+        "{ calendar: day, tz: Europe/Berlin }",
+        &[
+            "2026-10-24T22:00:00Z", // 00:00 CEST, Oct 25
+            "2026-10-25T22:00:00Z", // 23:00 CET: 24 h later, same day
+            "2026-10-25T22:59:59Z",
+            "2026-10-25T23:00:00Z", // 00:00 CET, Oct 26
+        ],
+    );
+    assert_eq!(got, [true, false, false, true]);
+}
+
+#[test]
+fn tokyo_weeks_start_on_monday() {
+    let got = replay(
+        "tokyo-week",
+        1,
+        "{ calendar: week, tz: Asia/Tokyo, week_start: monday }",
+        &[
+            "2026-11-23T00:00:00+09:00", // Monday
+            "2026-11-29T23:59:59+09:00", // Sunday night: the same week
+            "2026-11-30T00:00:00+09:00", // Monday: the next
+        ],
+    );
+    assert_eq!(got, [true, false, true]);
+}
+
+#[test]
+fn a_year_anchored_on_february_29() {
+    let got = replay(
+        "feb-29",
+        1,
+        "{ calendar: year, anchor_month: 2, anchor_day: 29 }",
+        &[
+            "2027-02-27T23:59:59Z", // the period from 2026-02-28
+            "2027-02-28T00:00:00Z", // no Feb 29 in 2027: Feb 28
+            "2028-02-28T23:59:59Z", // still it
+            "2028-02-29T00:00:00Z", // a leap year: Feb 29
+        ],
+    );
+    assert_eq!(got, [true, true, false, true]);
+}
+
+/// Seconds since the epoch, now.
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Seconds from `now` to the next midnight at UTC offset `offset` (hours).
+fn to_midnight(now: u64, offset: i64) -> u64 {
+    let local = (now as i64 + offset * 3600).rem_euclid(DAY as i64) as u64;
+    DAY - local
+}
+
+/// The `(w, t)` of limit `name` in a response's `RateLimit-Policy` and
+/// `RateLimit`.
+fn w_and_t(r: &client::Resp, name: &str) -> (u64, u64) {
+    let param = |field: &str, key: &str| -> u64 {
+        let value = r.header(field).unwrap_or_else(|| panic!("no {field}"));
+        let item = value
+            .split(", ")
+            .find(|i| i.starts_with(&format!("\"{name}\"")))
+            .unwrap_or_else(|| panic!("no {name} in {value}"));
+        item.split(';')
+            .find_map(|p| p.strip_prefix(&format!("{key}=")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (param("ratelimit-policy", "w"), param("ratelimit", "t"))
+}
+
+const DAILY: &str = r#"
+limits:
+  daily: { algorithm: fixed_window, limit: 3, window: { calendar: day }, key: "header:x-user" }
+routes:
+  - name: api
+    match: { path: / }
+    respond: { status: 200 }
+    limits: [daily]
+"#;
+
+/// Three requests a UTC day: `w` is the day, `t` the time to midnight,
+/// and the fourth waits for midnight.
+async fn a_utc_day(gw: &Gateway) {
+    let before = unix_now();
+    for n in 1..=3 {
+        let r = client::get_with(gw.addr(), "/", &[("x-user", "ann")]).await;
+        assert_eq!(r.status, 200, "request {n}");
+        let (w, t) = w_and_t(&r, "daily");
+        assert_eq!(w, DAY);
+        let after = unix_now();
+        assert!(
+            (to_midnight(after, 0)..=to_midnight(before, 0)).contains(&t)
+                || to_midnight(before, 0) < to_midnight(after, 0),
+            "t {t}"
+        );
+    }
+    let r = client::get_with(gw.addr(), "/", &[("x-user", "ann")]).await;
+    assert_eq!(r.status, 429);
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    let left = to_midnight(unix_now(), 0);
+    assert!(
+        retry.abs_diff(left) <= 2,
+        "Retry-After {retry}, midnight in {left}"
+    );
+}
+
+#[tokio::test]
+async fn a_calendar_day_on_the_memory_store() {
+    let gw = Gateway::start(&config(DAILY)).await;
+    a_utc_day(&gw).await;
+}
+
+#[tokio::test]
+async fn a_calendar_day_on_redis_keeps_its_key_a_day_past_the_period() {
+    let redis = RedisServer::start();
+    let store = format!(
+        "{{ backend: redis, url: \"{}\", prefix: cal }}",
+        redis.url()
+    );
+    let gw = Gateway::start(&config_with_store(&store, DAILY)).await;
+    a_utc_day(&gw).await;
+    let keys: Vec<String> = redis
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.ends_with(":s"))
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let pttl = redis.pttl(&keys[0]).await as u64 / 1000;
+    let expect = to_midnight(unix_now(), 0) + DAY;
+    assert!(
+        pttl.abs_diff(expect) <= 3,
+        "PTTL {pttl} s, expected {expect}"
+    );
+}
+
+fn digest(key: &str) -> String {
+    format!("sha256:{}", hex(&Sha256::digest(key.as_bytes())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn each_tenant_counts_days_in_its_own_zone() {
+    let text = format!(
+        r#"
+consumers:
+  api_keys: {{ header: x-api-key }}
+  list:
+    - {{ name: tokyo, keys: ["{}"], attributes: {{ tz: Etc/GMT-9 }} }}
+    - {{ name: lima, keys: ["{}"], attributes: {{ tz: Etc/GMT+5 }} }}
+    - {{ name: nowhere, keys: ["{}"], attributes: {{ tz: Mars/Olympus }} }}
+limits:
+  daily:
+    algorithm: fixed_window
+    limit: 5
+    window: {{ calendar: day, tz: "attr:tz" }}
+    key: consumer
+routes:
+  - name: api
+    match: {{ path: / }}
+    respond: {{ status: 200 }}
+    auth: {{ require: api_key }}
+    limits: [daily]
+"#,
+        digest("tokyo-key"),
+        digest("lima-key"),
+        digest("nowhere-key")
+    );
+    let gw = Gateway::start(&config(&text)).await;
+    // Etc/GMT-9 is UTC+9 and Etc/GMT+5 UTC-5 (POSIX signs); an unknown
+    // zone counts in UTC.
+    for (key, offset) in [("tokyo-key", 9), ("lima-key", -5), ("nowhere-key", 0)] {
+        let before = unix_now();
+        let r = client::get_with(gw.addr(), "/", &[("x-api-key", key)]).await;
+        assert_eq!(r.status, 200, "{key}");
+        let (w, t) = w_and_t(&r, "daily");
+        assert_eq!(w, DAY, "{key}");
+        let expect = to_midnight(before, offset);
+        assert!(
+            t.abs_diff(expect) <= 2 || t.abs_diff(expect) >= DAY - 2,
+            "{key}: t {t}, expected {expect}"
+        );
+    }
+}
