@@ -338,7 +338,7 @@ pub(crate) struct RawOverride {
     pub limit: Option<u64>,
     pub rate: Option<Rate>,
     pub burst: Option<u64>,
-    pub window: Option<RawWindow>,
+    pub window: Option<Window>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -141,12 +141,6 @@ impl Ctx<'_> {
         let mut overrides = Vec::with_capacity(raw.len());
         for (i, o) in raw.into_iter().enumerate() {
             let opath = format!("{path}.overrides[{i}]");
-            if let Some(RawWindow::Calendar(_)) = &o.window {
-                return Err(self.err(
-                    &format!("{opath}.window"),
-                    "an override's window is a duration; a calendar window is set on the limit itself",
-                ));
-            }
             if o.window.is_some() && written.calendar.is_some() {
                 return Err(self.err(
                     &format!("{opath}.window"),

@@ -13,7 +13,7 @@ use super::{leaf, Ctx, Result, SECOND};
 
 use crate::config::error::ConfigError;
 use crate::config::model::AlgoParams;
-use crate::config::raw::{AlgorithmKind, RawOverride, RawWindow};
+use crate::config::raw::{AlgorithmKind, RawOverride};
 use crate::config::units::{format_duration, Rate, Window};
 
 impl Ctx<'_> {
@@ -225,15 +225,11 @@ impl Written {
 }
 
 impl RawOverride {
-    /// The parameters this override sets (its window, if any, is a plain
-    /// one: `overrides` refuses calendar windows first).
+    /// The parameters this override sets.
     pub(super) fn limit_params(&self) -> Written {
         Written {
             limit: self.limit,
-            window: match &self.window {
-                Some(RawWindow::Plain(w)) => Some(*w),
-                _ => None,
-            },
+            window: self.window,
             rate: self.rate,
             burst: self.burst,
             ..Written::default()
