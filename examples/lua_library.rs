@@ -36,6 +36,10 @@ fn main() {
     let mut shared = vec![file("common", lua::COMMON)];
     shared.extend(lua::ALGORITHMS.iter().map(|(n, src)| file(n, src)));
     shared.push(file("lockout", lua::LOCKOUT));
+    // An older checkout's lua/ may have no quota.lua: it had no quotas.
+    if dir.as_ref().is_none_or(|d| d.join("quota.lua").exists()) {
+        shared.push(file("quota", lua::QUOTA));
+    }
     let mut entries: Vec<(String, String)> = lua::ENTRIES
         .iter()
         .map(|(n, src)| (n.to_string(), file(n, src)))

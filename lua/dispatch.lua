@@ -8,7 +8,9 @@ call was in flight together, and they are decided one after another, in
 order, exactly as separate calls at one `now` would decide them.
 
 KEYS: for each request, for each of its checks: the check's state key
-      "<prefix>:{<32 hex>}:s", then, if the check has a lockout, its lockout
+      "<prefix>:{<32 hex>}:s", then, if the check reads its key's own
+      values (flag 4), its quota key "<prefix>:{<32 hex>}:q" (quota.lua),
+      then, if the check has a lockout, its lockout
       key "<prefix>:{<32 hex>}:l" (one hash tag per (limit, client)); last,
       if any check has a lockout, the lockout index "<prefix>:lockouts" (a
       sorted set: member = the 32 hex, score = the lock's end). On Redis
@@ -20,7 +22,9 @@ ARGV: now (µs since the epoch; '' = Redis TIME), r (the number of requests),
         algo        fixed_window | sliding_window | sliding_log | token_bucket |
                     gcra | leaky_bucket | concurrency
         flags       0, or the sum of 1 (mode: shadow: never rejects, never
-                    locks) and 2 (a lockout follows)
+                    locks), 2 (a lockout follows) and 4 (a quota key
+                    follows the state key: decide under the key's own
+                    values, read in this call)
         cost        units this request takes
         params...   the algorithm's params (see its file)
         lockout     with flag 2: after, within, duration, escalate,
@@ -63,7 +67,7 @@ local ALLOWED, REJECTED, LOCKED_OUT, SHADOW_REJECTED, NOT_CONSUMED = 0, 1, 2, 3,
 local SMALL = {}
 for j = 1, 64 do SMALL[tostring(j)] = j end
 
--- spec string -> {algo, shadow, locks, cost, taken, p1 .. p4, after ..
+-- spec string -> {algo, name, shadow, locks, quota, cost, taken, p1 .. p4, after ..
 -- forget_after}; SPEC_COUNT entries.
 local SPECS, SPEC_COUNT = {}, 0
 
@@ -76,12 +80,12 @@ local function spec(s)
   for w in string.gmatch(s, '[^ ]+') do words[#words + 1] = w end
   local algo = ALGO[words[1] or '']
   if algo == nil then fail('dispatch: unknown algorithm ' .. (words[1] or '')) end
-  local flags = words[2]
-  if flags ~= '0' and flags ~= '1' and flags ~= '2' and flags ~= '3' then
-    fail('dispatch: flags must be 0 to 3, got ' .. tostring(flags))
+  local flags = tonumber(match(words[2] or '', '^[0-7]$') or '')
+  if flags == nil then
+    fail('dispatch: flags must be 0 to 7, got ' .. tostring(words[2]))
   end
-  sp = {algo = algo, shadow = flags == '1' or flags == '3', locks = flags >= '2',
-    cost = int(words[3], 'cost'), taken = 1}
+  sp = {algo = algo, name = words[1], shadow = flags % 2 == 1,
+    locks = flags % 4 >= 2, quota = flags >= 4, cost = int(words[3], 'cost'), taken = 1}
   -- Units the request would take: one slot for concurrency, else its cost
   -- (at least 1, as the algorithms count it).
   if not algo.lease then sp.taken = max(sp.cost, 1) end
@@ -106,6 +110,8 @@ end
 -- the place of its state key (see VALS below), the loaded state, the state
 -- to store and its TTL, and the place of its lockout key.
 local D_SPEC, D_AT, D_ST, D_NEW, D_TTL, D_LAT = {}, {}, {}, {}, {}, {}
+-- The params each check was decided under (its spec's, or its key's own).
+local D_P1, D_P2, D_P3, D_P4 = {}, {}, {}, {}
 
 -- The call's string states: VALS (MGET's reply) holds each key's state as
 -- of the request being decided (false: none), at the key's first place in
@@ -138,6 +144,13 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
   if key == nil then fail('dispatch: the KEYS end before check ' .. c) end
   local at = batch and FIRST[key] or k
   k = k + 1
+  local p1, p2, p3, p4 = sp.p1, sp.p2, sp.p3, sp.p4
+  if sp.quota then
+    if KEYS[k] == nil then fail('dispatch: the KEYS end before the quota key of check ' .. c) end
+    p1, p2, p3, p4 = quota_params(sp, vals[batch and FIRST[KEYS[k]] or k])
+    k = k + 1
+  end
+  D_P1[c], D_P2[c], D_P3[c], D_P4[c] = p1, p2, p3, p4
   local lu = 0
   if sp.locks then
     if KEYS[k] == nil then fail('dispatch: the KEYS end before the lockout key of check ' .. c) end
@@ -153,7 +166,7 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
   local st
   if algo.zset then st = algo.load(key) else st = vals[at] end
   local ok, delay, limit, window, remaining, reset, retry, ttl, new =
-    algo.check(st, now, sp.cost, sp.p1, sp.p2, sp.p3, sp.p4, lease)
+    algo.check(st, now, sp.cost, p1, p2, p3, p4, lease)
   local status = ALLOWED
   if lu > now then
     local left = lu - now
@@ -216,8 +229,7 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
       if new ~= nil then
         local algo, at, ttl = D_SPEC[c].algo, D_AT[c], D_TTL[c]
         if algo.zset then
-          local sp = D_SPEC[c]
-          algo.store(KEYS[at], D_ST[c], new, ttl, now, sp.p1, sp.p2, sp.p3, sp.p4)
+          algo.store(KEYS[at], D_ST[c], new, ttl, now, D_P1[c], D_P2[c], D_P3[c], D_P4[c])
         else
           vals[at], DIRTY[at] = ttl > 0 and new, ttl
         end
@@ -281,7 +293,7 @@ local function dispatch(KEYS, ARGV)
   end
   local want = k - 1 + (locks and 1 or 0)
   if want ~= nkeys and not (locks and nkeys == k - 1) then
-    fail('dispatch: the checks need ' .. want .. ' KEYS (a state key each, a lockout key '
+    fail('dispatch: the checks need ' .. want .. ' KEYS (a state key each, a quota key and a lockout key '
       .. 'each with a lockout, then the index if any), got ' .. nkeys)
   end
 

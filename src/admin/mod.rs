@@ -242,6 +242,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
         lockout: policy.lockout,
         shadow: policy.shadow,
         lease: 0,
+        quota: false,
     };
     match rt.limiter.inspect(&check).await {
         Ok((algo, lock)) => {

@@ -26,6 +26,7 @@ mod consumers;
 mod error;
 mod expand;
 mod model;
+mod per_key;
 mod positions;
 mod raw;
 mod shadow;
@@ -43,6 +44,7 @@ pub use calendar::*;
 pub use consumers::*;
 pub use error::{ConfigError, Location};
 pub use model::*;
+pub use per_key::*;
 pub use shadow::warnings_for_shadowed_routes;
 pub use template::Template;
 

@@ -255,6 +255,9 @@ pub struct LimitConfig {
     /// A calendar window (`fixed_window` only): the periods its `params`
     /// count in, computed per request (docs/configuration/quotas.md).
     pub calendar: Option<super::CalendarWindow>,
+    /// The values keys may have of their own (`limit: { default, from }`),
+    /// if any (docs/configuration/quotas.md).
+    pub per_key: Option<super::PerKeyLimits>,
 }
 
 /// Where one component of a client key comes from.

@@ -298,10 +298,10 @@ pub(crate) enum AlgorithmKind {
 pub(crate) struct RawLimit {
     pub name: Option<String>,
     pub algorithm: AlgorithmKind,
-    pub limit: Option<u64>,
+    pub limit: Option<PerKey<u64>>,
     pub window: Option<RawWindow>,
-    pub rate: Option<Rate>,
-    pub burst: Option<u64>,
+    pub rate: Option<PerKey<Rate>>,
+    pub burst: Option<PerKey<u64>>,
     pub max_delay: Option<Dur>,
     pub lease: Option<Dur>,
     pub key: Option<OneOrMany<KeySource>>,
@@ -412,6 +412,72 @@ pub(crate) struct RawLimitResponse {
     pub content_type: Option<String>,
     pub locked_body: Option<String>,
     pub format: Option<ResponseFormat>,
+}
+
+/// `limit`, `rate` or `burst` as written: a value, or `{default, from}`
+/// (each key's own value from the store or the consumer's attribute).
+#[derive(Debug, Clone)]
+pub(crate) enum PerKey<T> {
+    Value(T),
+    From(RawFrom<T>),
+}
+
+/// `{ default: VALUE, from: store | attr:NAME }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields default, from")]
+pub(crate) struct RawFrom<T> {
+    pub default: T,
+    pub from: String,
+}
+
+impl<T> PerKey<T> {
+    /// Where a per-key value comes from, as written; `None` for a value.
+    pub(super) fn from(&self) -> Option<&str> {
+        match self {
+            PerKey::Value(_) => None,
+            PerKey::From(f) => Some(&f.from),
+        }
+    }
+
+    /// The value, or the default of a per-key one.
+    pub(super) fn value(&self) -> &T {
+        match self {
+            PerKey::Value(v) => v,
+            PerKey::From(f) => &f.default,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for PerKey<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::IntoDeserializer;
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = PerKey<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a value, or {default: VALUE, from: store | attr:NAME}")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PerKey<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerKey::Value)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PerKey<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerKey::Value)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<PerKey<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerKey::Value)
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<PerKey<T>, E> {
+                T::deserialize(v.into_deserializer()).map(PerKey::Value)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PerKey<T>, E> {
+                T::deserialize(de::value::StrDeserializer::<E>::new(v)).map(PerKey::Value)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PerKey<T>, A::Error> {
+                RawFrom::deserialize(MapAccessDeserializer::new(map)).map(PerKey::From)
+            }
+        }
+        deserializer.deserialize_any(V(PhantomData))
+    }
 }
 
 /// `window:` as written: a duration or `month`, or a calendar period.

@@ -112,6 +112,14 @@ pub struct Rate {
     pub period: Duration,
 }
 
+impl Rate {
+    /// The limiter's rate: `count` per `period` in microseconds.
+    pub fn to_limit(&self) -> Result<tollgate_limit::algorithm::Rate, tollgate_limit::algorithm::ParamError> {
+        let period = u64::try_from(self.period.as_micros()).unwrap_or(u64::MAX);
+        tollgate_limit::algorithm::Rate::new(self.count, period)
+    }
+}
+
 impl FromStr for Rate {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {

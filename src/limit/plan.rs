@@ -95,6 +95,7 @@ pub fn plan<'p>(
             lockout: if policy.shadow { None } else { policy.lockout },
             shadow: policy.shadow,
             lease: if policy.is_concurrency() { lease() } else { 0 },
+            quota: policy.per_key_in_store(),
         });
         plan.applied.push(index);
     }

@@ -11,11 +11,14 @@
 use std::sync::Arc;
 
 use tollgate_limit::algorithm::fixed_window;
+use tollgate_limit::quota::Quota;
 use tollgate_limit::{AlgoParams, LockParams, Micros, StoreKey};
 
 use super::calendar::Periods;
 
-use crate::config::{ClientMatch, KeySource, LimitConfig, Mode, OnMissingKey};
+use crate::config::{
+    ClientMatch, KeySource, LimitConfig, Mode, OnMissingKey, PerKeyLimits, ValueSource,
+};
 use crate::limit::key::{self, client_matches, Consumer, KeyOutcome, KeyPrefix, RequestView};
 
 /// One compiled limit.
@@ -46,6 +49,8 @@ pub struct Policy {
     /// A calendar window's periods: the plan writes each request's bounds
     /// into its parameters.
     pub periods: Option<Periods>,
+    /// The values keys may have of their own, and where from.
+    pub per_key: Option<PerKeyLimits>,
 }
 
 impl Policy {
@@ -84,7 +89,14 @@ impl Policy {
             exempt: cfg.exempt.clone(),
             overrides,
             periods: cfg.calendar.as_ref().map(Periods::new),
+            per_key: cfg.per_key.clone(),
         }
+    }
+
+    /// Whether keys' own values live in the store (the check reads them in
+    /// its decision's call).
+    pub fn per_key_in_store(&self) -> bool {
+        self.per_key.as_ref().is_some_and(PerKeyLimits::in_store)
     }
 
     /// The parameters for a request at `now` (its override's, or the
@@ -96,7 +108,14 @@ impl Policy {
             .iter()
             .find(|(m, _)| client_matches(m, view))
             .map_or(&self.params, |(_, p)| p);
-        self.in_period(params, now, view.identity)
+        let params = self.in_period(params, now, view.identity);
+        match (&self.per_key, view.identity) {
+            (Some(per_key), Some(consumer)) if !per_key.in_store() => {
+                let quota = attr_quota(per_key, consumer);
+                params.under(quota.as_ref())
+            }
+            _ => params,
+        }
     }
 
     /// The limit's own parameters at `now`, a calendar window's bounds
@@ -145,4 +164,23 @@ impl Policy {
     pub fn display_key(&self, view: &RequestView<'_>) -> Option<String> {
         key::display_key(&self.sources, self.on_missing, view)
     }
+}
+
+/// A consumer's own values from its attributes: each per-key value whose
+/// attribute it has and that reads as one (a count, or a rate like
+/// `100/s`); `None` when it has none (the defaults apply). Values that do
+/// not fit the limit are dropped by [`AlgoParams::under`].
+fn attr_quota(per_key: &PerKeyLimits, consumer: &dyn Consumer) -> Option<Quota> {
+    let attr = |source: &Option<ValueSource>| match source {
+        Some(ValueSource::Attr(name)) => consumer.attr(name).map(str::trim),
+        _ => None,
+    };
+    let quota = Quota {
+        limit: attr(&per_key.limit).and_then(|v| v.parse().ok()),
+        rate: attr(&per_key.rate)
+            .and_then(|v| v.parse::<crate::config::Rate>().ok())
+            .and_then(|r| r.to_limit().ok()),
+        burst: attr(&per_key.burst).and_then(|v| v.parse().ok()),
+    };
+    (quota != Quota::default()).then_some(quota)
 }

@@ -72,6 +72,7 @@ fn decisions(c: &mut Criterion) {
                     lockout: None,
                     shadow: false,
                     lease: if name == "concurrency" { now } else { 0 },
+                    quota: false,
                 };
                 let outcome = store.decide(std::slice::from_ref(&check), now);
                 if name == "concurrency" {

@@ -26,6 +26,7 @@
 //! - [`verdict`]: what a request's outcomes mean for it.
 //! - [`kind`]: what a decision is called ([`DecisionKind`]).
 //! - [`key`]: store keys from a limit's namespace and a client's values.
+//! - [`quota`]: a key's own `limit`, `rate` or `burst`, kept by the store.
 //! - [`headers`]: the rate-limit header values of a decision.
 //! - [`clock`]: whose time the limiter reads ([`ManualClock`] in tests).
 //!
@@ -120,6 +121,7 @@ pub mod headers;
 pub mod key;
 pub mod kind;
 pub mod limiter;
+pub mod quota;
 pub(crate) mod release;
 pub mod store;
 #[cfg(test)]
@@ -156,6 +158,9 @@ pub struct Check {
     pub shadow: bool,
     /// The request's lease id, for `concurrency` (0 for the others).
     pub lease: u64,
+    /// The store may hold this key's own values ([`quota::Quota`]), read in
+    /// the same atomic step as the decision; `params` are the default.
+    pub quota: bool,
 }
 
 impl Check {
@@ -174,7 +179,15 @@ impl Check {
             lockout: None,
             shadow: false,
             lease,
+            quota: false,
         }
+    }
+
+    /// The same check, deciding under the key's own values when the store
+    /// holds some ([`Check::quota`]).
+    pub fn per_key(mut self) -> Check {
+        self.quota = true;
+        self
     }
 
     /// The same check taking `cost` units (at least 1).

@@ -83,6 +83,7 @@ fn check(key_n: u8, params: AlgoParams, cost: u64) -> Check {
         lockout: None,
         shadow: false,
         lease: 0,
+        quota: false,
     }
 }
 

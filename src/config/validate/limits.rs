@@ -6,7 +6,10 @@ use super::{Ctx, Result, DAY, SECOND};
 use crate::config::model::{
     AlgoParams, ClientMatch, KeySource, LimitConfig, LockParams, Mode, OnMissingKey, Override,
 };
-use crate::config::raw::{AlgorithmKind, Ordered, RawLimit, RawLockout, RawOverride, RawWindow};
+use crate::config::per_key::{PerKeyLimits, ValueSource};
+use crate::config::raw::{
+    AlgorithmKind, Ordered, PerKey, RawLimit, RawLockout, RawOverride, RawWindow,
+};
 use crate::config::units::{format_duration, Window};
 use tollgate_limit::algorithm::fixed_window;
 
@@ -50,14 +53,15 @@ impl Ctx<'_> {
             }
             _ => None,
         };
+        let per_key = self.per_key(path, &raw)?;
         let written = Written {
-            limit: raw.limit,
+            limit: raw.limit.as_ref().map(|l| *l.value()),
             window: match raw.window {
                 Some(RawWindow::Plain(w)) => Some(w),
                 _ => None,
             },
-            rate: raw.rate,
-            burst: raw.burst,
+            rate: raw.rate.as_ref().map(|r| *r.value()),
+            burst: raw.burst.as_ref().map(|b| *b.value()),
             max_delay: raw.max_delay.map(|d| d.0),
             lease: raw.lease.map(|d| d.0),
             calendar: calendar.as_ref().map(|c| c.default.window(wall_clock())),
@@ -125,7 +129,59 @@ impl Ctx<'_> {
             exempt,
             overrides,
             calendar,
+            per_key,
         })
+    }
+
+    /// The values of the limit at `path` that keys may have of their own
+    /// (`{default, from}`), all from one place.
+    fn per_key(&self, path: &str, raw: &RawLimit) -> Result<Option<PerKeyLimits>> {
+        let mut out = PerKeyLimits::default();
+        let fields = [
+            ("limit", raw.limit.as_ref().and_then(PerKey::from)),
+            ("rate", raw.rate.as_ref().and_then(PerKey::from)),
+            ("burst", raw.burst.as_ref().and_then(PerKey::from)),
+        ];
+        for (name, from) in fields {
+            let Some(from) = from else { continue };
+            let field = format!("{path}.{name}.from");
+            let source = match from.strip_prefix("attr:") {
+                _ if from == "store" => ValueSource::Store,
+                Some(attr) if !attr.is_empty() => {
+                    self.identity_source(&field, &KeySource::Attr(attr.to_owned()))?;
+                    ValueSource::Attr(attr.to_owned())
+                }
+                _ => {
+                    return Err(self.err(
+                        &field,
+                        format!("from is `store` or `attr:NAME`, got \"{from}\""),
+                    ))
+                }
+            };
+            let slot = match name {
+                "limit" => &mut out.limit,
+                "rate" => &mut out.rate,
+                _ => &mut out.burst,
+            };
+            *slot = Some(source);
+        }
+        let mut first: Option<(&str, &ValueSource)> = None;
+        for (name, source) in [("limit", &out.limit), ("rate", &out.rate), ("burst", &out.burst)] {
+            let Some(source) = source else { continue };
+            match first {
+                None => first = Some((name, source)),
+                Some((other, s)) if (*s == ValueSource::Store) != (*source == ValueSource::Store) => {
+                    return Err(self.err(
+                        &format!("{path}.{name}.from"),
+                        format!("a limit's per-key values come from one place: `{other}` is from {}, this from {}",
+                            describe(s), describe(source)),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        let any = first.is_some();
+        Ok(any.then_some(out))
     }
 
     /// The overrides of the limit at `path`, each with the parameters it
@@ -287,4 +343,12 @@ fn wall_clock() -> tollgate_limit::Micros {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A value source as the operator wrote it.
+fn describe(source: &ValueSource) -> String {
+    match source {
+        ValueSource::Store => "store".into(),
+        ValueSource::Attr(a) => format!("attr:{a}"),
+    }
 }

@@ -14,6 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::algorithm::any::AlgoState;
 use crate::decide::{decide, Loaded};
+use crate::quota::Quota;
 use crate::{Check, LockState, Micros, Outcome, StoreKey};
 
 /// How many shards the map is split into (at most 64: a request's shards
@@ -41,6 +42,9 @@ type Shard = HashMap<StoreKey, Entry>;
 /// The in-memory store.
 pub struct MemoryStore {
     shards: Vec<Mutex<Shard>>,
+    /// Keys' own values ([`Quota`]), set through the admin API; they never
+    /// expire. Locked after a decision's shards, never before.
+    quotas: Mutex<HashMap<StoreKey, Quota>>,
 }
 
 impl Default for MemoryStore {
@@ -59,6 +63,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            quotas: Mutex::new(HashMap::new()),
         }
     }
 
@@ -83,6 +88,10 @@ impl MemoryStore {
             rest &= rest - 1;
         }
         let guard_of = |shard: usize| (shards & ((1u64 << shard) - 1)).count_ones() as usize;
+        // Keys' own values, read under the shards' locks: one step with
+        // the decision.
+        let per_key = self.under_quotas(checks);
+        let checks = per_key.as_deref().unwrap_or(checks);
 
         let loaded: Vec<Loaded> = checks
             .iter()
@@ -129,6 +138,42 @@ impl MemoryStore {
             }
         }
         outcomes
+    }
+
+    /// `checks` with each per-key check's parameters under its key's own
+    /// values; `None` when no check reads any.
+    fn under_quotas(&self, checks: &[Check]) -> Option<Vec<Check>> {
+        if !checks.iter().any(|c| c.quota) {
+            return None;
+        }
+        let quotas = lock_map(&self.quotas);
+        Some(
+            checks
+                .iter()
+                .map(|c| match quotas.get(&c.key).filter(|_| c.quota) {
+                    Some(q) => Check {
+                        params: c.params.under(Some(q)),
+                        ..c.clone()
+                    },
+                    None => c.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    /// The values `key` has of its own, if any.
+    pub fn quota(&self, key: &StoreKey) -> Option<Quota> {
+        lock_map(&self.quotas).get(key).copied()
+    }
+
+    /// Give `key` values of its own (replacing any), or (`None`) take them
+    /// away; whether it had some before.
+    pub fn set_quota(&self, key: &StoreKey, quota: Option<Quota>) -> bool {
+        let mut quotas = lock_map(&self.quotas);
+        match quota {
+            Some(q) => quotas.insert(*key, q).is_some(),
+            None => quotas.remove(key).is_some(),
+        }
     }
 
     /// Give back a `concurrency` lease.
@@ -216,6 +261,12 @@ impl MemoryStore {
     }
 }
 
+/// The guarded map, whether or not a holder panicked (values are
+/// replaced whole).
+fn lock_map<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +291,7 @@ mod tests {
             lockout: None,
             shadow: false,
             lease: 0,
+            quota: false,
         }
     }
 
@@ -322,6 +374,7 @@ mod tests {
             lockout: None,
             shadow: false,
             lease,
+            quota: false,
         };
         assert_eq!(store.decide(&[c(1)], 0)[0].status, Status::Allowed);
         assert_eq!(store.decide(&[c(2)], 0)[0].status, Status::Rejected);
@@ -349,6 +402,7 @@ mod tests {
             }),
             shadow: false,
             lease: 0,
+            quota: false,
         };
         assert_eq!(store.decide(&[check.clone()], 0)[0].status, Status::Allowed);
         let locked = store.decide(&[check.clone()], 0)[0];

@@ -49,6 +49,7 @@ use tokio::sync::mpsc;
 use self::breaker::{Admission, Breaker};
 use self::coalesce::{Arrival, Queue, Waiting};
 use self::connect::{Conn, Source, CONNECT_TIMEOUT};
+use crate::quota::Quota;
 use crate::store::{StoreBackend, StoreTls};
 use crate::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
 
@@ -89,7 +90,7 @@ pub fn keys(prefix: &str, key: &StoreKey) -> (String, String) {
 }
 
 /// `<prefix>:{<32 hex>}:<suffix>`.
-fn tagged(prefix: &str, key: &StoreKey, suffix: &str) -> String {
+pub(crate) fn tagged(prefix: &str, key: &StoreKey, suffix: &str) -> String {
     let mut s = Vec::with_capacity(prefix.len() + suffix.len() + 36);
     write_tagged(&mut s, prefix, key, suffix);
     String::from_utf8(s).expect("a prefix, hex and an ASCII suffix")
@@ -111,8 +112,9 @@ fn write_tagged(w: &mut impl std::io::Write, prefix: &str, key: &StoreKey, suffi
 }
 
 /// `dispatch.lua`'s `KEYS` for one request or a batch: each check's state
-/// key, then its lockout key if it has a lockout; last, the lockout index
-/// if any check has one. Written straight into the command.
+/// key, then its quota key if it reads the key's own values
+/// ([`Check::quota`]), then its lockout key if it has a lockout; last, the
+/// lockout index if any check has one. Written straight into the command.
 pub(crate) struct DispatchKeys<'a, R> {
     /// The key prefix.
     pub prefix: &'a str,
@@ -132,7 +134,7 @@ impl<R: AsRef<[Check]>> DispatchKeys<'_, R> {
     pub(crate) fn len(&self) -> usize {
         let (mut keys, mut locks) = (0, false);
         for c in self.checks() {
-            keys += 1 + usize::from(c.lockout.is_some());
+            keys += 1 + usize::from(c.quota) + usize::from(c.lockout.is_some());
             locks |= c.lockout.is_some();
         }
         keys + usize::from(locks && self.index)
@@ -147,6 +149,9 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchKeys<'_, R> {
         let mut locks = false;
         for c in self.checks() {
             write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "s");
+            if c.quota {
+                write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "q");
+            }
             if c.lockout.is_some() {
                 write_tagged(&mut out.writer_for_next_arg(), self.prefix, &c.key, "l");
                 locks = true;
@@ -667,6 +672,43 @@ impl RedisStore {
                 .arg(member)
                 .query_async::<()>(&mut conn)
                 .await
+        })
+        .await
+    }
+
+    /// The values `key` has of its own (`<prefix>:{<32 hex>}:q`), if any; a
+    /// stored text this version cannot read counts as none.
+    pub async fn quota(&self, key: &StoreKey) -> Result<Option<Quota>, StoreError> {
+        let name = tagged(&self.inner.prefix, key, "q");
+        let text: Option<String> = self
+            .bounded(|mut conn| async move {
+                redis::cmd("GET").arg(&name).query_async(&mut conn).await
+            })
+            .await?;
+        Ok(text.as_deref().and_then(Quota::decode))
+    }
+
+    /// Give `key` values of its own, kept with no expiry beside its
+    /// counters (one hash tag, so `dispatch.lua` reads them in the
+    /// decision's call), or (`None`) take them away; whether it had some.
+    pub async fn set_quota(&self, key: &StoreKey, quota: Option<Quota>) -> Result<bool, StoreError> {
+        let name = tagged(&self.inner.prefix, key, "q");
+        self.bounded(|mut conn| async move {
+            match quota {
+                Some(q) => {
+                    let old: Option<String> = redis::cmd("SET")
+                        .arg(&name)
+                        .arg(q.encode())
+                        .arg("GET")
+                        .query_async(&mut conn)
+                        .await?;
+                    Ok(old.is_some())
+                }
+                None => {
+                    let n: u64 = redis::cmd("DEL").arg(&name).query_async(&mut conn).await?;
+                    Ok(n > 0)
+                }
+            }
         })
         .await
     }

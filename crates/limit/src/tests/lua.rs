@@ -875,6 +875,7 @@ fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
         lockout: None,
         shadow: false,
         lease: 0,
+        quota: false,
     }
 }
 

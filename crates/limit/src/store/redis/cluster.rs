@@ -216,9 +216,16 @@ async fn refund(store: RedisStore, checks: Vec<Check>, at: Micros) -> Result<(),
 
 /// The refund call itself.
 async fn refund_call(store: &RedisStore, checks: &[Check], at: Micros) -> Result<(), StoreError> {
+    // Each check's state key, then its quota key if it reads one (the
+    // values it was decided under tell a bucket's units).
+    let prefix = &store.inner.prefix;
     let keys: Vec<String> = checks
         .iter()
-        .map(|c| super::keys(&store.inner.prefix, &c.key).0)
+        .flat_map(|c| {
+            let state = super::keys(prefix, &c.key).0;
+            let quota = c.quota.then(|| super::tagged(prefix, &c.key, "q"));
+            std::iter::once(state).chain(quota)
+        })
         .collect();
     let checks: Vec<&Check> = checks.iter().collect();
     let args = wire::RefundArgs {

@@ -162,6 +162,7 @@ mod tests {
                 lockout: None,
                 shadow: false,
                 lease: 0,
+                quota: false,
             })
             .collect()
     }

@@ -27,6 +27,8 @@ pub const ALGORITHMS: [(&str, &str); 7] = [
 ];
 /// Lockout penalties.
 pub const LOCKOUT: &str = lua_file!("lockout");
+/// A key's own values turned into an algorithm's params.
+pub const QUOTA: &str = lua_file!("quota");
 /// Entry: decide a request's checks.
 pub const DISPATCH: &str = lua_file!("dispatch");
 /// Entry: release a concurrency lease.
@@ -100,11 +102,12 @@ impl Library {
         let mut shared = vec![COMMON];
         shared.extend(ALGORITHMS.iter().map(|(_, src)| *src));
         shared.push(LOCKOUT);
+        shared.push(QUOTA);
         Library::from_parts(&shared, entries)
     }
 
     /// A library of `shared` (the sources before the entries: common,
-    /// the algorithms, the lockout, in order) and `entries`: what
+    /// the algorithms, the lockout, the quota, in order) and `entries`: what
     /// [`Library::with_entries`] builds from the embedded files, or
     /// `benches/e2e/lua_cost` from another checkout's `lua/`.
     pub fn from_parts(shared: &[&str], entries: &[(&str, &str)]) -> Library {

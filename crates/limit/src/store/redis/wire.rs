@@ -96,12 +96,9 @@ pub(crate) fn wire_name(p: &AlgoParams) -> &'static str {
 fn write_spec(c: &Check, w: &mut impl std::io::Write) -> std::io::Result<()> {
     let mut n = itoa::Buffer::new();
     w.write_all(wire_name(&c.params).as_bytes())?;
-    w.write_all(match (c.shadow, c.lockout.is_some()) {
-        (false, false) => b" 0 ",
-        (true, false) => b" 1 ",
-        (false, true) => b" 2 ",
-        (true, true) => b" 3 ",
-    })?;
+    // Flags: 1 shadow, 2 a lockout follows, 4 a quota key follows.
+    let flags = u8::from(c.shadow) | u8::from(c.lockout.is_some()) << 1 | u8::from(c.quota) << 2;
+    w.write_all(&[b' ', b'0' + flags, b' '])?;
     w.write_all(n.format(c.cost).as_bytes())?;
     for v in algo_params(&c.params) {
         w.write_all(b" ")?;
@@ -454,6 +451,7 @@ mod tests {
             }),
             shadow: true,
             lease: u64::MAX,
+            quota: false,
         };
         let mut args = Vec::new();
         push_check(&mut args, &c);
