@@ -35,9 +35,13 @@ impl PerKeyLimits {
 
     /// The names of the per-key values (`limit`, `rate`, `burst`).
     pub fn names(&self) -> Vec<&'static str> {
-        [("limit", &self.limit), ("rate", &self.rate), ("burst", &self.burst)]
-            .into_iter()
-            .filter_map(|(n, s)| s.is_some().then_some(n))
-            .collect()
+        [
+            ("limit", &self.limit),
+            ("rate", &self.rate),
+            ("burst", &self.burst),
+        ]
+        .into_iter()
+        .filter_map(|(n, s)| s.is_some().then_some(n))
+        .collect()
     }
 }

@@ -114,7 +114,9 @@ pub struct Rate {
 
 impl Rate {
     /// The limiter's rate: `count` per `period` in microseconds.
-    pub fn to_limit(&self) -> Result<tollgate_limit::algorithm::Rate, tollgate_limit::algorithm::ParamError> {
+    pub fn to_limit(
+        &self,
+    ) -> Result<tollgate_limit::algorithm::Rate, tollgate_limit::algorithm::ParamError> {
         let period = u64::try_from(self.period.as_micros()).unwrap_or(u64::MAX);
         tollgate_limit::algorithm::Rate::new(self.count, period)
     }

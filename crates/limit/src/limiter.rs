@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::deny_cache::DenyCache;
+use crate::quota::Quota;
 use crate::release::{Pending, Releases};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisStore, StoreError};
@@ -508,9 +509,11 @@ impl Limiter {
             }
             // A concurrency slot can free up any moment (a response ends),
             // so its rejection is never cached; nor is a rejection that a
-            // lockout policy may turn into a strike.
+            // lockout policy may turn into a strike, nor one under a key's
+            // own values: another instance may raise them, and only the
+            // store can tell (a lockout stands whatever the limit).
             let cacheable = outcome.status == Status::LockedOut
-                || (check.lockout.is_none() && !check.is_concurrency());
+                || (check.lockout.is_none() && !check.is_concurrency() && !check.quota);
             if cacheable && outcome.retry_after > 0 {
                 let cached = Cached {
                     figure: Figure {
@@ -641,6 +644,28 @@ impl Limiter {
             redis.publish_reset(key).await?;
         }
         Ok(())
+    }
+
+    /// The values `key` has of its own ([`Quota`]), if any.
+    pub async fn quota(&self, key: &StoreKey) -> Result<Option<Quota>, StoreError> {
+        match &self.backend {
+            Backend::Memory => Ok(self.local.quota(key)),
+            Backend::Redis(redis) => redis.quota(key).await,
+        }
+    }
+
+    /// Give `key` values of its own, or (`None`) take them away, on every
+    /// instance at once: they live in the store, and checks that read them
+    /// are never answered from a deny cache. Whether it had some before.
+    pub async fn set_quota(
+        &self,
+        key: &StoreKey,
+        quota: Option<Quota>,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Memory => Ok(self.local.set_quota(key, quota)),
+            Backend::Redis(redis) => redis.set_quota(key, quota).await,
+        }
     }
 
     /// The live state of one (limit, client), for the admin API.

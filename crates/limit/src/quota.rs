@@ -114,18 +114,22 @@ impl AlgoParams {
             Ok((quota.rate.unwrap_or(rate), quota.burst.unwrap_or(burst)))
         };
         Ok(match self {
-            AlgoParams::FixedWindow(p) => {
-                AlgoParams::FixedWindow(fixed_window::Params::new(window_like(p.limit())?, p.window())?)
-            }
-            AlgoParams::SlidingWindow(p) => AlgoParams::SlidingWindow(
-                sliding_window::Params::new(window_like(p.limit())?, p.window())?,
-            ),
-            AlgoParams::SlidingLog(p) => {
-                AlgoParams::SlidingLog(sliding_log::Params::new(window_like(p.limit())?, p.window())?)
-            }
-            AlgoParams::Concurrency(p) => {
-                AlgoParams::Concurrency(concurrency::Params::new(window_like(p.limit())?, p.lease())?)
-            }
+            AlgoParams::FixedWindow(p) => AlgoParams::FixedWindow(fixed_window::Params::new(
+                window_like(p.limit())?,
+                p.window(),
+            )?),
+            AlgoParams::SlidingWindow(p) => AlgoParams::SlidingWindow(sliding_window::Params::new(
+                window_like(p.limit())?,
+                p.window(),
+            )?),
+            AlgoParams::SlidingLog(p) => AlgoParams::SlidingLog(sliding_log::Params::new(
+                window_like(p.limit())?,
+                p.window(),
+            )?),
+            AlgoParams::Concurrency(p) => AlgoParams::Concurrency(concurrency::Params::new(
+                window_like(p.limit())?,
+                p.lease(),
+            )?),
             AlgoParams::TokenBucket(p) => {
                 let (rate, burst) = bucket_like(p.rate(), p.burst())?;
                 AlgoParams::TokenBucket(token_bucket::Params::new(rate, burst, p.max_delay())?)
@@ -153,13 +157,37 @@ impl AlgoParams {
     /// The values a [`Quota`] would replace, as these parameters have them.
     pub fn quota_values(&self) -> Quota {
         match self {
-            AlgoParams::FixedWindow(p) => Quota { limit: Some(p.limit()), ..Quota::default() },
-            AlgoParams::SlidingWindow(p) => Quota { limit: Some(p.limit()), ..Quota::default() },
-            AlgoParams::SlidingLog(p) => Quota { limit: Some(p.limit()), ..Quota::default() },
-            AlgoParams::Concurrency(p) => Quota { limit: Some(p.limit()), ..Quota::default() },
-            AlgoParams::TokenBucket(p) => Quota { rate: Some(p.rate()), burst: Some(p.burst()), limit: None },
-            AlgoParams::Gcra(p) => Quota { rate: Some(p.rate()), burst: Some(p.burst()), limit: None },
-            AlgoParams::LeakyBucket(p) => Quota { rate: Some(p.rate()), burst: Some(p.burst()), limit: None },
+            AlgoParams::FixedWindow(p) => Quota {
+                limit: Some(p.limit()),
+                ..Quota::default()
+            },
+            AlgoParams::SlidingWindow(p) => Quota {
+                limit: Some(p.limit()),
+                ..Quota::default()
+            },
+            AlgoParams::SlidingLog(p) => Quota {
+                limit: Some(p.limit()),
+                ..Quota::default()
+            },
+            AlgoParams::Concurrency(p) => Quota {
+                limit: Some(p.limit()),
+                ..Quota::default()
+            },
+            AlgoParams::TokenBucket(p) => Quota {
+                rate: Some(p.rate()),
+                burst: Some(p.burst()),
+                limit: None,
+            },
+            AlgoParams::Gcra(p) => Quota {
+                rate: Some(p.rate()),
+                burst: Some(p.burst()),
+                limit: None,
+            },
+            AlgoParams::LeakyBucket(p) => Quota {
+                rate: Some(p.rate()),
+                burst: Some(p.burst()),
+                limit: None,
+            },
         }
     }
 }
@@ -178,10 +206,15 @@ mod tests {
         };
         assert_eq!(q.encode(), "r=100/1000000 b=200");
         assert_eq!(Quota::decode(&q.encode()), Some(q));
-        let l = Quota { limit: Some(5), ..Quota::default() };
+        let l = Quota {
+            limit: Some(5),
+            ..Quota::default()
+        };
         assert_eq!(l.encode(), "l=5");
         assert_eq!(Quota::decode("l=5"), Some(l));
-        for bad in ["", "l=", "l=x", "l=1 l=2", "x=1", "r=0/5", "r=5", "l=5  b=1", "l=-1"] {
+        for bad in [
+            "", "l=", "l=x", "l=1 l=2", "x=1", "r=0/5", "r=5", "l=5  b=1", "l=-1",
+        ] {
             assert_eq!(Quota::decode(bad), None, "{bad}");
         }
     }
@@ -191,28 +224,44 @@ mod tests {
         let w = AlgoParams::FixedWindow(
             fixed_window::Params::new(10, fixed_window::Window::Fixed(60 * SECOND)).unwrap(),
         );
-        let q = Quota { limit: Some(500), ..Quota::default() };
+        let q = Quota {
+            limit: Some(500),
+            ..Quota::default()
+        };
         let got = w.with_quota(&q).unwrap();
         assert_eq!(got.capacity(), Some(500));
         assert_eq!(got.policy().1, 60 * SECOND);
         assert!(matches!(
-            w.with_quota(&Quota { burst: Some(3), ..Quota::default() }),
+            w.with_quota(&Quota {
+                burst: Some(3),
+                ..Quota::default()
+            }),
             Err(QuotaError::NotAParameter { field: "burst", .. })
         ));
         assert!(matches!(
-            w.with_quota(&Quota { limit: Some(0), ..Quota::default() }),
+            w.with_quota(&Quota {
+                limit: Some(0),
+                ..Quota::default()
+            }),
             Err(QuotaError::Param(ParamError::Zero("limit")))
         ));
         let tb = AlgoParams::TokenBucket(
             token_bucket::Params::new(Rate::new(1, SECOND).unwrap(), 5, 0).unwrap(),
         );
         let got = tb
-            .with_quota(&Quota { burst: Some(50), ..Quota::default() })
+            .with_quota(&Quota {
+                burst: Some(50),
+                ..Quota::default()
+            })
             .unwrap();
         assert_eq!(got.capacity(), Some(50));
         assert_eq!(got.quota_values().rate, Some(Rate::new(1, SECOND).unwrap()));
         // A value that no longer fits: the default applies.
-        let huge = Quota { burst: Some(1_000_000_000_000), rate: Some(Rate::new(7, 86_400 * SECOND).unwrap()), limit: None };
+        let huge = Quota {
+            burst: Some(1_000_000_000_000),
+            rate: Some(Rate::new(7, 86_400 * SECOND).unwrap()),
+            limit: None,
+        };
         assert!(tb.with_quota(&huge).is_err());
         assert_eq!(tb.under(Some(&huge)), tb);
     }

@@ -166,7 +166,11 @@ impl Ctx<'_> {
             *slot = Some(source);
         }
         let mut first: Option<(&str, &ValueSource)> = None;
-        for (name, source) in [("limit", &out.limit), ("rate", &out.rate), ("burst", &out.burst)] {
+        for (name, source) in [
+            ("limit", &out.limit),
+            ("rate", &out.rate),
+            ("burst", &out.burst),
+        ] {
             let Some(source) = source else { continue };
             match first {
                 None => first = Some((name, source)),

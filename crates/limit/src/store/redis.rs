@@ -681,9 +681,9 @@ impl RedisStore {
     pub async fn quota(&self, key: &StoreKey) -> Result<Option<Quota>, StoreError> {
         let name = tagged(&self.inner.prefix, key, "q");
         let text: Option<String> = self
-            .bounded(|mut conn| async move {
-                redis::cmd("GET").arg(&name).query_async(&mut conn).await
-            })
+            .bounded(
+                |mut conn| async move { redis::cmd("GET").arg(&name).query_async(&mut conn).await },
+            )
             .await?;
         Ok(text.as_deref().and_then(Quota::decode))
     }
@@ -691,7 +691,11 @@ impl RedisStore {
     /// Give `key` values of its own, kept with no expiry beside its
     /// counters (one hash tag, so `dispatch.lua` reads them in the
     /// decision's call), or (`None`) take them away; whether it had some.
-    pub async fn set_quota(&self, key: &StoreKey, quota: Option<Quota>) -> Result<bool, StoreError> {
+    pub async fn set_quota(
+        &self,
+        key: &StoreKey,
+        quota: Option<Quota>,
+    ) -> Result<bool, StoreError> {
         let name = tagged(&self.inner.prefix, key, "q");
         self.bounded(|mut conn| async move {
             match quota {

@@ -2465,3 +2465,78 @@ async fn resets_reach_subscribers_and_survive_a_restart() {
     store.publish_reset(&key).await.unwrap();
     assert_eq!(next(&mut resets).await, Some(key));
 }
+
+/// A quota text to store: a valid one (which may not fit the limit, or
+/// name another algorithm's value), or one `Quota::decode` refuses.
+fn quota_text() -> impl Strategy<Value = String> {
+    let count = prop_oneof![4 => 1u64..20, 1 => Just(0u64), 1 => Just(10_000_000_000_000u64)];
+    let valid = (
+        proptest::option::of(count.clone()),
+        proptest::option::of((1u64..5, dur(5_000))),
+        proptest::option::of(count),
+    )
+        .prop_filter_map("at least one value", |(l, r, b)| {
+            let q = crate::quota::Quota {
+                limit: l,
+                rate: r.and_then(|(c, p)| Rate::new(c, p).ok()),
+                burst: b,
+            };
+            (q != crate::quota::Quota::default()).then(|| q.encode())
+        });
+    let broken = prop_oneof![
+        Just(String::new()),
+        Just("l=".to_owned()),
+        Just("l=5 l=6".to_owned()),
+        Just("r=5".to_owned()),
+        Just("x=1".to_owned()),
+        Just("l=-3".to_owned()),
+        Just("l=5  b=2".to_owned()),
+    ];
+    prop_oneof![4 => valid, 1 => broken]
+}
+
+/// A key's own values (`lua/quota.lua`, read by `dispatch.lua` from the
+/// key's quota key) give the decisions `AlgoParams::under` gives on the
+/// memory store holding the same text: random limits of every algorithm,
+/// random texts (fitting, ill-fitting, of another algorithm's values,
+/// malformed), random requests.
+#[test]
+fn quota_values_match_rust() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = RefCell::new(server.connection());
+    let params = proptest::strategy::Union::new(lua::ALGORITHMS.iter().map(|(n, _)| params_of(n)));
+    let strategy = (
+        params,
+        quota_text(),
+        proptest::collection::vec((0u64..3, 0u64..3_000), 1..30),
+    );
+    runner(64)
+        .run(&strategy, |(params, text, steps)| {
+            let conn = &mut *conn.borrow_mut();
+            redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+            let memory = crate::store::memory::MemoryStore::new();
+            let key = check(0, 0, params.clone(), 1).key;
+            let _: () = redis::cmd("SET")
+                .arg(store::tagged("t", &key, "q"))
+                .arg(&text)
+                .query(conn)
+                .unwrap();
+            memory.set_quota(&key, crate::quota::Quota::decode(&text));
+            let mut ttls = BTreeMap::new();
+            let mut now = T0;
+            for (step, &(cost, gap)) in steps.iter().enumerate() {
+                now += gap;
+                let c = Check {
+                    lease: step as u64 + 1,
+                    ..check(0, 0, params.clone(), cost)
+                }
+                .per_key();
+                let want = memory.decide(std::slice::from_ref(&c), now);
+                let (got, _) = dispatch_call(conn, "t", &[vec![c]], now, &mut ttls);
+                prop_assert_eq!(&got, &want, "step {} under {:?}", step, text);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
