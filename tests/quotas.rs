@@ -326,3 +326,395 @@ routes:
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// Per-key limits: PUT/GET/DELETE /quotas/{limit}/{key}
+// ---------------------------------------------------------------------------
+
+/// `method` on the admin API with a JSON `body`.
+async fn admin(gw: &Gateway, method: http::Method, path: &str, body: &str) -> client::Resp {
+    let r = client::req(method, gw.admin_addr(), path)
+        .header("content-type", "application/json")
+        .body(client::full(body.to_owned()))
+        .unwrap();
+    client::send(&client::h1(), r).await
+}
+
+/// A request of `user` on `/`.
+async fn hit(gw: &Gateway, user: &str) -> u16 {
+    client::get_with(gw.addr(), "/", &[("x-user", user)])
+        .await
+        .status
+        .as_u16()
+}
+
+/// `n` requests of `user`: how many passed.
+async fn passed(gw: &Gateway, user: &str, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        if hit(gw, user).await == 200 {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+const PER_KEY: &str = r#"
+limits:
+  monthly:
+    algorithm: fixed_window
+    limit: { default: 3, from: store }
+    window: { calendar: month }
+    key: "header:x-user"
+  bucket:
+    algorithm: token_bucket
+    rate: { default: 1/1000d, from: store }
+    burst: { default: 2, from: store }
+    key: "header:x-user"
+  fixed: { algorithm: fixed_window, limit: 100, window: 1h, key: "header:x-user" }
+routes:
+  - { name: bucket, match: { path: /bucket }, respond: { status: 200 }, limits: [bucket] }
+  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [monthly, fixed] }
+"#;
+
+#[tokio::test]
+async fn bad_values_are_400_and_change_nothing() {
+    let gw = Gateway::start(&config(PER_KEY)).await;
+    use http::Method;
+    let cases: &[(&str, &str, &str, &str)] = &[
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": -5}"#,
+            "bad_value",
+            "at least 1, got -5",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": 0}"#,
+            "bad_value",
+            "at least 1, got 0",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": 2.5}"#,
+            "bad_value",
+            "whole number",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": "lots"}"#,
+            "bad_value",
+            "must be a number",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"burst": 5}"#,
+            "bad_value",
+            "unknown field `burst`",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{}"#,
+            "bad_value",
+            "at least one of limit",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"[5]"#,
+            "bad_value",
+            "a JSON object",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": 5"#,
+            "bad_value",
+            "not JSON",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": 10000000000000}"#,
+            "bad_value",
+            "too large",
+        ),
+        (
+            "/quotas/bucket/ann",
+            r#"{"rate": "fast"}"#,
+            "bad_value",
+            "rate",
+        ),
+        (
+            "/quotas/bucket/ann",
+            r#"{"burst": 0}"#,
+            "bad_value",
+            "at least 1",
+        ),
+        (
+            "/quotas/nope/ann",
+            r#"{"limit": 5}"#,
+            "unknown_limit",
+            "no limit named \"nope\"",
+        ),
+        (
+            "/quotas/fixed/ann",
+            r#"{"limit": 5}"#,
+            "not_per_key",
+            "no per-key values",
+        ),
+    ];
+    for (path, body, error, message) in cases {
+        let r = admin(&gw, Method::PUT, path, body).await;
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        let j = r.json();
+        assert_eq!(j["error"], *error, "{path} {body}: {j}");
+        let m = j["message"].as_str().unwrap();
+        assert!(m.contains(message), "{path} {body}: {m}");
+    }
+    for path in ["/quotas/monthly/ann", "/quotas/bucket/ann"] {
+        let j = admin(&gw, Method::GET, path, "").await.json();
+        assert_eq!(j["value"], Value::Null, "{path}: nothing changed: {j}");
+    }
+    assert_eq!(passed(&gw, "ann", 4).await, 3, "the default still applies");
+    let r = admin(&gw, Method::POST, "/quotas/monthly/ann", "{}").await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, PUT, DELETE"));
+}
+
+/// Raising a key's limit unblocks it at once (a rejected request never
+/// counted); lowering keeps what it used; deleting goes back to the
+/// default. `q` shows the key's own limit.
+async fn raise_lower_delete(gw: &Gateway) {
+    use http::Method;
+    assert_eq!(passed(gw, "ann", 5).await, 3);
+    let r = admin(gw, Method::PUT, "/quotas/monthly/ann", r#"{"limit": 5}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["value"], json_of(r#"{"limit": 5}"#));
+    assert_eq!(j["default"], json_of(r#"{"limit": 3}"#));
+    assert_eq!(j["replaced"], false);
+    let r = client::get_with(gw.addr(), "/", &[("x-user", "ann")]).await;
+    assert_eq!(r.status, 200, "raised: the next request passes");
+    assert!(r
+        .header("ratelimit-policy")
+        .unwrap()
+        .contains("\"monthly\";q=5;"));
+    assert!(r.header("ratelimit").unwrap().contains("\"monthly\";r=1;"));
+    assert_eq!(passed(gw, "ann", 3).await, 1, "5 in all");
+    // Other keys keep the default.
+    assert_eq!(passed(gw, "bob", 4).await, 3);
+    // Lowered below what was used: rejected until the period ends.
+    let r = admin(gw, Method::PUT, "/quotas/monthly/ann", r#"{"limit": 4}"#).await;
+    assert_eq!(r.json()["replaced"], true);
+    assert_eq!(hit(gw, "ann").await, 429);
+    let r = admin(gw, Method::PUT, "/quotas/monthly/ann", r#"{"limit": 7}"#).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(passed(gw, "ann", 3).await, 2, "5 used of 7");
+    let j = admin(gw, Method::GET, "/quotas/monthly/ann", "")
+        .await
+        .json();
+    assert_eq!(j["effective"], json_of(r#"{"limit": 7}"#));
+    let r = admin(gw, Method::DELETE, "/quotas/monthly/ann", "").await;
+    assert_eq!(r.json()["deleted"], true);
+    let j = admin(gw, Method::GET, "/quotas/monthly/ann", "")
+        .await
+        .json();
+    assert_eq!(j["value"], Value::Null);
+    assert_eq!(j["effective"], json_of(r#"{"limit": 3}"#));
+    assert_eq!(hit(gw, "ann").await, 429);
+    // GET /limits shows the key's own quota.
+    admin(gw, Method::PUT, "/quotas/monthly/cy", r#"{"limit": 9}"#).await;
+    assert_eq!(hit(gw, "cy").await, 200);
+    let j = gw.admin_get("/limits/monthly/cy").await.json();
+    assert_eq!(
+        (j["quota"].as_u64(), j["remaining"].as_u64()),
+        (Some(9), Some(8)),
+        "{j}"
+    );
+
+    // A bucket's burst per key: five at once instead of two.
+    let r = admin(
+        gw,
+        Method::PUT,
+        "/quotas/bucket/dan",
+        r#"{"burst": 5, "rate": "2/s"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["value"], json_of(r#"{"rate": "2/s", "burst": 5}"#));
+    let mut ok = 0;
+    for _ in 0..6 {
+        let r = client::get_with(gw.addr(), "/bucket", &[("x-user", "dan")]).await;
+        ok += usize::from(r.status == 200);
+    }
+    assert_eq!(ok, 5);
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+#[tokio::test]
+async fn per_key_limits_on_the_memory_store() {
+    let gw = Gateway::start(&config(PER_KEY)).await;
+    raise_lower_delete(&gw).await;
+}
+
+#[tokio::test]
+async fn per_key_limits_on_redis() {
+    let redis = RedisServer::start();
+    let store = format!("{{ backend: redis, url: \"{}\", prefix: pk }}", redis.url());
+    let gw = Gateway::start(&config_with_store(&store, PER_KEY)).await;
+    raise_lower_delete(&gw).await;
+    // The values live beside the counters, with no expiry.
+    let quota_keys: Vec<String> = redis
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.ends_with(":q"))
+        .collect();
+    assert_eq!(quota_keys.len(), 2, "cy and dan: {quota_keys:?}");
+    for k in &quota_keys {
+        assert_eq!(redis.pttl(k).await, -1, "{k} has no TTL");
+        let tag = &k[k.find('{').unwrap()..=k.find('}').unwrap()];
+        let state = format!("pk:{tag}:s");
+        assert!(redis.keys().await.contains(&state), "{state} beside {k}");
+    }
+}
+
+/// The envoyproxy/ratelimit#1077 case: instance B has rejected a key
+/// (several times: a deny cache would have it by now); instance A raises
+/// its limit; B's very next request of that key is decided by the store.
+async fn raised_on_a_passes_on_b(store: &str) {
+    // The route's one limit is the per-key one, so a deny cache could
+    // answer the whole request.
+    let solo = PER_KEY.replace("limits: [monthly, fixed]", "limits: [monthly]");
+    let a = Gateway::start(&config_with_store(store, &solo)).await;
+    let b = Gateway::start(&config_with_store(store, &solo)).await;
+    assert_eq!(passed(&b, "eve", 6).await, 3);
+    let r = admin(
+        &a,
+        http::Method::PUT,
+        "/quotas/monthly/eve",
+        r#"{"limit": 4}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(hit(&b, "eve").await, 200, "B asks the store");
+    assert_eq!(hit(&b, "eve").await, 429);
+    assert_eq!(hit(&a, "eve").await, 429, "4 used on both");
+}
+
+#[tokio::test]
+async fn a_raised_limit_holds_at_once_on_every_instance_redis() {
+    let redis = RedisServer::start();
+    raised_on_a_passes_on_b(&format!(
+        "{{ backend: redis, url: \"{}\", prefix: ab }}",
+        redis.url()
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn a_raised_limit_holds_at_once_on_every_instance_cluster() {
+    let cluster = common::cluster::RedisCluster::start();
+    let store = format!(
+        "{{ backend: redis_cluster, urls: {}, prefix: abc }}",
+        cluster.seeds_yaml()
+    );
+    raised_on_a_passes_on_b(&store).await;
+}
+
+#[tokio::test]
+async fn limits_from_consumers_attributes() {
+    let text = format!(
+        r#"
+consumers:
+  api_keys: {{ header: x-api-key }}
+  list:
+    - {{ name: big, keys: ["{}"], attributes: {{ monthly: 5 }} }}
+    - {{ name: small, keys: ["{}"] }}
+    - {{ name: odd, keys: ["{}"], attributes: {{ monthly: lots }} }}
+limits:
+  monthly:
+    algorithm: fixed_window
+    limit: {{ default: 2, from: "attr:monthly" }}
+    window: {{ calendar: month }}
+    key: consumer
+routes:
+  - {{ name: api, match: {{ path: / }}, respond: {{ status: 200 }}, auth: {{ require: api_key }}, limits: [monthly] }}
+"#,
+        digest("big-key"),
+        digest("small-key"),
+        digest("odd-key")
+    );
+    let gw = Gateway::start(&config(&text)).await;
+    for (key, want) in [("big-key", 5), ("small-key", 2), ("odd-key", 2)] {
+        let mut ok = 0;
+        for _ in 0..7 {
+            let r = client::get_with(gw.addr(), "/", &[("x-api-key", key)]).await;
+            ok += usize::from(r.status == 200);
+        }
+        assert_eq!(ok, want, "{key}");
+    }
+    // An attribute-driven limit takes no values from the store.
+    let r = admin(
+        &gw,
+        http::Method::PUT,
+        "/quotas/monthly/big",
+        r#"{"limit": 9}"#,
+    )
+    .await;
+    assert_eq!(r.json()["error"], "not_per_key");
+}
+
+#[test]
+fn simulate_says_store_values_are_not_simulated() {
+    let d = dir("simulate-per-key");
+    let cfg = d.join("gateway.yaml");
+    std::fs::write(
+        &cfg,
+        "limits:\n  q: { algorithm: fixed_window, limit: { default: 2, from: store }, window: 1h }\nroutes:\n  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [q] }\n",
+    )
+    .unwrap();
+    let log = d.join("requests.log");
+    std::fs::write(
+        &log,
+        "{\"ts\":1700000000,\"client\":\"192.0.2.1\",\"method\":\"GET\",\"path\":\"/\"}\n"
+            .repeat(3),
+    )
+    .unwrap();
+    let run = |json: bool| {
+        let mut args = vec![
+            "simulate",
+            "-c",
+            cfg.to_str().unwrap(),
+            log.to_str().unwrap(),
+        ];
+        if json {
+            args.push("--json");
+        }
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(args)
+            .env_remove("TOLLGATE_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let doc: Value = serde_json::from_slice(&run(true).stdout).unwrap();
+    let q = &doc["limits"][0];
+    assert_eq!(
+        (q["allowed"].as_u64(), q["rejected"].as_u64()),
+        (Some(2), Some(1)),
+        "the default"
+    );
+    assert!(
+        q["per_key"]
+            .as_str()
+            .unwrap()
+            .contains("not simulated (simulate has no store)"),
+        "{q}"
+    );
+    let text = String::from_utf8(run(false).stdout).unwrap();
+    assert!(
+        text.contains("note: q: limit per key from the store: not simulated"),
+        "{text}"
+    );
+}

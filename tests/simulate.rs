@@ -562,7 +562,7 @@ fn json_report_is_exact() {
         let [requests, allowed, exempt, skipped, delayed, shadow_rejected, not_consumed, rejected, missing_key, locked_out, lockouts, clients, locked] =
             counts;
         json!({
-            "name": name, "algorithm": algorithm, "mode": mode, "routes": [route],
+            "name": name, "algorithm": algorithm, "mode": mode, "per_key": null, "routes": [route],
             "requests": requests, "allowed": allowed, "exempt": exempt, "skipped": skipped,
             "delayed": delayed, "shadow_rejected": shadow_rejected, "not_consumed": not_consumed,
             "rejected": rejected, "missing_key": missing_key, "locked_out": locked_out,

@@ -14,10 +14,12 @@
 //! | endpoint | module |
 //! |---|---|
 //! | `/healthz`, `/readyz`, `/config`, `/reload`, `/metrics`, `/limits/...`, `/lockouts`, `/upstreams` | here |
+//! | `/quotas/{limit}/{key}` (keys' own values) | `quotas` |
 //! | `/` (the page), `/api/stats` (what it polls) | [`dashboard`] |
 //! | the counters behind `/api/stats` | [`crate::metrics::stats`] |
 
 pub mod dashboard;
+mod quotas;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -106,6 +108,10 @@ pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
 
 /// Answer a request to an endpoint that needs the token, once it was shown.
 async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Response<Body> {
+    if let Some(rest) = req.uri().path().strip_prefix("/quotas/") {
+        let rest = rest.to_owned();
+        return quotas::handle(req, &rest, admin).await;
+    }
     let gateway = &admin.gateway;
     let path = req.uri().path();
     let method = req.method();
@@ -189,34 +195,82 @@ fn readyz(gateway: &Gateway) -> Response<Body> {
     )
 }
 
+/// A `{limit}/{key}` of the admin API, resolved.
+struct LimitKey {
+    /// The limit's name.
+    limit: String,
+    /// The key as written (components joined with `|`).
+    display: String,
+    /// The limit.
+    policy: Arc<crate::limit::policy::Policy>,
+    /// Its store key for that client.
+    store_key: tollgate_limit::StoreKey,
+}
+
+impl LimitKey {
+    /// `rest` (`{limit}/{key}`, percent-encoded) resolved in `rt`; an
+    /// unknown limit is answered with `unknown` (404 for `/limits`, 400
+    /// for `/quotas`), a key that does not fit its sources with 400.
+    fn resolve(
+        rt: &Runtime,
+        rest: &str,
+        unknown: StatusCode,
+    ) -> Result<LimitKey, (StatusCode, serde_json::Value)> {
+        let Some((limit, key)) = rest.split_once('/') else {
+            return Err((
+                StatusCode::NOT_FOUND,
+                serde_json::json!({"error": "not_found"}),
+            ));
+        };
+        let (Some(limit), Some(display)) = (percent_decode(limit), percent_decode(key)) else {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"error": "bad_key", "message": "invalid percent-encoding"}),
+            ));
+        };
+        let Some(policy) = rt.policies.get(&limit).cloned() else {
+            return Err((
+                unknown,
+                serde_json::json!({"error": "unknown_limit", "limit": limit, "message": format!("no limit named \"{limit}\"")}),
+            ));
+        };
+        let Some(store_key) =
+            key::store_key_of_display(&policy.namespace, &policy.sources, &display)
+        else {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"error": "bad_key", "message": "the key does not fit the limit's key sources"}),
+            ));
+        };
+        Ok(LimitKey {
+            limit,
+            display,
+            policy,
+            store_key,
+        })
+    }
+}
+
+/// 503 for a store that could not answer.
+fn store_unavailable(error: &tollgate_limit::StoreError) -> Response<Body> {
+    json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
+    )
+}
+
 /// `GET` / `DELETE /limits/{limit}/{key}`: one (limit, client)'s state, or
 /// reset it (and lift any lockout) on every instance.
 async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Body> {
     let rt = admin.gateway.shared.runtime.load_full();
-    let Some((limit, key)) = rest.split_once('/') else {
-        return json(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"error": "not_found"}),
-        );
-    };
-    let (Some(limit), Some(display)) = (percent_decode(limit), percent_decode(key)) else {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"error": "bad_key", "message": "invalid percent-encoding"}),
-        );
-    };
-    let Some(policy) = rt.policies.get(&limit) else {
-        return json(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"error": "unknown_limit", "limit": limit}),
-        );
-    };
-    let Some(store_key) = key::store_key_of_display(&policy.namespace, &policy.sources, &display)
-    else {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"error": "bad_key", "message": "the key does not fit the limit's key sources"}),
-        );
+    let LimitKey {
+        limit,
+        display,
+        policy,
+        store_key,
+    } = match LimitKey::resolve(&rt, rest, StatusCode::NOT_FOUND) {
+        Ok(found) => found,
+        Err((status, body)) => return json(status, body),
     };
     if method == Method::DELETE {
         let reset = rt.limiter.reset(&store_key).await;
@@ -226,14 +280,17 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
                 StatusCode::OK,
                 serde_json::json!({"limit": limit, "key": display, "reset": true}),
             ),
-            Err(error) => json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
-            ),
+            Err(error) => store_unavailable(&error),
         };
     }
     let now = rt.limiter.now();
-    let params = policy.own_params(now);
+    let mut params = policy.own_params(now);
+    if policy.per_key_in_store() {
+        match rt.limiter.quota(&store_key).await {
+            Ok(quota) => params = params.under(quota.as_ref()),
+            Err(error) => return store_unavailable(&error),
+        }
+    }
     let check = Check {
         name: policy.name.clone(),
         key: store_key,
@@ -276,10 +333,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
                 }),
             )
         }
-        Err(error) => json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
-        ),
+        Err(error) => store_unavailable(&error),
     }
 }
 
@@ -323,10 +377,7 @@ async fn lockouts(admin: &Admin, query: &Query) -> Response<Body> {
                 }),
             )
         }
-        Err(error) => json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
-        ),
+        Err(error) => store_unavailable(&error),
     }
 }
 

@@ -93,6 +93,9 @@ pub struct LimitReport {
     pub algorithm: String,
     /// `enforce` or `shadow`.
     pub mode: String,
+    /// Where keys' own values come from, and what the simulation did with
+    /// them: `null` when the limit has none.
+    pub per_key: Option<String>,
     /// The routes that use it.
     pub routes: Vec<String>,
     /// Requests it decided.
@@ -221,6 +224,11 @@ impl Report {
         if !self.limits.is_empty() {
             out.push('\n');
             self.limit_table().render(&mut out);
+            for l in &self.limits {
+                if let Some(note) = &l.per_key {
+                    let _ = writeln!(out, "note: {}: {note}", l.name);
+                }
+            }
         }
         let clients = self.routes.iter().map(|r| (&r.name, &r.busiest));
         let clients = busy_table(["ROUTE", "CLIENT"], clients);

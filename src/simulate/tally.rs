@@ -59,6 +59,7 @@ struct KeyStats {
 struct LimitStats {
     name: Arc<str>,
     algorithm: &'static str,
+    per_key: Option<String>,
     shadow: bool,
     routes: Vec<String>,
     counts: Counts,
@@ -141,6 +142,7 @@ impl Tally {
             .map(|p| LimitStats {
                 name: p.name.clone(),
                 algorithm: p.params.name(),
+                per_key: p.per_key.as_ref().map(per_key_note),
                 shadow: p.shadow,
                 routes: Vec::new(),
                 counts: Counts::default(),
@@ -316,6 +318,7 @@ impl Tally {
             .map(|l| LimitReport {
                 name: l.name.to_string(),
                 algorithm: l.algorithm.to_owned(),
+                per_key: l.per_key.clone(),
                 mode: if l.shadow { "shadow" } else { "enforce" }.to_owned(),
                 routes: l.routes.clone(),
                 requests: l.counts.requests,
@@ -361,6 +364,17 @@ fn busiest(clients: impl Iterator<Item = (String, ClientCounts)>) -> Vec<Busy> {
             locked_out: c.locked_out,
         })
         .collect()
+}
+
+/// What the simulation does with a limit's per-key values: attributes are
+/// read as the gateway reads them; the store's values are not known here.
+fn per_key_note(per_key: &crate::config::PerKeyLimits) -> String {
+    let names = per_key.names().join(", ");
+    if per_key.in_store() {
+        format!("{names} per key from the store: not simulated (simulate has no store); every key gets the default")
+    } else {
+        format!("{names} per key from the consumers' attributes, as the gateway reads them (the default where a consumer has none)")
+    }
 }
 
 #[cfg(test)]

@@ -356,3 +356,54 @@ fn describe(source: &ValueSource) -> String {
         ValueSource::Attr(a) => format!("attr:{a}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{parse, PerKeyLimits, ValueSource};
+
+    fn limit(body: &str) -> Result<Option<PerKeyLimits>, (String, String)> {
+        let text = format!("limits:\n  q:\n{body}");
+        parse(&text, "gateway.yaml")
+            .map(|l| l.config.limits[0].per_key.clone())
+            .map_err(|e| (e.field, e.message))
+    }
+
+    #[test]
+    fn per_key_values_and_their_source() {
+        let got = limit(
+            "    algorithm: fixed_window\n    limit: { default: 5, from: store }\n    window: 1h\n",
+        );
+        let per_key = got.unwrap().expect("per key");
+        assert_eq!(per_key.limit, Some(ValueSource::Store));
+        assert!(per_key.in_store());
+        let got = limit(
+            "    algorithm: token_bucket\n    rate: { default: 1/s, from: store }\n    burst: 4\n",
+        );
+        let per_key = got.unwrap().unwrap();
+        assert_eq!(
+            (per_key.rate, per_key.burst),
+            (Some(ValueSource::Store), None)
+        );
+        assert_eq!(
+            limit("    algorithm: fixed_window\n    limit: 5\n    window: 1h\n"),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn per_key_mistakes_at_their_field() {
+        let cases = [
+            ("    algorithm: fixed_window\n    limit: { default: 5, from: redis }\n    window: 1h\n", "limits.q.limit.from", "`store` or `attr:NAME`"),
+            ("    algorithm: fixed_window\n    limit: { default: 5, from: \"attr:x\" }\n    window: 1h\n", "limits.q.limit.from", "no `consumers:` section"),
+            ("    algorithm: fixed_window\n    limit: { from: store }\n    window: 1h\n", "limits.q.limit", "missing field `default`"),
+            ("    algorithm: fixed_window\n    limit: { default: 0, from: store }\n    window: 1h\n", "limits.q.limit", "at least 1"),
+            ("    algorithm: fixed_window\n    limit: { default: 5, from: store, max: 9 }\n    window: 1h\n", "limits.q.limit", "unknown field `max`"),
+            ("    algorithm: token_bucket\n    rate: { default: 1/s, from: store }\n    limit: 5\n", "limits.q.limit", "not a parameter of token_bucket"),
+        ];
+        for (body, field, message) in cases {
+            let (f, m) = limit(body).expect_err(body);
+            assert_eq!(f, field, "{body}: {m}");
+            assert!(m.contains(message), "{body}: {m}");
+        }
+    }
+}
