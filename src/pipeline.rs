@@ -15,6 +15,7 @@
 //! functions that `tollgate simulate` calls too. Nothing here blocks on
 //! anything but the limit store, the upstream and the client.
 
+use crate::limit::policy::Policy;
 use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -237,9 +238,7 @@ async fn decide_limits<B>(
     let metrics = &ctx.shared.metrics;
     let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
     count_decisions(metrics, route, &decision);
-    if let Decision::Reject { figures, .. } = &decision {
-        note_offenders(metrics, route, figures, &view);
-    }
+    note_offenders(metrics, &route.limits, &decision, &view);
     ctx.record.decision = decision.kind();
     match decision {
         Decision::Allow {
@@ -333,13 +332,16 @@ async fn authenticate<B>(
     // Before authentication: no consumer yet.
     let view = request_view(req, route, ctx);
     let failures = ctx.rt.failure_limit.as_ref();
-    if let Some(denied) = failures.and_then(|f| limit::failures_denied(&ctx.rt.limiter, f, &view)) {
-        if required.is_none() {
-            // Not verified: the credential counts as none.
-            return Ok(());
+    if let Some(f) = failures {
+        if let Some(denied) = limit::failures_denied(&ctx.rt.limiter, f, &view) {
+            if required.is_none() {
+                // Not verified: the credential counts as none.
+                return Ok(());
+            }
+            metrics.auth(&route.name, AuthOutcome::LockedOut, true);
+            note_offenders(metrics, std::slice::from_ref(f), &denied, &view);
+            return Err(rejection(denied, route));
         }
-        metrics.auth(&route.name, AuthOutcome::LockedOut, true);
-        return Err(rejection(denied, route));
     }
     let verdict = auth.verify(&presented, unix_now()).await;
     let (outcome, judged) = auth::judge(required, kinds, verdict);
@@ -348,6 +350,7 @@ async fn authenticate<B>(
     if let (AuthOutcome::Invalid, Some(f)) = (outcome, failures) {
         let decision =
             limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, metrics).await;
+        note_offenders(metrics, std::slice::from_ref(f), &decision, &view);
         charged = Some(decision);
     }
     match judged {
@@ -640,15 +643,20 @@ fn count_decisions(metrics: &Metrics, route: &RouteRuntime, decision: &Decision)
     }
 }
 
-/// Each limit that rejected the request notes its client among its top
-/// offenders (`GET /top`), by the key the limiter decided it under; its
-/// display form is made only when it enters a summary.
+/// Each of `limits` that rejected the request (`decision`) notes its
+/// client among its top offenders (`GET /top`), by the key the limiter
+/// decided it under; its display form is made only when it enters a
+/// summary. The route's limits, or `failure_limit` for a failed
+/// credential.
 fn note_offenders(
     metrics: &Metrics,
-    route: &RouteRuntime,
-    figures: &[Figure],
+    limits: &[Arc<Policy>],
+    decision: &Decision,
     view: &RequestView<'_>,
 ) {
+    let Decision::Reject { figures, .. } = decision else {
+        return;
+    };
     for f in figures {
         if !matches!(
             f.outcome.status,
@@ -656,7 +664,7 @@ fn note_offenders(
         ) {
             continue;
         }
-        let Some(policy) = route.limits.iter().find(|p| Arc::ptr_eq(&p.name, &f.name)) else {
+        let Some(policy) = limits.iter().find(|p| Arc::ptr_eq(&p.name, &f.name)) else {
             continue;
         };
         metrics.top.rejected(&policy.name, f.key, || {

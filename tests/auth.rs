@@ -455,6 +455,11 @@ async fn a_client_guessing_10000_keys_is_locked_out_and_reaches_nothing() {
         .await;
     assert_eq!(r.status, 200);
     assert_eq!(echo.count(), 1);
+    // GET /top: the guesser, once per 429 (the deny cache's included).
+    assert_eq!(
+        gw.admin_get("/top").await.json(),
+        json!({"limits": {"auth_failures": [{"key": "127.0.0.1", "rejected": 9_996, "error": 0}]}})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

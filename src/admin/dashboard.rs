@@ -259,6 +259,7 @@ pub async fn api_stats(admin: &Admin, query: &Query) -> Response<Body> {
         lockouts: lockouts.map_err(|e| e.to_string()),
         upstreams: super::upstreams(&rt),
         consumers: super::consumers(&rt),
+        top: super::top(&shared.metrics),
     };
     // Through a `Value`, whose objects sort their keys: the body reads as
     // it always has, whatever the order of the structs' fields.

@@ -155,10 +155,7 @@ async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Respon
             StatusCode::OK,
             serde_json::json!({"upstreams": upstreams(&gateway.shared.runtime.load())}),
         ),
-        (&Method::GET, "/top") => json(
-            StatusCode::OK,
-            serde_json::json!({ "limits": gateway.shared.metrics.top.top(TOP_SHOWN) }),
-        ),
+        (&Method::GET, "/top") => json(StatusCode::OK, top(&gateway.shared.metrics)),
         (&Method::GET, "/consumers") => {
             json(StatusCode::OK, consumers(&gateway.shared.runtime.load()))
         }
@@ -397,6 +394,12 @@ fn target_health(rt: &Runtime) -> Vec<(Arc<str>, Arc<str>, bool)> {
 
 /// Clients `GET /top` lists per limit.
 const TOP_SHOWN: usize = 10;
+
+/// `GET /top`'s body (and the dashboard's `top`): per limit, the clients
+/// it rejected most in the last ten minutes.
+fn top(metrics: &crate::metrics::Metrics) -> serde_json::Value {
+    serde_json::json!({ "limits": metrics.top.top(TOP_SHOWN) })
+}
 
 /// `GET /consumers` (docs/operations.md): every configured consumer's name,
 /// tenant, plan, attributes and credential kinds, never a key or a digest;

@@ -3,7 +3,8 @@
 // token) in front of a small upstream, sends traffic, opens the dashboard in
 // headless Chromium (Debian's, driven by playwright-core; no browser is
 // downloaded), checks the upstream table shows a dead target down, waits
-// for a lockout the test caused, unlocks it with the page's button, and
+// for a lockout the test caused (and its client in the top offenders
+// table, as GET /top counts it), unlocks it with the page's button, and
 // checks the client is allowed again. Screenshots go to
 // target/ (target/dashboard.png, target/dashboard-unlocked.png).
 //
@@ -267,6 +268,19 @@ async function run(cleanup) {
   await row.waitFor({ state: 'visible', timeout: 10000 });
   assert.match(await row.locator('td').nth(2).textContent(), /^(9m|10m) /);
 
+  // Top offenders: this client, as GET /top counts its rejections by
+  // hello_ip (it sends no more there, so the count holds still).
+  const auth = { Authorization: 'Bearer ' + TOKEN };
+  const top = JSON.parse((await get(adminBase, '/top', auth)).text);
+  const mine = (top.limits.hello_ip || []).find((o) => o.key === '127.0.0.1');
+  assert.ok(mine && mine.rejected >= 1, 'GET /top: ' + JSON.stringify(top));
+  const topRow = page.locator('#top tr[data-limit="hello_ip"][data-key="127.0.0.1"]');
+  await topRow.waitFor({ state: 'visible', timeout: 10000 });
+  await page.waitForFunction((n) => {
+    const r = document.querySelector('#top tr[data-limit="hello_ip"][data-key="127.0.0.1"]');
+    return r && r.children[2].textContent === String(n);
+  }, mine.rejected, { timeout: 10000 });
+
   // Give the charts some seconds of traffic, then take the picture.
   await page.waitForFunction(() => {
     const c = document.getElementById('c-rps').textContent;
@@ -285,7 +299,6 @@ async function run(cleanup) {
   await row.locator('button.unlock').click();
   await row.waitFor({ state: 'detached', timeout: 5000 });
   await page.locator('#toast', { hasText: 'Unlocked 127.0.0.1 on hello_ip' }).waitFor({ timeout: 5000 });
-  const auth = { Authorization: 'Bearer ' + TOKEN };
   const lockouts = JSON.parse((await get(adminBase, '/lockouts?limit=hello_ip', auth)).text);
   assert.equal(lockouts.count, 0, JSON.stringify(lockouts));
   const again = await get(base, '/hello');

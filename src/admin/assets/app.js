@@ -541,6 +541,32 @@
     }, lk.error ? '' : (lk.total ? 'No lockout matches the filter.' : 'No client is locked out.'), 4);
   }
 
+  // Per limit, the clients rejected most in the last ten minutes (GET /top),
+  // most rejected first across limits.
+  function renderTop(data) {
+    const items = [];
+    const limits = (data.top && data.top.limits) || {};
+    for (const [limit, list] of Object.entries(limits)) {
+      for (const o of list) items.push({ limit, ...o });
+    }
+    items.sort((a, b) => b.rejected - a.rejected || a.limit.localeCompare(b.limit) || a.key.localeCompare(b.key));
+    setText($('top-count'), items.length ? String(items.length) : '');
+    syncRows($('top').tBodies[0], items, (o) => o.limit + '\t' + o.key, (o) => {
+      const tr = el('tr');
+      for (let i = 0; i < 4; i++) tr.append(el('td'));
+      tr.dataset.limit = o.limit;
+      tr.dataset.key = o.key;
+      return tr;
+    }, (tr, o) => {
+      const td = tr.children;
+      cell(td[0], o.limit);
+      cell(td[1], o.key, 'key');
+      td[1].title = o.key;
+      cell(td[2], fmtInt(o.rejected), 'num');
+      cell(td[3], o.error ? fmtInt(o.error) : '', 'num dim');
+    }, 'No client was rejected in the last 10 minutes.', 4);
+  }
+
   // The configured consumers (never a key): who may be verified, and how.
   function renderConsumers(data) {
     const items = (data.consumers && data.consumers.consumers) || [];
@@ -620,6 +646,7 @@
     renderLimits(data);
     renderUpstreams(data);
     renderConsumers(data);
+    renderTop(data);
     renderLockouts(data);
   }
 

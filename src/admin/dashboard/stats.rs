@@ -45,6 +45,8 @@ pub(super) struct Sources<'a> {
     pub(super) upstreams: Value,
     /// The consumers section, as `GET /consumers` answers it.
     pub(super) consumers: Value,
+    /// The top offenders, as `GET /top` answers them.
+    pub(super) top: Value,
 }
 
 /// The body of `GET /api/stats`.
@@ -65,6 +67,7 @@ pub(super) struct ApiStats<'a> {
     lockouts: LockoutSection<'a>,
     upstreams: &'a Value,
     consumers: &'a Value,
+    top: &'a Value,
     /// `null` with `?series=0`.
     series: Option<Series<'a>>,
 }
@@ -87,6 +90,7 @@ impl<'a> ApiStats<'a> {
             lockouts: ctx.lockouts(),
             upstreams: &src.upstreams,
             consumers: &src.consumers,
+            top: &src.top,
             series: ctx.series(),
         }
     }
@@ -594,6 +598,7 @@ routes:
             lockouts: Ok(lockouts()),
             upstreams: json!([]),
             consumers: json!({"consumers": [], "credentials": []}),
+            top: json!({"limits": {}}),
         }
     }
 
