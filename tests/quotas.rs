@@ -275,6 +275,17 @@ async fn a_calendar_day_on_redis_keeps_its_key_a_day_past_the_period() {
     );
 }
 
+#[tokio::test]
+async fn a_calendar_day_on_redis_cluster() {
+    let cluster = common::cluster::RedisCluster::start();
+    let store = format!(
+        "{{ backend: redis_cluster, urls: {}, prefix: calc }}",
+        cluster.seeds_yaml()
+    );
+    let gw = Gateway::start(&config_with_store(&store, DAILY)).await;
+    a_utc_day(&gw).await;
+}
+
 fn digest(key: &str) -> String {
     format!("sha256:{}", hex(&Sha256::digest(key.as_bytes())))
 }
