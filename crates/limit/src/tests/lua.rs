@@ -1402,8 +1402,13 @@ fn arity_errors_are_clear() {
         ),
         (
             1,
+            &["1", "1", "1", "gcra 8 1 1 1 0"],
+            "flags must be 0 to 7, got 8",
+        ),
+        (
+            1,
             &["1", "1", "1", "gcra 4 1 1 1 0"],
-            "flags must be 0 to 3, got 4",
+            "the KEYS end before the quota key of check 1",
         ),
         (
             3,
