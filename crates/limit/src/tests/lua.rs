@@ -1372,7 +1372,7 @@ fn arity_errors_are_clear() {
     let s = |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.to_string()).collect() };
 
     // (KEYS, ARGV, what the error says)
-    let cases: [(usize, &[&str], &str); 10] = [
+    let cases: [(usize, &[&str], &str); 11] = [
         (
             2,
             &["1", "1", "1", "fixed_window 0 1 5 9"],
