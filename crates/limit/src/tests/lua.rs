@@ -1463,7 +1463,7 @@ fn arity_errors_are_clear() {
             "refund",
             1,
             s(&["1", "1", "fixed_window 0 1 5 9", "7"]),
-            "refund: 1 checks take 3 arguments, got 4",
+            "refund: 1 keys and 4 arguments do not make whole checks",
         ),
         (
             "refund",
@@ -1476,7 +1476,14 @@ fn arity_errors_are_clear() {
             "refund",
             2,
             s(&["1", "1", "fixed_window 0 1 5 9"]),
-            "refund: 2 keys, but the arguments end at check 2",
+            "refund: 2 keys, but the arguments end at key 2",
+        ),
+        // A quota flag whose quota key is missing.
+        (
+            "refund",
+            1,
+            s(&["1", "1", "fixed_window 4 1 5 9"]),
+            "refund: 1 keys and 3 arguments do not make whole checks",
         ),
     ] {
         let script = Function::of(entry);
