@@ -88,6 +88,7 @@ fn outcome(limit: u64, remaining: u64, window_s: u64, reset_s: u64) -> Outcome {
         window: window_s * SECOND,
         remaining,
         reset: reset_s * SECOND,
+        grows_after: reset_s * SECOND,
         retry_after: 0,
     }
 }

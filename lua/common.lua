@@ -70,7 +70,8 @@ Functions:
                         another type answers nil instead of raising WRONGTYPE
                         (one call where TYPE and a read would be two)
   fl_drain_time(level, drain), fl_drained(level, elapsed, drain),
-  fl_adopt(level, old_unit, unit, top), fl_units_free(level, cap, unit)
+  fl_adopt(level, old_unit, unit, top), fl_units_free(level, cap, unit),
+  fl_next_unit(level, cap, unit, drain)
                         the bucket maths shared by token_bucket and
                         leaky_bucket (algorithm::Fluid)
   retry_hint(retry, window), reset_hint(retry, window)
@@ -240,6 +241,19 @@ end
 
 local function fl_units_free(level, cap, unit)
   return floor_div(max(cap - level, 0), max(unit, 1))
+end
+
+-- The time until fl_units_free(level) grows by one (Fluid::next_unit); a
+-- full bucket gets one unit's time.
+local function fl_next_unit(level, cap, unit, drain)
+  unit = max(unit, 1)
+  local ticks
+  if level >= cap then
+    ticks = level - cap + unit
+  else
+    ticks = unit - (cap - level) % unit
+  end
+  return fl_drain_time(ticks, drain)
 end
 
 local function retry_hint(retry, window)

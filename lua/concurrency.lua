@@ -16,6 +16,7 @@ a string: it may exceed 2^53), score = its expiry.
                n < limit -> added with now + lease, allowed
                otherwise -> rejected, retry_after = max(min exp - now, 1)
   remaining = max(limit - n', 0);  reset_after = ttl = max exp - now (0: none)
+  grows_after = 1 s (a release may free a slot any moment)
   release(id) -> found: drop it and the expired ones; 1 if it was held, else 0
 ]]
 
@@ -78,7 +79,7 @@ DEFINE.concurrency = function()
       end
       local ttl = leases_ttl(live, now)
       return allowed, 0, limit, lease, max(limit - #live, 0), ttl, retry, ttl,
-        allowed and id or nil
+        allowed and id or nil, 1000000
     end,
 
     store = function(key, s, id, ttl, now, limit, lease)

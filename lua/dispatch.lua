@@ -33,10 +33,12 @@ ARGV: now (µs since the epoch; '' = Redis TIME), r (the number of requests),
       an argument of its own. A spec is the same for every request of a
       limit (and override), so each distinct one is parsed once per load
       (a cache of at most 1024).
-Return: one string of 8 little-endian doubles per check (every request's
+Return: one string of 9 little-endian doubles per check (every request's
         checks in order), each an integer: status (0 allowed, 1 rejected, 2
         locked_out, 3 shadow_rejected, 4 not_consumed), lock_started (0|1),
-        delay, limit, window, remaining, reset, retry_after (µs); then one
+        delay, limit, window, remaining, reset (draft 10's t), retry_after,
+        grows (draft 11's t: until the available quota next grows; for a
+        rejection or lockout the wait, as retry_after) (µs); then one
         more double: the call's now (µs), which a Redis Cluster refund
         (refund.lua) names as the time the units were taken. Binary
         (struct.pack), because Redis turns an array of n integers into its
@@ -124,11 +126,13 @@ local first_used = false
 -- Cluster): a state or lockout key ends in "}:s" or "}:l", the index not.
 local INDEXED = true
 
--- The answers: 8 integers per check, and struct formats of m checks.
+-- The answers: W integers per check (see Return above), and struct
+-- formats of m checks.
+local W = 9
 local OUT, OUT_FORMAT = {}, {}
 
 -- Decides check c of the request whose arguments continue at ARGV[i] and
--- keys at KEYS[k], and writes its answer at OUT[out + 1 .. out + 8].
+-- keys at KEYS[k], and writes its answer at OUT[out + 1 .. out + W].
 -- Returns i and k past it, and its status.
 local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
   local sp = SPECS[ARGV[i]] or spec(ARGV[i])
@@ -165,20 +169,22 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
 
   local st
   if algo.zset then st = algo.load(key) else st = vals[at] end
-  local ok, delay, limit, window, remaining, reset, retry, ttl, new =
+  local ok, delay, limit, window, remaining, reset, retry, ttl, new, grows =
     algo.check(st, now, sp.cost, p1, p2, p3, p4, lease)
   local status = ALLOWED
   if lu > now then
     local left = lu - now
-    status, delay, remaining, retry = LOCKED_OUT, 0, 0, left
+    status, delay, remaining, retry, grows = LOCKED_OUT, 0, 0, left, left
     reset = left < window and left or window
   elseif not ok then
     status = sp.shadow and SHADOW_REJECTED or REJECTED
     reset = reset_hint(retry, window)
     retry = retry_hint(retry, window)
+    grows = retry
   end
   OUT[out + 1], OUT[out + 2], OUT[out + 3], OUT[out + 4] = status, 0, delay, limit
   OUT[out + 5], OUT[out + 6], OUT[out + 7], OUT[out + 8] = window, remaining, reset, retry
+  OUT[out + 9] = grows
   D_SPEC[c], D_AT[c], D_ST[c], D_NEW[c], D_TTL[c] = sp, at, st, new, ttl
   return i, k, status
 end
@@ -217,7 +223,7 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   i = i + 1
   local blocked, locks, status = false, false, nil
   for c = 1, n do
-    i, k, status = check_one(KEYS, ARGV, vals, batch, i, k, c, now, out + 8 * (c - 1))
+    i, k, status = check_one(KEYS, ARGV, vals, batch, i, k, c, now, out + W * (c - 1))
     if status == REJECTED or status == LOCKED_OUT then blocked = true end
     if D_SPEC[c].locks then locks = true end
   end
@@ -238,7 +244,7 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   else
     -- Store no limit state; count the strikes.
     for c = 1, n do
-      local o = out + 8 * (c - 1)
+      local o = out + W * (c - 1)
       local st = OUT[o + 1]
       if st == ALLOWED then
         -- Another limit rejected the request: nothing was taken here.
@@ -248,12 +254,12 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
         local length = strike(KEYS, vals, c, now)
         if length ~= nil then
           OUT[o + 1], OUT[o + 2], OUT[o + 6] = LOCKED_OUT, 1, 0
-          OUT[o + 7], OUT[o + 8] = min(length, OUT[o + 5]), length
+          OUT[o + 7], OUT[o + 8], OUT[o + 9] = min(length, OUT[o + 5]), length, length
         end
       end
     end
   end
-  return i, k, out + 8 * n, locks
+  return i, k, out + W * n, locks
 end
 
 local function dispatch(KEYS, ARGV)
@@ -301,7 +307,7 @@ local function dispatch(KEYS, ARGV)
     local ttl = DIRTY[j]
     if ttl then put(KEYS[j], vals[j], ttl) end
   end
-  local m = out / 8
+  local m = out / W
   local f = OUT_FORMAT[m]
   if f == nil then
     f = '<' .. string.rep('d', out + 1)

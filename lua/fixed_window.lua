@@ -12,12 +12,15 @@ counter over calendar periods, below). Every algorithm's table has:
               itself (sliding_log, concurrency); else one string (common.lua,
               "States"), which dispatch.lua reads with MGET and writes with SET
   check(st, now, cost, a, b, c, d, lease) -> allowed, delay, limit, window,
-              remaining, reset_after, retry_after (-1: never), ttl, state'
+              remaining, reset_after, retry_after (-1: never), ttl, state',
+              grows_after
               the verdict, nothing stored; a .. d are the params. st is the
               stored string (false or nil: none), or load(key) for a zset
               algorithm; state' is what to store for ttl (0: delete), only
               when allowed (else nil): a string, or for a zset algorithm
-              what its store() takes
+              what its store() takes; grows_after is draft 11's t, the time
+              until the available quota next grows (Verdict::grows_after),
+              last so that a caller reading the first nine is unchanged
   decode(st) -> array   (string states) the stored string's fields in the
               Rust state's order, or nil if st is not a state of this
               algorithm (inspect.lua)
@@ -34,7 +37,7 @@ State (tag 1): ws the start of the counted window, n the units taken in it.
   n   = s.n if start <= s.ws < end else 0
   ok  = cost <= limit and n + cost <= limit
   n'  = n + cost if ok else n;  state = {ws = start, n = n'}
-  remaining = max(limit - n', 0);  reset_after = end - now
+  remaining = max(limit - n', 0);  reset_after = grows_after = end - now
   retry_after = 0 if ok, end - now if cost <= limit, else never
   ttl = end - now if n' > 0 else 0;  window = end - start
 ]]
@@ -59,11 +62,11 @@ local function fixed_table(nparams, what, bounds, linger)
       local left = finish - now
       if not allowed then
         return false, 0, limit, finish - start, max(limit - n, 0), left,
-          fits and left or -1, n > 0 and left + linger or 0, nil
+          fits and left or -1, n > 0 and left + linger or 0, nil, left
       end
       n = n + cost
       return true, 0, limit, finish - start, max(limit - n, 0), left, 0, left + linger,
-        state_pack(TAG, 2, start, n)
+        state_pack(TAG, 2, start, n), left
     end,
 
     -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`,

@@ -16,6 +16,7 @@ State (tag 4): tat, the theoretical arrival time (0: fresh).
   ok   = wait <= max_delay;  delay = wait;  tat' = new if ok else tat
   ttl  = tat' - now;  reset_after = min(ttl, tau)
   remaining = floor(max(tau - ttl, 0) / T);  retry_after = wait - max_delay
+  grows_after = ttl - tau + T if ttl >= tau else T - (tau - ttl) % T  (fl_next_unit)
 ]]
 
 DEFINE.gcra = function()
@@ -41,8 +42,11 @@ DEFINE.gcra = function()
         end
       end
       local ttl = tat2 - now
+      -- The next cell is back when ttl has fallen below the next multiple of
+      -- T under tau: the bucket maths with one tick per microsecond.
+      local grows = fl_next_unit(ttl, tau, interval, 1)
       return allowed, delay, burst, tau, floor(max(tau - ttl, 0) / interval),
-        min(ttl, tau), retry, ttl, allowed and state_pack(TAG, 1, tat2) or nil
+        min(ttl, tau), retry, ttl, allowed and state_pack(TAG, 1, tat2) or nil, grows
     end,
 
     -- Redis Cluster refund (refund.lua): moves the theoretical arrival time

@@ -21,6 +21,8 @@ size lv is counted in (0: fresh).
   remaining = floor((cap - lv') / unit), shaping: min(that, floor((md - lv') / unit) + 1
               if lv' <= md else 0)
   reset_after = ttl = ceil(lv' / drain)
+  grows_after = max(fl_next_unit(lv') if remaining is all free units else 0,
+                    shaping: ceil(max(lv' + remaining * unit - md, 0) / drain))
   retry_after = max(ceil(max(lv + k - cap, 0) / drain), shaping: ceil(max(lv - md, 0) / drain))
 ]]
 
@@ -52,15 +54,23 @@ DEFINE.leaky_bucket = function()
         end
       end
       local lv2 = allowed and lv + cost * unit or lv
-      local remaining = fl_units_free(lv2, cap, unit)
+      local free = fl_units_free(lv2, cap, unit)
+      local remaining = free
       if shaping then
         local queued = 0
         if lv2 <= md then queued = floor((md - lv2) / unit) + 1 end
         remaining = min(remaining, queued)
       end
+      -- remaining + 1 passes once the bucket has room for one more unit (if
+      -- that is what binds) and, shaping, the queue is short enough.
+      local grows = 0
+      if remaining == free then grows = fl_next_unit(lv2, cap, unit, drain) end
+      if shaping then
+        grows = max(grows, fl_drain_time(max(lv2 + remaining * unit - md, 0), drain))
+      end
       local ttl = fl_drain_time(lv2, drain)
       return allowed, delay, burst, fl_drain_time(cap, drain), remaining, ttl, retry, ttl,
-        allowed and state_pack(TAG, 3, lv2, ts, unit) or nil
+        allowed and state_pack(TAG, 3, lv2, ts, unit) or nil, grows
     end,
 
     -- Redis Cluster refund (refund.lua): takes cost units off the level

@@ -16,11 +16,24 @@ into one (as the Rust log does), and t is part of the member. O(limit) state.
   remaining   = max(limit - used', 0)
   ttl         = max t + w - now (0 for an empty log);  reset_after = min(ttl, w)
   retry_after = t_k + w - now for the oldest entry k whose leaving makes room
+  grows_after = the same for room for remaining + 1 (the oldest entry; w when
+                the log is empty)
 ]]
 
 DEFINE.sliding_log = function()
   local function member(t, n)
     return fmt(t) .. ':' .. fmt(n)
+  end
+
+  -- The wait until the oldest live entries leaving the window have freed
+  -- at least excess units; nil if all of them free less.
+  local function freed_after(live, excess, w, now)
+    local freed = 0
+    for _, e in ipairs(live) do
+      freed = freed + e.n
+      if freed >= excess then return max(e.t + w - now, 0) end
+    end
+    return nil
   end
 
   return {
@@ -59,14 +72,7 @@ DEFINE.sliding_log = function()
         retry = 0
       elseif fits then
         -- Free the oldest entries until the request fits.
-        local excess, freed = used + cost - limit, 0
-        for _, e in ipairs(live) do
-          freed = freed + e.n
-          if freed >= excess then
-            retry = max(e.t + w - now, 0)
-            break
-          end
-        end
+        retry = freed_after(live, used + cost - limit, w, now) or -1
       end
       local merged, added = nil, nil
       if allowed then
@@ -84,10 +90,13 @@ DEFINE.sliding_log = function()
         end
         used = used + cost
       end
+      local remaining = max(limit - used, 0)
+      -- The next unit comes back when the oldest entries leave the window.
+      local grows = freed_after(live, used + remaining + 1 - limit, w, now) or w
       local ttl = 0
       if #live > 0 then ttl = max(live[#live].t + w - now, 0) end
-      return allowed, 0, limit, w, max(limit - used, 0), min(ttl, w), retry, ttl,
-        allowed and {merged = merged, added = added} or nil
+      return allowed, 0, limit, w, remaining, min(ttl, w), retry, ttl,
+        allowed and {merged = merged, added = added} or nil, grows
     end,
 
     store = function(key, s, new, ttl, now, limit, w)

@@ -20,7 +20,8 @@ prev the units in the window before.
   cur'  = cur + cost if ok else cur;  state = {ws = start, cur = cur', prev = prev}
   remaining = room - cost if ok else room
   (reset_after, ttl) = (w, 2w - e) if cur' > 0, (w - e, w - e) if prev > 0, else (0, 0)
-  retry_after: see retry() below
+  grows_after = fade(cur' + remaining + 1), or w - e if it is none
+  retry_after: see sw_retry() below
 ]]
 
 DEFINE.sliding_window = function()
@@ -31,13 +32,20 @@ DEFINE.sliding_window = function()
     return w - floor(r * w / S)
   end
 
+  -- The wait from offset e until prev's decaying weight leaves room for n
+  -- units (cur included), if that happens before the window ends; else nil.
+  local function fade(w, limit, e, prev, n)
+    if n > limit or prev == 0 then return nil end
+    local r = floor((limit - n) * S / prev)
+    local first = first_offset_with_weight(w, min(r, S))
+    if first < w then return max(first - e, 0) end
+    return nil
+  end
+
   -- The wait until a rejected request (cost <= limit) would be admitted.
   local function sw_retry(w, limit, e, prev, cur, cost)
-    if cur + cost <= limit and prev > 0 then
-      local r = floor((limit - cur - cost) * S / prev)
-      local first = first_offset_with_weight(w, min(r, S))
-      if first < w then return max(first - e, 0) end
-    end
+    local wait = fade(w, limit, e, prev, cur + cost)
+    if wait ~= nil then return wait end
     -- In the next window the current count becomes prev, decaying from full
     -- weight, and nothing is current.
     local e2 = 0
@@ -79,14 +87,16 @@ DEFINE.sliding_window = function()
       elseif fits then
         retry = sw_retry(w, limit, e, prev, cur, cost)
       end
+      local remaining = allowed and room - cost or room
+      local grows = fade(w, limit, e, prev, cur2 + remaining + 1) or w - e
       local reset, ttl = 0, 0
       if cur2 > 0 then
         reset, ttl = w, 2 * w - e
       elseif prev > 0 then
         reset, ttl = w - e, w - e
       end
-      return allowed, 0, limit, w, allowed and room - cost or room, reset, retry, ttl,
-        allowed and state_pack(TAG, 3, start, cur2, prev) or nil
+      return allowed, 0, limit, w, remaining, reset, retry, ttl,
+        allowed and state_pack(TAG, 3, start, cur2, prev) or nil, grows
     end,
 
     -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`:

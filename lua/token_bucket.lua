@@ -20,6 +20,7 @@ computed, u the tick size d is counted in (0: fresh).
   d'  = need if ok else d;  state = {d = d', ts = ts, u = unit}
   remaining = floor(max(cap - d', 0) / unit);  ttl = ceil(d' / drain)
   reset_after = min(ttl, window);  retry_after = wait - max_delay (never if cost > burst)
+  grows_after = fl_next_unit(d'): until the next whole token is back
 ]]
 
 DEFINE.token_bucket = function()
@@ -50,7 +51,8 @@ DEFINE.token_bucket = function()
       local ttl = fl_drain_time(d, drain)
       local window = fl_drain_time(cap, drain)
       return allowed, delay, burst, window, fl_units_free(d, cap, unit), min(ttl, window),
-        retry, ttl, allowed and state_pack(TAG, 3, d, ts, unit) or nil
+        retry, ttl, allowed and state_pack(TAG, 3, d, ts, unit) or nil,
+        fl_next_unit(d, cap, unit, drain)
     end,
 
     -- Redis Cluster refund (refund.lua): puts cost tokens back, i.e. takes

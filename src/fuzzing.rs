@@ -18,6 +18,7 @@ use std::time::Instant;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
 use ipnet::IpNet;
 use tokio::io::{AsyncRead, ReadBuf};
+use tollgate_limit::headers::Draft;
 use tollgate_limit::store::redis;
 use tollgate_limit::{Figure, Outcome, Status};
 
@@ -527,13 +528,14 @@ pub fn client_key(data: &[u8]) {
 
 // ----------------------------------------------------- ratelimit_headers
 
-/// `ratelimit_headers`: line 1 the header style (`standard`, `legacy`,
-/// `both`, `none`; else `both`), every further line one limit,
-/// tab-separated: `name limit window_us remaining reset_us concurrency`
-/// (numbers default to 0, `concurrency` is any non-empty text). The
-/// standard fields are RFC 9651 Lists (checked here by a strict parser of
-/// the subset they use) with one item per limit, in order, carrying exactly
-/// that limit's figures (`w >= 1`, `t <= w`); the legacy fields are the most
+/// `ratelimit_headers`: line 1 the header style (`standard`, `draft10`,
+/// `legacy`, `both`, `none`; else `both`), every further line one limit,
+/// tab-separated: `name limit window_us remaining reset_us concurrency
+/// grows_us` (numbers default to 0, `concurrency` is any non-empty text).
+/// The standard fields are RFC 9651 Lists (checked here by a strict parser
+/// of the subset they use) with one item per limit, in order, carrying
+/// exactly that limit's figures (`w >= 1`; draft 11's `t` from `grows_us`,
+/// `t >= 1`; draft 10's from `reset_us`, `t <= w`); the legacy fields are the most
 /// restrictive limit's; the style's fields replace the upstream's, the
 /// others are left alone. Returns the two standard field values written,
 /// for a second, independent RFC 9651 parser to check.
@@ -554,7 +556,8 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
     }
     add_headers(&mut headers, style, &limits);
 
-    let standard = !limits.is_empty() && matches!(style, HeaderStyle::Standard | HeaderStyle::Both);
+    let draft = style.standard().filter(|_| !limits.is_empty());
+    let standard = draft.is_some();
     let legacy = !limits.is_empty() && matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
     for (i, name) in all.iter().enumerate() {
         let written = if i < 2 { standard } else { legacy };
@@ -562,8 +565,8 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
         assert_eq!(count, if written { 1 } else { 2 }, "{name} lines");
     }
     let mut fields = Vec::new();
-    if standard {
-        fields.extend(check_standard_fields(&headers, &limits));
+    if let Some(draft) = draft {
+        fields.extend(check_standard_fields(&headers, &limits, draft));
     }
     if legacy {
         check_legacy_fields(&headers, &limits);
@@ -581,11 +584,24 @@ fn shown_window(o: &Outcome) -> u64 {
         .clamp(1, SF_MAX)
 }
 
-/// `t` as the fields show it: whole seconds, rounded up, at most `w`.
+/// Draft 10's `t` (and `X-RateLimit-Reset`) as the fields show it: whole
+/// seconds, rounded up, at most `w`.
 fn shown_reset(o: &Outcome) -> u64 {
     o.reset
         .div_ceil(tollgate_limit::algorithm::SECOND)
         .min(shown_window(o))
+}
+
+/// `t` as `draft`'s fields show it: draft 11's whole seconds rounded up, at
+/// least 1; draft 10's [`shown_reset`].
+fn shown_t(o: &Outcome, draft: Draft) -> u64 {
+    match draft {
+        Draft::Eleven => o
+            .grows_after
+            .div_ceil(tollgate_limit::algorithm::SECOND)
+            .max(1),
+        Draft::Ten => shown_reset(o),
+    }
 }
 
 /// [`ratelimit_headers`]'s input: the style (line 1) and one limit per
@@ -594,6 +610,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
     let mut lines = Lines::new(data);
     let style = match lines.text().trim() {
         "standard" => HeaderStyle::Standard,
+        "draft10" => HeaderStyle::Draft10,
         "legacy" => HeaderStyle::Legacy,
         "none" => HeaderStyle::None,
         _ => HeaderStyle::Both,
@@ -603,8 +620,10 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
         let line = String::from_utf8_lossy(line);
         let mut f = line.split('\t');
         let name = f.next().unwrap_or_default().to_owned();
-        let mut num = || {
-            f.next()
+        let fields: Vec<&str> = f.collect();
+        let num = |i: usize| {
+            fields
+                .get(i)
                 .and_then(|n| n.trim().parse::<u64>().ok())
                 .unwrap_or(0)
         };
@@ -612,13 +631,14 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
             status: Status::Allowed,
             lock_started: false,
             delay: 0,
-            limit: num(),
-            window: num(),
-            remaining: num(),
-            reset: num(),
+            limit: num(0),
+            window: num(1),
+            remaining: num(2),
+            reset: num(3),
+            grows_after: num(5),
             retry_after: 0,
         };
-        let concurrency = f.next().is_some_and(|c| !c.trim().is_empty());
+        let concurrency = fields.get(4).is_some_and(|c| !c.trim().is_empty());
         limits.push(Figure {
             name: name.as_str().into(),
             outcome,
@@ -631,7 +651,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
 
 /// `RateLimit-Policy` and `RateLimit` are RFC 9651 Lists with one item per
 /// limit, in order, carrying exactly its figures; returns the two values.
-fn check_standard_fields(headers: &HeaderMap, limits: &[Figure]) -> [HeaderValue; 2] {
+fn check_standard_fields(headers: &HeaderMap, limits: &[Figure], draft: Draft) -> [HeaderValue; 2] {
     let policy = headers.get(RATELIMIT_POLICY).expect("written");
     let state = headers.get(RATELIMIT).expect("written");
     let policy_items = parse_sf_list(policy.as_bytes())
@@ -660,10 +680,13 @@ fn check_standard_fields(headers: &HeaderMap, limits: &[Figure]) -> [HeaderValue
         assert_eq!(*p, (name.clone(), want_policy));
         let want_state = vec![
             ("r".to_owned(), SfValue::Int(o.remaining.min(SF_MAX))),
-            ("t".to_owned(), SfValue::Int(shown_reset(o))),
+            ("t".to_owned(), SfValue::Int(shown_t(o, draft))),
         ];
         assert_eq!(*s, (name, want_state));
-        assert!(shown_reset(o) <= shown_window(o));
+        match draft {
+            Draft::Eleven => assert!(shown_t(o, draft) >= 1),
+            Draft::Ten => assert!(shown_t(o, draft) <= shown_window(o)),
+        }
     }
     [policy.clone(), state.clone()]
 }

@@ -240,12 +240,12 @@ async fn gcra_answers_with_redis_cell_figures() {
         .await;
     let c = Caller::new(gw.addr());
     // CL.THROTTLE key 2 1 1 (max_burst = burst - 1): limit 3, remaining
-    // 2, 1, 0, reset_after 1 s, 2 s, 3 s.
+    // 2, 1, 0 (reset_after 1 s, 2 s, 3 s); draft 11's t: the next cell, 1 s.
     for i in 0..3 {
         let r = c.get("/").await;
         assert_ok(&r);
         let f = rl(&r, "g");
-        assert_eq!((f.q, f.r, f.t), (3, 2 - i, i + 1), "#{i}: {f:?}");
+        assert_eq!((f.q, f.r, f.t), (3, 2 - i, 1), "#{i}: {f:?}");
     }
     let t3 = Instant::now();
     // retry_after: one emission interval.
@@ -1059,12 +1059,8 @@ async fn standard_fields_are_structured_lists_with_q_w_r_t() {
         );
         assert!(fw.t >= 1, "{fw:?}");
         let tb = rl(&r, "tb");
-        // One token per 20 s; full again 20 s per missing token later.
-        assert_eq!(
-            (tb.q, tb.w, tb.r, tb.t),
-            (3, 60, 2 - i, 20 * (i + 1)),
-            "{tb:?}"
-        );
+        // One token per 20 s: the next is back in 20 s (draft 11's t).
+        assert_eq!((tb.q, tb.w, tb.r, tb.t), (3, 60, 2 - i, 20), "{tb:?}");
         for legacy in [
             "x-ratelimit-limit",
             "x-ratelimit-remaining",
@@ -1079,7 +1075,7 @@ async fn standard_fields_are_structured_lists_with_q_w_r_t() {
     }
     let r = c.get("/").await;
     let ra = assert_rejected(&r, "rate_limited", "tb");
-    assert!(ra >= rl(&r, "tb").t as u64 && ra <= 60, "Retry-After {ra}");
+    assert!(ra == rl(&r, "tb").t as u64 && ra <= 20, "Retry-After {ra}");
     assert_eq!(rl(&r, "fw").r, 2, "fw untouched by tb's rejection");
     assert_eq!(
         r.header("content-type"),

@@ -1558,3 +1558,37 @@ fn errors_speak_the_operators_language() {
         "{e}"
     );
 }
+
+#[test]
+fn header_styles_include_draft10_where_standard_is_accepted() {
+    for (word, style) in [
+        ("standard", HeaderStyle::Standard),
+        ("draft10", HeaderStyle::Draft10),
+        ("legacy", HeaderStyle::Legacy),
+        ("both", HeaderStyle::Both),
+        ("none", HeaderStyle::None),
+    ] {
+        let c = ok(&format!(
+            "server:\n  limit_response: {{ headers: {word} }}\n{BASE}  \
+             - {{ name: a, upstream: users }}\n  \
+             - {{ name: b, upstream: users, limit_response: {{ headers: {word} }} }}\n"
+        ))
+        .config;
+        assert_eq!(
+            c.routes[0].limit_response.headers, style,
+            "{word}: inherited"
+        );
+        assert_eq!(
+            c.routes[1].limit_response.headers, style,
+            "{word}: per route"
+        );
+    }
+    let e = err_at(
+        &format!(
+            "{BASE}  - name: a\n    upstream: users\n    limit_response: {{ headers: draft11 }}\n"
+        ),
+        "routes[0].limit_response.headers",
+        11,
+    );
+    assert!(e.to_string().contains("draft10"), "{e}");
+}

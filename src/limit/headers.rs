@@ -1,7 +1,7 @@
 //! Rate-limit response fields (docs/configuration/limit-response.md) on a response: the values
 //! `tollgate_limit::headers` writes for a decision's figures, as
-//! `RateLimit-Policy` / `RateLimit` (standard), `X-RateLimit-*` (legacy),
-//! both or none. The gateway's fields replace any of the same name from the
+//! `RateLimit-Policy` / `RateLimit` (standard: draft 11's figures, or
+//! draft10), `X-RateLimit-*` (legacy), both or none. The gateway's fields replace any of the same name from the
 //! upstream, so a client never sees two answers for one quota.
 
 use http::header::HeaderName;
@@ -26,8 +26,9 @@ pub fn add_limit_headers<B>(response: &mut Response<B>, style: HeaderStyle, figu
     add_headers(response.headers_mut(), style, figures);
 }
 
-/// Add `RateLimit-Policy` and `RateLimit` (standard), `X-RateLimit-*`
-/// (legacy, for the most restrictive limit), both, or none, for the
+/// Add `RateLimit-Policy` and `RateLimit` (standard, or draft10 with draft
+/// 10's `t`), `X-RateLimit-*` (legacy, for the most restrictive limit),
+/// both, or none, for the
 /// figures the fields show (a limit whose figures are unknown is left
 /// out). No figures, no fields. Fields of these names already in `headers`
 /// are replaced.
@@ -35,8 +36,8 @@ pub fn add_headers(headers: &mut HeaderMap, style: HeaderStyle, figures: &[Figur
     if figures.is_empty() {
         return;
     }
-    if style.standard() {
-        if let Some((policy, state)) = fields::standard(figures) {
+    if let Some(draft) = style.standard() {
+        if let Some((policy, state)) = fields::standard(figures, draft) {
             insert_bytes(headers, RATELIMIT_POLICY, policy);
             insert_bytes(headers, RATELIMIT, state);
         }
@@ -78,6 +79,7 @@ mod tests {
                 window: SECOND,
                 remaining,
                 reset: SECOND,
+                grows_after: 2 * SECOND,
                 retry_after: 0,
             },
             concurrency: false,
@@ -97,7 +99,7 @@ mod tests {
             &[figure("a", Status::Allowed, 1, 0)],
         );
         assert_eq!(h.get_all(RATELIMIT).iter().count(), 1);
-        assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=0;t=1");
+        assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=0;t=2");
         assert_eq!(h.get(RATELIMIT_POLICY).unwrap(), "\"a\";q=1;w=1");
         assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "1");
         assert_eq!(h.get(X_RATELIMIT_REMAINING).unwrap(), "0");
@@ -112,12 +114,25 @@ mod tests {
         ];
         let mut h = HeaderMap::new();
         add_headers(&mut h, HeaderStyle::Both, &figures);
-        assert_eq!(h.get(RATELIMIT).unwrap(), "\"b\";r=0;t=1");
+        assert_eq!(h.get(RATELIMIT).unwrap(), "\"b\";r=0;t=2");
         assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "5");
         let mut h = HeaderMap::new();
         add_headers(&mut h, HeaderStyle::Both, &figures[..1]);
         add_headers(&mut h, HeaderStyle::None, &figures);
         add_headers(&mut h, HeaderStyle::Both, &[]);
         assert!(h.is_empty(), "{h:?}");
+    }
+
+    #[test]
+    fn draft10_sends_draft_10s_t_and_no_legacy_fields() {
+        let mut h = HeaderMap::new();
+        add_headers(
+            &mut h,
+            HeaderStyle::Draft10,
+            &[figure("a", Status::Allowed, 4, 3)],
+        );
+        assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=3;t=1");
+        assert_eq!(h.get(RATELIMIT_POLICY).unwrap(), "\"a\";q=4;w=1");
+        assert_eq!(h.len(), 2, "{h:?}");
     }
 }

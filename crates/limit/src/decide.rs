@@ -16,8 +16,9 @@
 //!     one that starts a lockout answers locked_out with the lock's length
 //! ```
 //!
-//! Locked limits answer `locked_out` with the lock's remaining time and are
-//! not struck again. Shadow limits never lock and never block.
+//! Locked limits answer `locked_out` with the lock's remaining time (as
+//! `Retry-After` and draft 11's `t`) and are not struck again. Shadow
+//! limits never lock and never block.
 
 use crate::algorithm::any::{AlgoParams, AlgoState};
 use crate::algorithm::lockout::{strike, LockState};
@@ -90,6 +91,7 @@ pub(crate) fn decide(
                 window: v.window,
                 remaining: 0,
                 reset: left.min(v.window),
+                grows_after: left,
                 retry_after: left,
             }
         } else {
@@ -101,6 +103,7 @@ pub(crate) fn decide(
                 window: v.window,
                 remaining: v.remaining,
                 reset: v.reset_hint(),
+                grows_after: v.grows_hint(),
                 retry_after: if v.allowed { 0 } else { v.retry_hint() },
             }
         };
@@ -142,6 +145,7 @@ pub(crate) fn decide(
                         outcome.remaining = 0;
                         outcome.retry_after = length;
                         outcome.reset = length.min(outcome.window);
+                        outcome.grows_after = length;
                     }
                 }
             }

@@ -1,21 +1,28 @@
-//! Rate-limit header values (draft-ietf-httpapi-ratelimit-headers-10 and
-//! the `X-RateLimit-*` convention) for a decision's [`Figure`]s, as bytes
-//! and numbers: the caller puts them in whatever header type its HTTP stack
-//! has (the gateway: `src/limit/headers.rs`).
+//! Rate-limit header values (draft-ietf-httpapi-ratelimit-headers-11, its
+//! draft-10 figures, and the `X-RateLimit-*` convention) for a decision's
+//! [`Figure`]s, as bytes and numbers: the caller puts them in whatever
+//! header type its HTTP stack has (the gateway: `src/limit/headers.rs`).
 //!
 //! `standard` is two RFC 9651 structured-field Lists, one item per limit,
-//! named by the limit's name:
+//! named by the limit's name (draft 11 keeps draft 10's wire syntax):
 //!
 //! ```text
 //! RateLimit-Policy: "per_client";q=20;w=2, "login";q=5;w=60
 //! RateLimit: "per_client";r=17;t=1, "login";r=4;t=42
 //! ```
 //!
-//! `w` and `t` are whole seconds rounded up, `w >= 1`, `t <= w`; a
+//! `w` and `t` are whole seconds rounded up, `w >= 1`. Draft 11's `t` is
+//! the time until the available quota next grows, at least 1
+//! ([`Outcome::grows_after`](crate::Outcome::grows_after)): a client that
+//! takes at most `r` within the next `t` seconds is not rejected by that
+//! limit; on a rejection it is the wait, as `Retry-After`. The `draft10`
+//! style sends draft 10's `t` instead, the time until the quota is whole
+//! again, `t <= w` ([`Outcome::reset`](crate::Outcome::reset)). A
 //! `concurrency` limit adds `qu="concurrent-requests"`. `legacy` is
-//! `X-RateLimit-Limit` / `-Remaining` / `-Reset` for the most restrictive
-//! limit. A figure whose status is [`Status::Undecided`] (its Redis
-//! Cluster slot could not answer) is left out rather than shown as `q=0`.
+//! `X-RateLimit-Limit` / `-Remaining` / `-Reset` (draft 10's `t`) for the
+//! most restrictive limit. A figure whose status is [`Status::Undecided`]
+//! (its Redis Cluster slot could not answer) is left out rather than shown
+//! as `q=0`.
 
 use std::cmp::Reverse;
 
@@ -41,20 +48,40 @@ const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HeaderStyle {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
+    /// `RateLimit-Policy` and `RateLimit` with draft 11's figures
+    /// (draft-ietf-httpapi-ratelimit-headers-11).
     Standard,
+    /// The same two fields with draft 10's figures (`t` until the quota is
+    /// whole again), for clients pinned to that draft.
+    Draft10,
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
     Legacy,
-    /// Both sets.
+    /// `standard` and `legacy`.
     Both,
     /// No rate-limit headers.
     None,
 }
 
+/// Which draft's figures `RateLimit` carries: they differ in `t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Draft {
+    /// Draft 11: `t` is the time until the available quota next grows
+    /// ([`Outcome::grows_after`](crate::Outcome::grows_after)), at least 1.
+    Eleven,
+    /// Draft 10: `t` is the time until the quota is whole again
+    /// ([`Outcome::reset`](crate::Outcome::reset)), at most `w`.
+    Ten,
+}
+
 impl HeaderStyle {
-    /// Whether `RateLimit-Policy` and `RateLimit` are sent.
-    pub fn standard(self) -> bool {
-        matches!(self, HeaderStyle::Standard | HeaderStyle::Both)
+    /// Whether `RateLimit-Policy` and `RateLimit` are sent, and with which
+    /// draft's figures.
+    pub fn standard(self) -> Option<Draft> {
+        match self {
+            HeaderStyle::Standard | HeaderStyle::Both => Some(Draft::Eleven),
+            HeaderStyle::Draft10 => Some(Draft::Ten),
+            HeaderStyle::Legacy | HeaderStyle::None => None,
+        }
     }
 
     /// Whether `X-RateLimit-*` are sent.
@@ -89,9 +116,20 @@ fn remaining(f: &Figure) -> u64 {
     f.outcome.remaining.min(SF_INTEGER_MAX)
 }
 
-/// `t`: whole seconds, rounded up, never more than `w`.
+/// Draft 10's `t` (and `X-RateLimit-Reset`): whole seconds, rounded up,
+/// never more than `w`.
 fn reset(f: &Figure) -> u64 {
     secs_ceil(f.outcome.reset).min(window(f))
+}
+
+/// The `t` of `draft`: draft 11's whole seconds rounded up, at least 1
+/// (and equal to `Retry-After` on a rejection, so not capped at `w`), or
+/// draft 10's [`reset`].
+fn t(f: &Figure, draft: Draft) -> u64 {
+    match draft {
+        Draft::Eleven => secs_ceil(f.outcome.grows_after).clamp(1, SF_INTEGER_MAX),
+        Draft::Ten => reset(f),
+    }
 }
 
 /// Whole seconds, rounded up.
@@ -106,10 +144,10 @@ fn shown(figures: &[Figure]) -> impl Iterator<Item = &Figure> {
         .filter(|f| f.outcome.status != Status::Undecided)
 }
 
-/// `RateLimit-Policy` and `RateLimit`, in that order; `None` when no
-/// figure is shown. Both values share one buffer: one allocation for the
-/// text and one for the handle.
-pub fn standard(figures: &[Figure]) -> Option<(Bytes, Bytes)> {
+/// `RateLimit-Policy` and `RateLimit` with `draft`'s figures, in that
+/// order; `None` when no figure is shown. Both values share one buffer:
+/// one allocation for the text and one for the handle.
+pub fn standard(figures: &[Figure], draft: Draft) -> Option<(Bytes, Bytes)> {
     // Room for every figure's name twice, and the numbers.
     let names: usize = figures.iter().map(|f| f.name.len() + 4).sum();
     let mut buf = Vec::with_capacity(2 * names + figures.len() * 96);
@@ -135,7 +173,7 @@ pub fn standard(figures: &[Figure]) -> Option<(Bytes, Bytes)> {
             &mut buf,
             i,
             &f.name,
-            [(b";r=", remaining(f)), (b";t=", reset(f))],
+            [(b";r=", remaining(f)), (b";t=", t(f, draft))],
         );
     }
     let mut state = Bytes::from(buf);
@@ -213,8 +251,8 @@ mod tests {
     type Fields = BTreeMap<&'static str, Vec<u8>>;
 
     fn add(h: &mut Fields, style: HeaderStyle, figures: &[Figure]) {
-        if style.standard() {
-            if let Some((policy, state)) = standard(figures) {
+        if let Some(draft) = style.standard() {
+            if let Some((policy, state)) = standard(figures, draft) {
                 h.insert(RATELIMIT_POLICY, policy.to_vec());
                 h.insert(RATELIMIT, state.to_vec());
             }
@@ -241,6 +279,7 @@ mod tests {
         String::from_utf8(h[name].clone()).unwrap()
     }
 
+    /// An allowed outcome whose draft-10 and draft-11 `t` are both `reset`.
     fn outcome(limit: u64, window: Micros, remaining: u64, reset: Micros) -> Outcome {
         Outcome {
             status: Status::Allowed,
@@ -250,6 +289,7 @@ mod tests {
             window,
             remaining,
             reset,
+            grows_after: reset,
             retry_after: 0,
         }
     }
@@ -338,12 +378,79 @@ mod tests {
         );
         assert_eq!(
             items(&parse(&h, RATELIMIT)),
-            vec![("in\"fli\\ght".into(), p(&[("r", "3"), ("t", "0")]))]
+            vec![("in\"fli\\ght".into(), p(&[("r", "3"), ("t", "1")]))],
+            "draft 11's t is never 0"
         );
         // A name outside visible ASCII still gives a valid field.
         let limits = [figure("é\n", &c, false)];
         add(&mut h, HeaderStyle::Standard, &limits);
         assert_eq!(items(&parse(&h, RATELIMIT))[0].0, "??");
+    }
+
+    #[test]
+    fn draft11_and_draft10_differ_in_t() {
+        // A token bucket of 10 with 3 left: the next token in 1.5 s, whole
+        // again in 6.5 s; a rejection whose wait (90 s) outlasts w.
+        let mut allowed = outcome(10, 10 * SECOND, 3, 6_500_000);
+        allowed.grows_after = 1_500_000;
+        let mut rejected = outcome(5, 60 * SECOND, 0, 60 * SECOND);
+        rejected.status = Status::Rejected;
+        rejected.retry_after = 90 * SECOND;
+        rejected.grows_after = 90 * SECOND;
+        let limits = [figure("b", &allowed, false), figure("l", &rejected, false)];
+        let mut h = Fields::new();
+        add(&mut h, HeaderStyle::Standard, &limits);
+        assert_eq!(text(&h, RATELIMIT), r#""b";r=3;t=2, "l";r=0;t=90"#);
+        let policy = text(&h, RATELIMIT_POLICY);
+        let mut h = Fields::new();
+        add(&mut h, HeaderStyle::Draft10, &limits);
+        assert_eq!(text(&h, RATELIMIT), r#""b";r=3;t=7, "l";r=0;t=60"#);
+        assert_eq!(text(&h, RATELIMIT_POLICY), policy, "the same policies");
+        assert!(
+            !h.contains_key(X_RATELIMIT_RESET),
+            "draft10 sends no legacy field"
+        );
+        // Both: draft 11's fields, and the legacy reset of draft 10.
+        let mut h = Fields::new();
+        add(&mut h, HeaderStyle::Both, &limits);
+        assert_eq!(text(&h, RATELIMIT), r#""b";r=3;t=2, "l";r=0;t=90"#);
+        assert_eq!(text(&h, X_RATELIMIT_RESET), "60");
+        // Draft 11's t: rounded up, at least 1.
+        for (grows, t) in [
+            (0, 1),
+            (1, 1),
+            (SECOND, 1),
+            (SECOND + 1, 2),
+            (u64::MAX, u64::MAX.div_ceil(SECOND)),
+        ] {
+            let mut o = outcome(1, SECOND, 0, 0);
+            o.grows_after = grows;
+            let mut h = Fields::new();
+            add(&mut h, HeaderStyle::Standard, &[figure("x", &o, false)]);
+            assert_eq!(text(&h, RATELIMIT), format!("\"x\";r=0;t={t}"));
+        }
+    }
+
+    #[test]
+    fn header_styles_read_from_config_words() {
+        for (word, style, draft) in [
+            ("standard", HeaderStyle::Standard, Some(Draft::Eleven)),
+            ("draft10", HeaderStyle::Draft10, Some(Draft::Ten)),
+            ("legacy", HeaderStyle::Legacy, None),
+            ("both", HeaderStyle::Both, Some(Draft::Eleven)),
+            ("none", HeaderStyle::None, None),
+        ] {
+            let parsed: HeaderStyle =
+                serde::Deserialize::deserialize(serde::de::value::StrDeserializer::<
+                    serde::de::value::Error,
+                >::new(word))
+                .unwrap();
+            assert_eq!((parsed, parsed.standard()), (style, draft), "{word}");
+            assert_eq!(
+                style.legacy(),
+                matches!(style, HeaderStyle::Legacy | HeaderStyle::Both)
+            );
+        }
     }
 
     #[test]
@@ -367,7 +474,7 @@ mod tests {
             let o = outcome(u64::MAX, window, u64::MAX, reset);
             let l = [figure("x", &o, false)];
             let mut h = Fields::new();
-            add(&mut h, HeaderStyle::Standard, &l);
+            add(&mut h, HeaderStyle::Draft10, &l);
             let pol = items(&parse(&h, RATELIMIT_POLICY));
             let st = items(&parse(&h, RATELIMIT));
             let max = SF_INTEGER_MAX.to_string();
@@ -414,7 +521,7 @@ mod tests {
 
     /// The fields as the `core::fmt` version wrote them, char by char: what
     /// the byte-level writer must reproduce exactly.
-    fn reference_standard(limits: &[Figure]) -> (String, String) {
+    fn reference_standard(limits: &[Figure], draft: Draft) -> (String, String) {
         fn sf_string(out: &mut String, s: &str) {
             out.push('"');
             for c in s.chars() {
@@ -443,7 +550,11 @@ mod tests {
                 policy.push_str(";qu=\"concurrent-requests\"");
             }
             sf_string(&mut state, &l.name);
-            let _ = write!(state, ";r={};t={}", remaining(l), reset(l));
+            let t = match draft {
+                Draft::Eleven => secs_ceil(l.outcome.grows_after).clamp(1, SF_INTEGER_MAX),
+                Draft::Ten => secs_ceil(l.outcome.reset).min(window(l)),
+            };
+            let _ = write!(state, ";r={};t={t}", remaining(l));
         }
         (policy, state)
     }
@@ -473,7 +584,9 @@ mod tests {
         for (i, &a) in numbers.iter().enumerate() {
             let b = numbers[(i * 7 + 3) % numbers.len()];
             let c = numbers[(i * 5 + 1) % numbers.len()];
-            outcomes.push(outcome(a, b, c, a));
+            let mut o = outcome(a, b, c, a);
+            o.grows_after = c;
+            outcomes.push(o);
             outcomes.push(outcome(c, a, b, b));
         }
         for n in 1..=4 {
@@ -487,11 +600,16 @@ mod tests {
                         )
                     })
                     .collect();
-                let mut h = Fields::new();
-                add(&mut h, HeaderStyle::Standard, &limits);
-                let (policy, state) = reference_standard(&limits);
-                assert_eq!(h[RATELIMIT_POLICY], policy.as_bytes());
-                assert_eq!(h[RATELIMIT], state.as_bytes());
+                for (style, draft) in [
+                    (HeaderStyle::Standard, Draft::Eleven),
+                    (HeaderStyle::Draft10, Draft::Ten),
+                ] {
+                    let mut h = Fields::new();
+                    add(&mut h, style, &limits);
+                    let (policy, state) = reference_standard(&limits, draft);
+                    assert_eq!(h[RATELIMIT_POLICY], policy.as_bytes());
+                    assert_eq!(h[RATELIMIT], state.as_bytes());
+                }
             }
         }
         for n in numbers.into_iter().chain(0..=1000) {

@@ -12,7 +12,8 @@
 //! and hands the [`Limiter`] one [`Check`] per limit that applies; the
 //! [`Decision`] says whether to go on, after which delay, and the figures
 //! for rate-limit headers ([`headers`] formats them as
-//! `RateLimit-Policy` / `RateLimit` or `X-RateLimit-*` values).
+//! `RateLimit-Policy` / `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11,
+//! or draft 10's figures) or `X-RateLimit-*` values).
 //!
 //! # Modules
 //!
@@ -244,8 +245,15 @@ pub struct Outcome {
     pub window: Micros,
     /// `r`: units left.
     pub remaining: u64,
-    /// `t`: until the quota is back (`<= window`).
+    /// Draft 10's `t` (the `draft10` header style, `X-RateLimit-Reset`):
+    /// until the quota is whole again, `<= window`; for a rejection the
+    /// wait until the request could pass, capped at `window`.
     pub reset: Micros,
+    /// Draft 11's `t` (the `standard` header style): until the available
+    /// quota next grows ([`Verdict::grows_after`](algorithm::Verdict::grows_after)),
+    /// at least 1; for a rejection or lockout the wait until the request
+    /// could pass, equal to `retry_after`.
+    pub grows_after: Micros,
     /// For a rejection or lockout: the wait to advertise in `Retry-After`
     /// (never less than `reset`).
     pub retry_after: Micros,
@@ -254,7 +262,7 @@ pub struct Outcome {
 #[cfg(test)]
 impl Outcome {
     /// An outcome of `status` for tests: quota and window 1, nothing left,
-    /// no reset.
+    /// no reset, `t` the wait (at least 1).
     pub(crate) fn of(status: Status, retry_after: Micros, delay: Micros) -> Outcome {
         Outcome {
             status,
@@ -264,6 +272,7 @@ impl Outcome {
             window: 1,
             remaining: 0,
             reset: 0,
+            grows_after: retry_after.max(1),
             retry_after,
         }
     }

@@ -131,7 +131,8 @@ pub struct Cached {
 /// The rejection the deny cache gives when every check of `plan` is cached
 /// (`hits`, in check order: until, locked out, what was kept): each limit's
 /// figures as the deciding call reported them (its `r` included), their
-/// waits moved on to `now`, `t` the time until the request could pass;
+/// waits moved on to `now`, `t` the time until the request could pass
+/// (draft 11's, and draft 10's capped at `w`: what the store would say);
 /// named, as the store's verdict would, by the longest wait.
 fn cached_rejection(hits: &[(Micros, bool, Cached)], now: Micros) -> Decision {
     let figures: Vec<Figure> = hits
@@ -149,6 +150,7 @@ fn cached_rejection(hits: &[(Micros, bool, Cached)], now: Micros) -> Decision {
             o.delay = 0;
             o.retry_after = left;
             o.reset = left.min(o.window);
+            o.grows_after = left;
             f
         })
         .collect();
@@ -742,7 +744,8 @@ mod tests {
 
     use super::*;
     use crate::algorithm::{
-        concurrency, fixed_window, gcra, sliding_log, token_bucket, Rate, DAY, SECOND,
+        concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
+        Rate, DAY, SECOND,
     };
     use crate::clock::ManualClock;
     use crate::key::KeyHasher;
@@ -945,9 +948,49 @@ mod tests {
             (2, 0)
         );
         assert_eq!(figures[0].outcome.reset, 6 * SECOND);
+        assert_eq!(figures[0].outcome.grows_after, 6 * SECOND);
         // At the retry time the store decides again, and a token is back.
         f.clock.advance(6 * SECOND);
         assert_eq!(f.outcome("10.0.0.1").await.0, "allowed");
+    }
+
+    /// Every algorithm the deny cache serves: a rejection it answers
+    /// carries exactly the figures the store would give at that instant,
+    /// draft 11's `t` and draft 10's included.
+    #[tokio::test]
+    async fn a_cached_rejection_has_the_figures_the_store_would_give() {
+        let rate = Rate::new(1, 10 * SECOND).unwrap();
+        for params in [
+            fixed(2, MINUTE),
+            AlgoParams::SlidingWindow(sliding_window::Params::new(2, MINUTE).unwrap()),
+            AlgoParams::SlidingLog(sliding_log::Params::new(2, MINUTE).unwrap()),
+            bucket(1, 10 * SECOND, 2),
+            AlgoParams::Gcra(gcra::Params::new(rate, 2, 0).unwrap()),
+            AlgoParams::LeakyBucket(leaky_bucket::Params::new(rate, 2, 0).unwrap()),
+        ] {
+            let name = params.name();
+            let f = fixture(vec![limit("l", params)]);
+            f.clock.set(T0 + 7 * SECOND);
+            for _ in 0..2 {
+                assert_eq!(f.outcome("10.0.0.1").await.0, "allowed", "{name}");
+            }
+            // First the store's rejection, then the cache's, 1.7 s apart.
+            for step in 0..4 {
+                f.clock.advance(if step == 0 { SECOND } else { 1_700_000 });
+                let now = f.clock.now();
+                let store = f.limiter.local.decide(&f.checks("10.0.0.1", None), now);
+                let Decision::Reject { figures, .. } = f.decide("10.0.0.1").await else {
+                    panic!("{name} step {step}: rejected")
+                };
+                let o = &figures[0].outcome;
+                assert_eq!(*o, store[0], "{name} step {step}");
+                assert!(
+                    o.grows_after == o.retry_after && o.grows_after > 0,
+                    "{name}: {o:?}"
+                );
+                assert_eq!(f.limiter.deny.len(), 1, "{name}: cached");
+            }
+        }
     }
 
     #[tokio::test]

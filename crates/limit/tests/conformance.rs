@@ -104,9 +104,11 @@ fn run(stores: &Stores, key_n: u8, params: AlgoParams, steps: &[Step]) {
             "{} at {at_ms} ms, cost {cost}: (status, remaining, retry ms, reset ms)",
             params.name()
         );
-        assert!(o.reset <= o.window, "t <= w");
+        assert!(o.reset <= o.window, "draft 10: t <= w");
+        assert!(o.grows_after >= 1, "draft 11: t is never 0");
         if o.status != A {
             assert!(o.retry_after >= o.reset, "Retry-After >= t");
+            assert_eq!(o.grows_after, o.retry_after, "draft 11: t = Retry-After");
         }
     }
 }

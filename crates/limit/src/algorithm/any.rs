@@ -55,6 +55,7 @@ fn erase<S>(v: Verdict<S>, wrap: impl FnOnce(S) -> AlgoState) -> AnyVerdict {
         window: v.window,
         remaining: v.remaining,
         reset_after: v.reset_after,
+        grows_after: v.grows_after,
         retry_after: v.retry_after,
         state: wrap(v.state),
         ttl: v.ttl,

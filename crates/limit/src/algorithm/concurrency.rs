@@ -17,6 +17,7 @@
 //!   otherwise:        rejected, retry_after = min exp - now
 //! remaining   = max(0, limit - n')
 //! reset_after = ttl = max exp - now             -- 0 with no lease
+//! grows_after = 1 s                             -- a release may free a slot any moment
 //! release(id): drop it (and the expired ones)
 //! ```
 //!
@@ -133,6 +134,7 @@ pub fn acquire(p: &Params, state: &State, now: Micros, lease_id: LeaseId) -> Ver
         window: p.lease,
         remaining: p.limit.saturating_sub(s.leases.len() as u64),
         reset_after: ttl,
+        grows_after: SECOND,
         retry_after,
         state: s,
         ttl,
@@ -192,6 +194,7 @@ mod tests {
         let v = acquire(&p, &State::default(), T0, 1);
         assert!(v.allowed);
         assert_eq!((v.remaining, v.reset_after, v.ttl), (1, s(300), s(300)));
+        assert_eq!(v.grows_after, s(1), "draft 11: t = 1 s");
         assert_eq!((v.limit, v.window), (2, s(300)));
         let v = acquire(&p, &v.state, T0 + s(10), 2);
         assert!(v.allowed);

@@ -12,9 +12,12 @@
 //! ok  = n + cost <= limit
 //! n'  = n + cost if ok else n;  state = {ws = start, n = n'}
 //! remaining   = limit - n'                    (saturating at 0)
-//! reset_after = retry_after = ttl = end - now
+//! reset_after = grows_after = retry_after = ttl = end - now
 //! window      = end - start
 //! ```
+//!
+//! `grows_after` (draft 11's `t`) is the window's end: the quota grows only
+//! when the next window starts.
 //!
 //! With unchanged parameters `s.ws` is either `start` or an older window's
 //! start. After a change of `window`, a counter whose window began inside
@@ -196,6 +199,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         window: end - start,
         remaining: p.limit.saturating_sub(n),
         reset_after: left,
+        grows_after: left,
         retry_after: if allowed {
             Some(0)
         } else if fits {
@@ -243,6 +247,7 @@ mod tests {
             assert!(v.allowed);
             assert_eq!(v.remaining, left);
             assert_eq!(v.reset_after, s(50) - ms(i));
+            assert_eq!(v.grows_after, s(50) - ms(i), "draft 11: the window's end");
             assert_eq!(v.retry_after, Some(0));
             assert_eq!(v.limit, 3);
             assert_eq!(v.window, s(60));

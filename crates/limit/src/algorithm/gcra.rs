@@ -31,15 +31,23 @@
 //! ttl   = tat' - now                     -- redis-cell's ttl, the key's expiry
 //! reset_after = min(ttl, tau)
 //! remaining   = floor((tau - ttl) / T) if ttl < tau else 0
+//! grows_after = ttl - tau + T if ttl >= tau else T - (tau - ttl) % T
 //! retry_after = wait - max_delay         -- when the wait has shrunk to max_delay
 //! ```
+//!
+//! `grows_after` (draft 11's `t`, not a redis-cell figure) is when the
+//! next cell is back: when `remaining` grows by one. A full burst reports
+//! one emission interval `T`.
 //!
 //! With `max_delay = 0` this is redis-cell's algorithm exactly. The `max`
 //! in `tat` is redis-cell's "a missing key means `tat = now`" (its key
 //! expires when `tat` passes); the `min` only acts after the parameters
 //! changed (docs/operations.md), clamping a schedule longer than the new tolerance.
 
-use super::{at_most, nonzero, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION};
+use super::{
+    at_most, nonzero, ticks_to_next_unit, Micros, ParamError, Rate, Verdict, MAX_COUNT,
+    MAX_DURATION,
+};
 
 /// Validated parameters of a `gcra` limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +151,9 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         }
     };
     let ttl = tat2 - now;
+    // The next cell is back when `ttl` has fallen to below the next
+    // multiple of `T` under `tau`.
+    let grows_after = ticks_to_next_unit(ttl, tau, p.interval);
     Verdict {
         allowed,
         delay,
@@ -150,6 +161,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         window: tau,
         remaining: tau.saturating_sub(ttl) / p.interval,
         reset_after: ttl.min(tau),
+        grows_after,
         retry_after,
         state: State { tat: tat2 },
         ttl,
@@ -208,6 +220,28 @@ mod tests {
             Params::new(slow, 11, 0),
             Err(ParamError::TooLarge { field: "burst", .. })
         ));
+    }
+
+    #[test]
+    fn grows_after_is_the_next_cell() {
+        // 1 per second, burst 3: each admission leaves the next cell one
+        // interval (or what is left of it) away.
+        let p = Params::new(Rate::new(1, SECOND).unwrap(), 3, 0).unwrap();
+        let v = check(&p, &State::default(), T0, 1);
+        assert_eq!((v.remaining, v.grows_after, v.reset_after), (2, s(1), s(1)));
+        let v = check(&p, &v.state, T0 + ms(300), 1);
+        assert_eq!(
+            (v.remaining, v.grows_after, v.reset_after),
+            (1, ms(700), ms(1_700))
+        );
+        let v = check(&p, &v.state, T0 + ms(300), 1);
+        assert_eq!((v.remaining, v.grows_after), (0, ms(700)));
+        // Rejected: the wait, which is the same here.
+        let v = check(&p, &v.state, T0 + ms(500), 1);
+        assert_eq!(
+            (v.allowed, v.grows_hint(), v.retry_hint()),
+            (false, ms(500), ms(500))
+        );
     }
 
     #[test]
@@ -296,6 +330,10 @@ mod tests {
             st = v.state;
         }
         assert_eq!(delays, vec![0, 0, ms(100), ms(200), ms(300)]);
+        // Reserved 300 ms ahead: a cell is free without a wait after
+        // the reservations (500 ms) less the burst (200 ms) plus one
+        // interval.
+        assert_eq!(check(&p, &st, T0, 3).grows_after, ms(400));
         let v = check(&p, &st, T0, 1);
         assert!(!v.allowed);
         assert_eq!(v.retry_after, Some(ms(100)));
@@ -344,8 +382,8 @@ mod tests {
                 let a = check(&g, &gs, now, cost);
                 let b = token_bucket::check(&t, &ts, now, cost);
                 prop_assert_eq!(
-                    (a.allowed, a.delay, a.remaining, a.reset_after, a.retry_after, a.window, a.ttl),
-                    (b.allowed, b.delay, b.remaining, b.reset_after, b.retry_after, b.window, b.ttl)
+                    (a.allowed, a.delay, a.remaining, a.reset_after, a.grows_after, a.retry_after, a.window, a.ttl),
+                    (b.allowed, b.delay, b.remaining, b.reset_after, b.grows_after, b.retry_after, b.window, b.ttl)
                 );
                 if a.allowed {
                     gs = a.state;

@@ -30,9 +30,16 @@
 //! remaining   = floor((cap - lv') / unit)                        (policing)
 //!             = min(that, floor((md - lv') / unit) + 1 if lv' <= md else 0)  (shaping)
 //! reset_after = ttl = ceil(lv' / drain)
+//! grows_after = max(next_unit(lv') if remaining == free else 0,      -- room for one more
+//!                   ceil((lv' + remaining * unit - md) / drain) if shaping)   -- a shorter queue
+//!   (free = floor((cap - lv') / unit); next_unit is Fluid::next_unit)
 //! retry_after = max(ceil((lv + k - cap) / drain) if lv + k > cap else 0,
 //!                   ceil((lv - md) / drain) if shaping and lv > md else 0)
 //! ```
+//!
+//! `grows_after` (draft 11's `t`) is when enough has drained for
+//! `remaining` to grow by one; a bucket with nothing left to grow reports
+//! the time one unit takes to drain.
 
 use super::{at_most, nonzero, Fluid, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION};
 
@@ -138,7 +145,8 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         (false, 0, None)
     };
     let lv2 = if allowed { lv + cost * f.unit } else { lv };
-    let mut remaining = f.units_free(lv2);
+    let free = f.units_free(lv2);
+    let mut remaining = free;
     if shaping {
         let queued = if lv2 <= p.md {
             (p.md - lv2) / f.unit + 1
@@ -146,6 +154,17 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
             0
         };
         remaining = remaining.min(queued);
+    }
+    // `remaining + 1` passes once the bucket has room for one more unit
+    // (if that is what binds) and, shaping, the queue is short enough.
+    let mut grows_after = if remaining == free {
+        f.next_unit(lv2)
+    } else {
+        0
+    };
+    if shaping {
+        let queue = (lv2 + remaining * f.unit).saturating_sub(p.md);
+        grows_after = grows_after.max(f.time_to_drain(queue));
     }
     let ttl = f.time_to_drain(lv2);
     Verdict {
@@ -155,6 +174,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         window: p.window(),
         remaining,
         reset_after: ttl,
+        grows_after,
         retry_after,
         state: State { lv: lv2, ..s },
         ttl,
@@ -190,11 +210,14 @@ mod tests {
             assert_eq!(v.delay, 0);
             assert_eq!(v.remaining, left);
             assert_eq!(v.reset_after, s(3 - left));
+            assert_eq!(v.grows_after, s(1), "draft 11: the next unit drained");
             st = v.state;
         }
         let v = check(&p, &st, T0 + ms(400), 1);
         assert!(!v.allowed);
         assert_eq!(v.retry_after, Some(ms(600)));
+        assert_eq!(v.grows_hint(), ms(600));
+        assert_eq!(v.grows_after, ms(600));
         assert_eq!(v.reset_after, ms(2_600));
         assert!(!check(&p, &st, T0 + s(1) - 1, 1).allowed);
         assert!(check(&p, &st, T0 + s(1), 1).allowed);
@@ -231,6 +254,11 @@ mod tests {
         let mut st = State::default();
         let v = check(&p, &st, T0, 1);
         assert_eq!(v.remaining, 2);
+        // The queue binds (the bucket has 4 free): a third fits once the
+        // unit ahead has drained.
+        assert_eq!(v.grows_after, ms(500));
+        assert_eq!(check(&p, &v.state, T0 + ms(500) - 1, 9).remaining, 2);
+        assert_eq!(check(&p, &v.state, T0 + ms(500), 9).remaining, 3);
         st = v.state;
         let v = check(&p, &st, T0, 1);
         assert_eq!((v.delay, v.remaining), (ms(500), 1));

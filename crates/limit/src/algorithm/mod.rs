@@ -48,10 +48,20 @@
 //! # Headers
 //!
 //! `q` = [`Verdict::limit`], `w` = [`Verdict::window`], `r` =
-//! [`Verdict::remaining`], `t` = [`Verdict::reset_hint`] (`reset_after`;
-//! on a rejection the wait until this request could pass, as
-//! `Retry-After`, capped at `w`), `Retry-After` = [`Verdict::retry_hint`];
-//! seconds rounded up.
+//! [`Verdict::remaining`], `Retry-After` = [`Verdict::retry_hint`], and
+//! `t` = [`Verdict::grows_hint`] (draft 11: `grows_after`, the time until
+//! the available quota next grows; on a rejection the wait until this
+//! request could pass, equal to `Retry-After`), or for the `draft10` style
+//! [`Verdict::reset_hint`] (`reset_after`, the time until the quota is
+//! whole again; on a rejection the same wait capped at `w`); seconds
+//! rounded up.
+//!
+//! `grows_after` keeps a promise: a client that takes at most `remaining`
+//! units within the next `grows_after` (or any longer span: without
+//! traffic no algorithm's `remaining` ever shrinks) is never rejected by
+//! the limit. Each module's doc gives its formula; where nothing can grow
+//! (a full bucket, an unused window) it is the time the next unit would
+//! take, or the window's end, never 0.
 
 pub mod any;
 pub mod concurrency;
@@ -59,6 +69,8 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
 pub mod lockout;
+#[cfg(test)]
+mod promise;
 #[cfg(test)]
 mod properties;
 pub mod sliding_log;
@@ -109,11 +121,15 @@ pub struct Verdict<S> {
     /// Units left after this request if it is allowed, or now if it is
     /// rejected (what requests of cost 1 could still take at this instant).
     pub remaining: u64,
-    /// Time until the quota is fully back with no more traffic (the source
-    /// of the header's `t`). Always `<= window`: where the exact figure is
-    /// larger (a `max_delay` reservation, a sliding window's current count
-    /// that decays over the next window) it is capped at `window`.
+    /// Time until the quota is fully back with no more traffic (draft 10's
+    /// `t`). Always `<= window`: where the exact figure is larger (a
+    /// `max_delay` reservation, a sliding window's current count that
+    /// decays over the next window) it is capped at `window`.
     pub reset_after: Micros,
+    /// Time until the available quota (`remaining`, as this verdict leaves
+    /// the state) next grows with no more traffic: draft 11's `t`. At
+    /// least 1; see the module doc for what it promises.
+    pub grows_after: Micros,
     /// `Some(0)` when allowed. When rejected: `Some(d)`, the earliest wait
     /// after which the same request would pass if nothing else happened
     /// (exact: it is rejected at `now + d - 1` and allowed at `now + d`), or
@@ -134,9 +150,21 @@ impl<S> Verdict<S> {
         self.retry_after.unwrap_or(self.window)
     }
 
-    /// The `t` to report for this limit (docs/configuration/limit-response.md): `reset_after` when
-    /// allowed; on a rejection the time until this request could pass,
-    /// [`Verdict::retry_hint`] (so `t` and `Retry-After` agree), capped at
+    /// The draft-11 `t` to report for this limit
+    /// (docs/configuration/limit-response.md): `grows_after` when allowed;
+    /// on a rejection the time until this request could pass,
+    /// [`Verdict::retry_hint`], so `t` and `Retry-After` are the same wait.
+    pub fn grows_hint(&self) -> Micros {
+        if self.allowed {
+            self.grows_after
+        } else {
+            self.retry_hint()
+        }
+    }
+
+    /// The draft-10 `t` to report for this limit (the `draft10` header
+    /// style): `reset_after` when allowed; on a rejection the time until
+    /// this request could pass, [`Verdict::retry_hint`], capped at
     /// `window` so that `t <= w` holds. `Retry-After` is never earlier than
     /// `t`; rounding both up to whole seconds keeps the order.
     pub fn reset_hint(&self) -> Micros {
@@ -330,6 +358,35 @@ impl Fluid {
     pub(crate) fn units_free(&self, level: u64) -> u64 {
         self.cap.saturating_sub(level) / self.unit.max(1)
     }
+
+    /// The time until [`Fluid::units_free`] at `level` grows by one: the
+    /// ticks to drain down to `cap - (free + 1) * unit`,
+    ///
+    /// ```text
+    /// ticks = level - cap + unit                   if level >= cap
+    ///       = unit - (cap - level) % unit          otherwise
+    /// next  = ceil(ticks / drain)
+    /// ```
+    ///
+    /// At least 1. A full bucket (nothing left to grow) gets one unit's
+    /// time, `ceil(unit / drain)`.
+    pub(crate) fn next_unit(&self, level: u64) -> Micros {
+        self.time_to_drain(ticks_to_next_unit(level, self.cap, self.unit))
+    }
+}
+
+/// How far `level` must fall for the whole units below `cap`,
+/// `floor((cap - level) / unit)`, to grow by one: `level - cap + unit`
+/// above the cap, else `unit - (cap - level) % unit`; one `unit` when
+/// `level` is 0 and nothing can grow. At least 1. (GCRA's `ttl` below its
+/// tolerance is such a level, in microseconds.)
+pub(crate) fn ticks_to_next_unit(level: u64, cap: u64, unit: u64) -> u64 {
+    let unit = unit.max(1);
+    if level >= cap {
+        level - cap + unit
+    } else {
+        unit - (cap - level) % unit
+    }
 }
 
 #[cfg(test)]
@@ -384,11 +441,13 @@ mod tests {
             window: 2 * SECOND,
             remaining: 0,
             reset_after: 2 * SECOND,
+            grows_after: 300_000,
             retry_after: Some(100_000),
             state: (),
             ttl: 2 * SECOND,
         };
         assert_eq!((v.reset_hint(), v.retry_hint()), (100_000, 100_000));
+        assert_eq!(v.grows_hint(), 100_000, "a rejection's t is its wait");
         let never = Verdict {
             retry_after: None,
             reset_after: 0,
@@ -408,12 +467,15 @@ mod tests {
             (2 * SECOND, 5 * SECOND),
             "the wait, capped at the window"
         );
+        assert_eq!(long.grows_hint(), 5 * SECOND, "draft 11: not capped");
+        assert_eq!(never.grows_hint(), 2 * SECOND, "never: the window");
         let ok = Verdict {
             allowed: true,
             retry_after: Some(0),
             ..v
         };
         assert_eq!(ok.reset_hint(), 2 * SECOND);
+        assert_eq!(ok.grows_hint(), 300_000);
     }
 
     #[test]
@@ -432,6 +494,24 @@ mod tests {
         assert_eq!(f.drained(f.cap, 1), f.cap - 3);
         assert_eq!(f.drained(f.cap, u64::MAX), 0);
         assert_eq!(f.time_to_drain(f.cap), 3_333_334);
+    }
+
+    #[test]
+    fn fluid_next_unit_is_when_one_more_unit_is_free() {
+        // 3 ticks per µs, units of 1_000_000 ticks, a bucket of 10.
+        let f = Fluid::new(Rate::new(3, SECOND).unwrap(), 10, SECOND).unwrap();
+        // Full: one unit's time.
+        assert_eq!(f.next_unit(0), 333_334);
+        // 2.5 units in: 7.5 free, so 7 whole; the 8th after half a unit.
+        assert_eq!(f.units_free(2_500_000), 7);
+        assert_eq!(f.next_unit(2_500_000), 166_667);
+        assert_eq!(f.units_free(2_500_000 - 3 * 166_667), 8);
+        assert_eq!(f.units_free(2_500_000 - 3 * 166_666), 7);
+        // Exactly 3 units in: a whole unit to go.
+        assert_eq!(f.next_unit(3_000_000), 333_334);
+        // Over the cap (a reservation): back under it, then a unit more.
+        assert_eq!(f.next_unit(f.cap + 600_000), 533_334);
+        assert_eq!(f.next_unit(f.cap), 333_334);
     }
 
     #[test]

@@ -19,6 +19,10 @@
 //! ttl         = max t + w - now                 -- 0 for an empty log
 //! retry_after = t_k + w - now, for the oldest entry k such that
 //!               used - (n_0 + ... + n_k) + cost <= limit
+//! grows_after = t_k + w - now, for the oldest entry k such that
+//!               used' - (n_0 + ... + n_k) + remaining + 1 <= limit
+//!               (the oldest entry, unless a lowered limit left used' > limit);
+//!               w for an empty log
 //! ```
 
 use super::{at_most, nonzero, Micros, ParamError, Verdict, MAX_COUNT, MAX_DURATION};
@@ -86,6 +90,20 @@ pub fn effective(p: &Params, state: &State, now: Micros) -> State {
     }
 }
 
+/// The wait until the oldest `entries` (sorted, live at `now`) leaving the
+/// window of `w` have freed at least `excess` units: the time the entry
+/// that completes them leaves. `None` if all of them free less.
+fn freed_after(entries: &[Entry], excess: u64, w: Micros, now: Micros) -> Option<Micros> {
+    let mut freed = 0u64;
+    entries
+        .iter()
+        .find(|e| {
+            freed = freed.saturating_add(e.n);
+            freed >= excess
+        })
+        .map(|e| e.t.saturating_add(w).saturating_sub(now))
+}
+
 /// Decide a request of `cost` units at `now`.
 pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State> {
     let cost = cost.max(1);
@@ -100,15 +118,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         None
     } else {
         // Free the oldest entries until the request fits.
-        let excess = used.saturating_add(cost) - limit;
-        let mut freed = 0u64;
-        s.entries
-            .iter()
-            .find(|e| {
-                freed = freed.saturating_add(e.n);
-                freed >= excess
-            })
-            .map(|e| e.t.saturating_add(w).saturating_sub(now))
+        freed_after(&s.entries, used.saturating_add(cost) - limit, w, now)
     };
     if allowed {
         // Entries are sorted; only a clock that stepped back puts `now`
@@ -120,6 +130,15 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         }
     }
     let used = if allowed { used + cost } else { used };
+    let remaining = limit.saturating_sub(used);
+    // The next unit comes back when the oldest entries leave the window.
+    let grows_after = freed_after(
+        &s.entries,
+        used.saturating_add(remaining + 1) - limit,
+        w,
+        now,
+    )
+    .unwrap_or(w);
     let ttl = s
         .entries
         .last()
@@ -129,8 +148,9 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         delay: 0,
         limit,
         window: w,
-        remaining: limit.saturating_sub(used),
+        remaining,
         reset_after: ttl.min(w),
+        grows_after,
         retry_after,
         state: s,
         ttl,
@@ -163,6 +183,8 @@ mod tests {
             assert!(v.allowed);
             assert_eq!(v.remaining, left);
             assert_eq!(v.reset_after, s(reset));
+            // Draft 11: the oldest entry (at T0) leaves at T0 + 10 s.
+            assert_eq!(v.grows_after, s(10 - at));
             assert_eq!(v.ttl, s(10));
             st = v.state;
         }
@@ -190,6 +212,10 @@ mod tests {
         // Two units need the two oldest to leave: T0 + 14 s.
         let v = check(&p, &v.state, T0 + s(11), 2);
         assert_eq!(v.retry_after, Some(s(3)));
+        assert_eq!((v.grows_after, v.grows_hint()), (s(1), s(3)));
+        // An empty log grows nothing: the window.
+        let v = check(&p, &State::default(), T0, 4);
+        assert_eq!((v.remaining, v.grows_after), (3, s(10)));
     }
 
     #[test]

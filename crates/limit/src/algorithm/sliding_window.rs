@@ -26,14 +26,26 @@
 //! `reset_after` is capped at `w`: units of the current window only stop
 //! counting at the end of the next one (`2w - e`).
 //!
+//! `fade(n)` is the wait, within this window, until `prev`'s decaying
+//! weight leaves room for `n` units on top of `cur`, if it ever does
+//! before the window ends:
+//!
+//! ```text
+//! fade(n): if n <= limit and prev > 0:
+//!     R  = floor((limit - n) * S / prev)            -- the largest weight that fits
+//!     e* = w - floor(R * w / S)                     -- the first e with wt(e) <= R
+//!     if e* < w: e* - e
+//! ```
+//!
+//! `grows_after` (draft 11's `t`) is when the fading weight frees the next
+//! unit, `fade(cur' + remaining + 1)`, or the window's end (`w - e`) if it
+//! frees none in this window.
+//!
 //! `retry_after` (rejected, `cost <= limit`) is the first instant the
 //! estimate admits the request, as `prev`'s weight decays:
 //!
 //! ```text
-//! if cur + cost <= limit:                        -- maybe later in this window
-//!     R  = floor((limit - cur - cost) * S / prev)   -- the largest weight that fits
-//!     e* = w - floor(R * w / S)                     -- the first e with wt(e) <= R
-//!     if e* < w: retry_after = e* - e
+//! fade(cur + cost), if any                       -- later in this window
 //! otherwise, in the next window (prev = cur, cur = 0):
 //!     R2 = floor((limit - cost) * S / cur)  (cur > 0; else the next window admits at once)
 //!     e2 = 0 if R2 >= S else w - floor(R2 * w / S)
@@ -142,6 +154,8 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
     } else {
         Some(retry(w, limit, e, prev, cur, cost))
     };
+    let remaining = if allowed { room - cost } else { room };
+    let grows_after = fade(w, limit, e, prev, cur2 + remaining + 1).unwrap_or(w - e);
     let (reset_after, ttl) = if cur2 > 0 {
         (w, 2 * w - e)
     } else if prev > 0 {
@@ -154,8 +168,9 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         delay: 0,
         limit,
         window: w,
-        remaining: if allowed { room - cost } else { room },
+        remaining,
         reset_after,
+        grows_after,
         retry_after,
         state: State {
             ws: s.ws,
@@ -166,15 +181,23 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
     }
 }
 
+/// The wait from offset `e` until `prev`'s decaying weight leaves room for
+/// `n` units (the current count included) within `limit`, if that happens
+/// before the window of `w` ends.
+fn fade(w: Micros, limit: u64, e: Micros, prev: u64, n: u64) -> Option<Micros> {
+    if n > limit || prev == 0 {
+        return None;
+    }
+    let r = (limit - n) * WEIGHT_SCALE / prev;
+    let first = first_offset_with_weight(w, r.min(WEIGHT_SCALE));
+    (first < w).then(|| first.saturating_sub(e))
+}
+
 /// The wait until a rejected request (`cost <= limit`) at offset `e` would
 /// be admitted, with the counters `prev`, `cur` of the current window.
 fn retry(w: Micros, limit: u64, e: Micros, prev: u64, cur: u64, cost: u64) -> Micros {
-    if cur + cost <= limit && prev > 0 {
-        let r = (limit - cur - cost) * WEIGHT_SCALE / prev;
-        let first = first_offset_with_weight(w, r.min(WEIGHT_SCALE));
-        if first < w {
-            return first.saturating_sub(e);
-        }
+    if let Some(wait) = fade(w, limit, e, prev, cur + cost) {
+        return wait;
     }
     // In the next window the current count becomes `prev`, decaying from
     // full weight, and nothing is current.
@@ -222,6 +245,8 @@ mod tests {
             assert!(v.allowed);
             assert_eq!(v.remaining, 9 - i);
             assert_eq!(v.reset_after, s(10));
+            // No previous window to fade: the quota grows when this one ends.
+            assert_eq!(v.grows_after, s(9));
             assert_eq!(v.ttl, s(19));
             st = v.state;
         }
@@ -264,6 +289,10 @@ mod tests {
         assert!(v.allowed);
         assert_eq!(v.remaining, 0);
         assert_eq!(v.reset_after, s(10));
+        // cur 5, prev 10: one more unit fits once prev weighs 0.4, at 6 s.
+        assert_eq!(v.grows_after, s(1));
+        assert_eq!(check(&p, &v.state, at + s(1) - 1, 11).remaining, 0);
+        assert_eq!(check(&p, &v.state, at + s(1), 11).remaining, 1);
         assert_eq!(v.ttl, s(15));
     }
 

@@ -29,8 +29,12 @@
 //! remaining   = floor(max(0, cap - d') / unit)     -- whole tokens in the bucket
 //! ttl         = ceil(d' / drain)                   -- until full again
 //! reset_after = min(ttl, window)
+//! grows_after = ceil((d' - cap + unit if d' >= cap else unit - (cap - d') % unit) / drain)
 //! retry_after = wait - max_delay                   -- when the wait has shrunk to max_delay
 //! ```
+//!
+//! `grows_after` (draft 11's `t`) is when the next whole token is back
+//! (`Fluid::next_unit`); a full bucket reports the time one token takes.
 //!
 //! `Params::new` refuses parameters where `2 * cap + slack` reaches 2^53.
 //! A stored deficit in another tick size (the rate changed) is converted
@@ -136,6 +140,7 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         window,
         remaining: f.units_free(d),
         reset_after: ttl.min(window),
+        grows_after: f.next_unit(d),
         retry_after,
         state: State { d, ..s },
         ttl,
@@ -173,6 +178,7 @@ mod tests {
             assert_eq!(v.delay, 0);
             assert_eq!(v.remaining, 19 - i);
             assert_eq!(v.reset_after, ms(100) * (i + 1));
+            assert_eq!(v.grows_after, ms(100), "draft 11: the next token");
             assert_eq!((v.limit, v.window), (20, s(2)));
             st = v.state;
         }
@@ -190,6 +196,13 @@ mod tests {
         assert!(v.allowed);
         assert_eq!(v.remaining, 5);
         assert_eq!(v.reset_after, ms(1_500));
+        assert_eq!(v.grows_after, ms(100));
+        // Between tokens: the next one is a part of an interval away.
+        let v = check(&p, &v.state, T0 + ms(1_130), 1);
+        assert_eq!((v.remaining, v.grows_after), (4, ms(70)));
+        // A full bucket: the time one token takes.
+        let v = check(&p, &State::default(), T0, 20 + 1);
+        assert_eq!((v.remaining, v.grows_after), (20, ms(100)));
     }
 
     #[test]

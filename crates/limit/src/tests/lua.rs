@@ -158,7 +158,8 @@ const ALGO_ENTRY: &str = r#"
 -- test entry: one algorithm, alone.
 -- KEYS[1]: the state key. ARGV: algo, now, cost, lease, params...
 -- Return: allowed, delay, limit, window, remaining, reset_after,
--- retry_after (-1: never), ttl, then the key's PTTL right after the write.
+-- retry_after (-1: never), ttl, grows_after, then the key's PTTL right
+-- after the write.
 local function algo_probe(KEYS, ARGV)
   if #KEYS ~= 1 then return redis.error_reply('ERR test entry: expected 1 key') end
   local a = ALGO[ARGV[1]]
@@ -169,14 +170,14 @@ local function algo_probe(KEYS, ARGV)
   end
   local st
   if a.zset then st = a.load(KEYS[1]) else st = redis.call('MGET', KEYS[1])[1] end
-  local ok, delay, limit, window, remaining, reset, retry, ttl, new =
+  local ok, delay, limit, window, remaining, reset, retry, ttl, new, grows =
     a.check(st, now, int(ARGV[3], 'cost'), p1, p2, p3, p4, ARGV[4])
   if ok then
     if a.zset then a.store(KEYS[1], st, new, ttl, now, p1, p2, p3, p4) else put(KEYS[1], new, ttl) end
   end
   local pttl = redis.call('PTTL', KEYS[1])
   redis.call('PERSIST', KEYS[1])
-  return {ok and 1 or 0, delay, limit, window, remaining, reset, retry, ttl, pttl}
+  return {ok and 1 or 0, delay, limit, window, remaining, reset, retry, ttl, grows, pttl}
 end
 "#;
 
@@ -200,6 +201,7 @@ struct Figures {
     window: Micros,
     remaining: u64,
     reset_after: Micros,
+    grows_after: Micros,
     retry_after: Option<Micros>,
     ttl: Micros,
 }
@@ -226,6 +228,7 @@ fn figures(r: &[i64]) -> Figures {
         window: u(3),
         remaining: u(4),
         reset_after: u(5),
+        grows_after: u(8),
         retry_after: u64::try_from(r[6]).ok(),
         ttl: u(7),
     }
@@ -459,6 +462,7 @@ fn conformance(
                 window: v.window,
                 remaining: v.remaining,
                 reset_after: v.reset_after,
+                grows_after: v.grows_after,
                 retry_after: v.retry_after,
                 ttl: v.ttl,
             };
@@ -471,7 +475,7 @@ fn conformance(
                 cost
             );
             if v.allowed {
-                let kept = ttl_checked(r[8], v.ttl).map_err(|e| fail(i, e))?;
+                let kept = ttl_checked(r[9], v.ttl).map_err(|e| fail(i, e))?;
                 model = kept.then_some(v.state);
             }
         }
@@ -2161,14 +2165,27 @@ async fn lockouts_inspect_reset_and_release() {
     assert_eq!(one(&store, &c, T0).await.status, Status::Allowed);
     let o = one(&store, &c, T0 + SECOND).await;
     assert_eq!(
-        (o.status, o.lock_started, o.retry_after),
-        (Status::LockedOut, true, 30 * SECOND)
+        (o.status, o.lock_started, o.retry_after, o.grows_after),
+        (Status::LockedOut, true, 30 * SECOND, 30 * SECOND)
     );
-    // Locked: 20 s left, reported as t = min(left, window).
+    // Locked: 20 s left, reported as draft 11's t = left and draft 10's
+    // t = min(left, window).
     let o = one(&store, &c, T0 + 11 * SECOND).await;
     assert_eq!(
-        (o.status, o.lock_started, o.retry_after, o.reset),
-        (Status::LockedOut, false, 20 * SECOND, 10 * SECOND)
+        (
+            o.status,
+            o.lock_started,
+            o.retry_after,
+            o.reset,
+            o.grows_after
+        ),
+        (
+            Status::LockedOut,
+            false,
+            20 * SECOND,
+            10 * SECOND,
+            20 * SECOND
+        )
     );
     assert_eq!(
         store.lockouts(T0 + 21 * SECOND).await.unwrap(),

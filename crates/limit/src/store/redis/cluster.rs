@@ -188,6 +188,7 @@ fn not_decided(_c: &Check) -> Outcome {
         window: 0,
         remaining: 0,
         reset: 0,
+        grows_after: 0,
         retry_after: 0,
     }
 }

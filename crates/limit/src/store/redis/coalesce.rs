@@ -26,7 +26,7 @@ use crate::{Check, Micros, Outcome};
 /// Requests per call at most.
 pub(crate) const MAX_REQUESTS: usize = 64;
 
-/// Checks per call at most: the reply is 8 numbers per check, and Lua
+/// Checks per call at most: the reply is 9 numbers per check, and Lua
 /// packs them from its stack (about 8,000 slots).
 pub(crate) const MAX_CHECKS: usize = 512;
 
@@ -176,6 +176,7 @@ mod tests {
             window: 1,
             remaining,
             reset: 1,
+            grows_after: 1,
             retry_after: 0,
         }
     }

@@ -18,7 +18,7 @@
 //! distinct one once. `KEYS` are each check's state key, then its lockout
 //! key when it has a lockout, and last the lockout index when any check
 //! has one ([`DispatchKeys`](super::DispatchKeys)). The reply is one
-//! string of 8 little-endian `f64`s per check, each an integer, every
+//! string of 9 little-endian `f64`s per check, each an integer, every
 //! request's checks in order ([`outcomes`]).
 
 use redis::{RedisWrite, ToRedisArgs, Value};
@@ -169,10 +169,12 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchArgs<'_, R> {
 }
 
 /// The figures per check in `dispatch.lua`'s reply.
-const OUTCOME_WIDTH: usize = 8;
+const OUTCOME_WIDTH: usize = 9;
 
-/// `dispatch.lua`'s reply: `OUTCOME_WIDTH` little-endian `f64`s per check,
-/// each a non-negative integer below 2^53, then the call's `now`: one
+/// `dispatch.lua`'s reply: `OUTCOME_WIDTH` little-endian `f64`s per check
+/// (status, lock_started, delay, limit, window, remaining, reset,
+/// retry_after, grows_after), each a non-negative integer below 2^53, then
+/// the call's `now`: one
 /// [`Outcome`] per check, `checks` in all (every request's, in order), and
 /// that `now` (when the allowed checks' units were taken; a Redis Cluster
 /// refund names it).
@@ -213,6 +215,7 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
             remaining: v[5],
             reset: v[6],
             retry_after: v[7],
+            grows_after: v[8],
         });
     }
     Ok((out, now))
@@ -497,10 +500,11 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_read_eight_integers_per_check() {
+    fn outcomes_read_nine_integers_per_check() {
         let got = outcomes(
             &ints(&[
-                0, 0, 5, 10, 60000000, 9, 60000000, 0, 2, 1, 0, 3, 1000, 0, 7000, 7000, 42,
+                0, 0, 5, 10, 60000000, 9, 60000000, 0, 6000000, 2, 1, 0, 3, 1000, 0, 1000, 7000,
+                7000, 42,
             ]),
             2,
         )
@@ -519,43 +523,55 @@ mod tests {
         );
         assert_eq!(got[1].status, Status::LockedOut);
         assert!(got[1].lock_started && !got[0].lock_started);
-        assert_eq!((got[1].reset, got[1].retry_after), (7000, 7000));
-        let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1, 0]), 1).unwrap();
+        assert_eq!(got[0].grows_after, 6_000_000);
+        assert_eq!(
+            (got[1].reset, got[1].retry_after, got[1].grows_after),
+            (1000, 7000, 7000)
+        );
+        let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1, 1, 0]), 1).unwrap();
         assert_eq!(big.0[0].limit, (1 << 53) - 1);
     }
 
     #[test]
     fn replies_that_do_not_fit_are_errors_not_panics() {
         assert!(outcomes(&Value::Int(1), 1).is_err());
-        assert!(outcomes(&ints(&[0; 8]), 1).is_err(), "8 of 9");
-        assert!(outcomes(&ints(&[0; 10]), 1).is_err(), "10 of 9");
-        assert!(outcomes(&ints(&[0; 17]), 1).is_err(), "two checks for one");
+        assert!(outcomes(&ints(&[0; 9]), 1).is_err(), "9 of 10");
+        assert!(outcomes(&ints(&[0; 11]), 1).is_err(), "11 of 10");
+        assert!(outcomes(&ints(&[0; 19]), 1).is_err(), "two checks for one");
         assert!(
-            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, -1]), 1).is_err(),
+            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, 0, -1]), 1).is_err(),
             "now < 0"
         );
         assert!(
-            outcomes(&ints(&[9, 0, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
+            outcomes(&ints(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
             "status 9"
         );
         assert!(
-            outcomes(&ints(&[0, 0, 0, -1, 0, 0, 0, 0, 0]), 1).is_err(),
+            outcomes(&ints(&[0, 0, 0, -1, 0, 0, 0, 0, 0, 0]), 1).is_err(),
             "negative"
         );
-        let array = Value::Array(vec![Value::Int(0); 8]);
+        assert!(
+            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, -1, 0]), 1).is_err(),
+            "a negative t"
+        );
+        let array = Value::Array(vec![Value::Int(0); 9]);
         assert!(outcomes(&array, 1).is_err(), "an array");
-        assert!(outcomes(&floats(&[0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]), 1).is_err());
         assert!(outcomes(
-            &floats(&[0.0, 0.0, 0.0, f64::NAN, 1.0, 1.0, 1.0, 1.0, 0.0]),
+            &floats(&[0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]),
             1
         )
         .is_err());
         assert!(outcomes(
-            &floats(&[0.0, 0.0, 0.0, 2f64.powi(53), 1.0, 1.0, 1.0, 1.0, 0.0]),
+            &floats(&[0.0, 0.0, 0.0, f64::NAN, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]),
             1
         )
         .is_err());
-        let mut short = ints(&[0; 9]);
+        assert!(outcomes(
+            &floats(&[0.0, 0.0, 0.0, 2f64.powi(53), 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]),
+            1
+        )
+        .is_err());
+        let mut short = ints(&[0; 10]);
         if let Value::BulkString(b) = &mut short {
             b.pop();
         }
