@@ -101,7 +101,8 @@ impl Policy {
 
     /// The parameters for a request at `now` (its override's, or the
     /// limit's own), with a calendar window's bounds for that instant and
-    /// its consumer.
+    /// its consumer, and its consumer's own values where they come from
+    /// attributes (values from the store are the store's to apply).
     pub fn params_at(&self, view: &RequestView<'_>, now: Micros) -> AlgoParams {
         let params = self
             .overrides
