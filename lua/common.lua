@@ -5,9 +5,10 @@ one Redis Functions library from the files, in this order:
   `#!lua name=tollgate_<hash of the code>`, then as the body of one
   `local function build()`: common.lua, the seven algorithm files,
   lockout.lua, the entry files (dispatch.lua, release.lua, inspect.lua,
-  lockouts.lua: each defines `local function <name>(KEYS, ARGV)`) and a
-  `return` of the entry functions; last, one
-  `redis.register_function('tollgate_<hash>_<name>', ...)` per entry.
+  lockouts.lua, refund.lua, probe.lua: each defines `local function
+  <name>(KEYS, ARGV)`) and a `return` of the entry functions; last, one
+  `redis.register_function('tollgate_<hash>_<name>', ...)` per entry (the
+  read-only probe with the `no-writes` flag).
 Everything here is a `local` of `build` (Redis forbids globals), visible to
 the files after it. While FUNCTION LOAD runs the chunk, Lua's standard
 library (`math`, `string`, `table`, ...) does not exist yet, so `build` runs

@@ -36,6 +36,8 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`simulate`]: `tollgate simulate`: replay a request log through the
 //!   routes and limits on a virtual clock, and report what would be throttled.
+//! - [`probe`]: the admin API's probes: what the gateway would answer a
+//!   request now, each limit's decision with its figures, consuming nothing.
 //! - `fuzzing` (hidden, only with the `fuzzing` feature): the fuzz targets'
 //!   bodies and invariants, shared by `fuzz/` and `tests/fuzz_regressions.rs`.
 #![forbid(unsafe_code)]
@@ -56,6 +58,7 @@ pub mod limit;
 pub mod log;
 pub mod metrics;
 pub mod pipeline;
+pub mod probe;
 pub mod proxy;
 pub mod reload;
 pub mod route;

@@ -5,7 +5,7 @@
 //! (`alg: none`, an RSA public key as an HMAC secret, tampering), the time
 //! claims and their leeway, issuer and audience, the 16 KiB bound, and the
 //! JWKS refetch window (an unknown `kid` flood, key rotation, a JWKS down at
-//! start-up).
+//! start-up, probes that never fetch).
 
 mod common;
 
@@ -519,10 +519,43 @@ async fn jwks_down_at_start_up() {
     assert!(s.jwks.fetches() >= 1);
 }
 
-/// The two scenarios that wait out the 30 s refetch window, side by side.
+/// A probe (`POST /probe`) verifies a token with the keys the gateway
+/// holds and never fetches the JWKS, even when a request would: to it a
+/// token of an unknown `kid` is `auth_unavailable`, nothing is fetched nor
+/// marked as fetched, and the same token sent for real then fetches.
+async fn probes_fetch_no_jwks() {
+    let s = Setup::start().await;
+    let (before, first) = after_the_refetch_window(&s).await;
+    let probe_of = |token: &str| json!({"headers": {"authorization": bearer(token)}}).to_string();
+    let a = common::limits::probe(&s.gw, &probe_of(&first)).await;
+    assert_eq!(
+        (&a["status"], &a["upstream"]),
+        (&Value::Null, &json!("e")),
+        "{a}"
+    );
+    assert_eq!(a["consumer"]["name"], "first", "{a}");
+    let unknown = s
+        .keys
+        .ed
+        .token("EdDSA", Some("kid-new"), &claims(IDP, "x", json!({})));
+    for _ in 0..20 {
+        let a = common::limits::probe(&s.gw, &probe_of(&unknown)).await;
+        let answered = (&a["status"], &a["error"]);
+        assert_eq!(answered, (&json!(503), &json!("auth_unavailable")), "{a}");
+    }
+    assert_eq!(s.jwks.fetches(), before, "a probe fetched the JWKS");
+    s.refused(&unknown, "an unknown kid, sent for real").await;
+    assert_eq!(s.jwks.fetches(), before + 1, "the request fetched it");
+}
+
+/// The scenarios that wait out the 30 s refetch window, side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jwks_refetch_window() {
-    tokio::join!(unknown_kids_and_rotation(), jwks_down_at_start_up());
+    tokio::join!(
+        unknown_kids_and_rotation(),
+        jwks_down_at_start_up(),
+        probes_fetch_no_jwks()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

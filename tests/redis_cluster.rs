@@ -1,9 +1,10 @@
 //! The `redis_cluster` store against a real Redis Cluster (six
 //! `redis-server --cluster-enabled yes`, three masters with a replica each,
 //! made by `redis-cli --cluster create`): exactness over three gateways for
-//! every algorithm, all-or-nothing across slots (the refund), lockouts,
-//! resets and inspection, `FUNCTION FLUSH` on a node, and a master killed or
-//! failed over under load.
+//! every algorithm, all-or-nothing across slots (the refund), probes that
+//! ask every slot and write nothing, lockouts, resets and inspection,
+//! `FUNCTION FLUSH` on a node, and a master killed or failed over under
+//! load.
 //!
 //! The tests that do not break the cluster share one (each with its own
 //! key prefix); the failover test makes its own.
@@ -102,22 +103,39 @@ async fn exact_on_the_cluster_for_every_algorithm() {
 // All or nothing across slots
 // ---------------------------------------------------------------------------
 
+/// A gateway on `cluster` (keys under `prefix`) whose route `both` is under
+/// four limits on four slots (`narrow` allows 2 a minute, the others 5),
+/// and `more_routes` (one YAML list item a line).
+fn four_slots(cluster: &RedisCluster, prefix: &str, more_routes: &str) -> String {
+    let routes = format!(
+        "{}\n  {}",
+        "- { name: both, match: { path: /both }, respond: { status: 200 }, limits: [wide, narrow, gw, fw] }",
+        more_routes
+    );
+    config_with_store(
+        &store(cluster, prefix, "2s", "deny"),
+        &format!(
+            r#"
+limits:
+  wide: {{ algorithm: token_bucket, rate: 1/m, burst: 5, key: client_ip }}
+  narrow: {{ algorithm: sliding_log, limit: 2, window: 1m, key: client_ip }}
+  gw: {{ algorithm: gcra, rate: 1/m, burst: 5, key: global }}
+  fw: {{ algorithm: fixed_window, limit: 5, window: 1h, key: route }}
+routes:
+  {routes}
+"#
+        ),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejection_on_one_slot_takes_nothing_on_the_others() {
     let cluster = shared();
     let prefix = "aon";
-    let t = config_with_store(
-        &store(cluster, prefix, "2s", "deny"),
-        r#"
-        limits:
-          wide: { algorithm: token_bucket, rate: 1/m, burst: 5, key: client_ip }
-          narrow: { algorithm: sliding_log, limit: 2, window: 1m, key: client_ip }
-          gw: { algorithm: gcra, rate: 1/m, burst: 5, key: global }
-          fw: { algorithm: fixed_window, limit: 5, window: 1h, key: route }
-        routes:
-          - { name: both, match: { path: /both }, respond: { status: 200 }, limits: [wide, narrow, gw, fw] }
-          - { name: wide, match: { path: /wide }, respond: { status: 200 }, limits: [wide] }
-        "#,
+    let t = four_slots(
+        cluster,
+        prefix,
+        "- { name: wide, match: { path: /wide }, respond: { status: 200 }, limits: [wide] }",
     );
     let (a, b) = (Gateway::start(&t).await, Gateway::start(&t).await);
     let (ca, cb) = (Caller::new(a.addr()), Caller::new(b.addr()));
@@ -159,6 +177,98 @@ async fn a_rejection_on_one_slot_takes_nothing_on_the_others() {
         assert_eq!(remaining(&r, "wide"), want);
     }
     assert_rejected(&ca.get("/wide").await, "rate_limited", "wide");
+}
+
+/// Every key under `prefix` on every master: its slot, type, value and
+/// expiry instant.
+fn stored(cluster: &RedisCluster, prefix: &str) -> Vec<(String, u16, String)> {
+    keys_with_slots(cluster, prefix)
+        .into_iter()
+        .map(|(k, slot)| {
+            let owner = cluster.owner(slot);
+            let kind = info(owner, &["TYPE", &k]).unwrap_or_default();
+            let value = match kind.as_str() {
+                "zset" => info(owner, &["ZRANGE", &k, "0", "-1", "WITHSCORES"]),
+                _ => info(owner, &["GET", &k]),
+            };
+            let expiry = info(owner, &["PEXPIRETIME", &k]).unwrap_or_default();
+            (k, slot, format!("{kind} {expiry} {value:?}"))
+        })
+        .collect()
+}
+
+/// `POST /probe` on a cluster: each slot is asked (read-only), a rejection
+/// on one slot makes the others' answers not consumed, as a decision
+/// would, and nothing is written on any slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_ask_every_slot_and_write_nothing() {
+    ensure_room(Duration::from_secs(3600), Duration::from_secs(30)).await;
+    let cluster = shared();
+    let prefix = "prb";
+    let t = four_slots(cluster, prefix, "");
+    let gw = Gateway::start(&t).await;
+    let c = Caller::new(gw.addr());
+    let body = r#"{"path": "/both", "client": "127.0.0.1"}"#;
+    let said = |a: &serde_json::Value| -> Vec<(String, u64)> {
+        a["limits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let decision = l["decision"].as_str().unwrap().to_owned();
+                (decision, l["figures"]["r"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    let allowed = |r: u64| ("allowed".to_owned(), r);
+    let a = probe(&gw, body).await;
+    assert_eq!(said(&a), [allowed(4), allowed(1), allowed(4), allowed(4)]);
+    assert!(
+        stored(cluster, prefix).is_empty(),
+        "a probe of new keys makes none"
+    );
+    for _ in 0..2 {
+        assert_ok(&c.get("/both").await);
+    }
+    let slots: std::collections::BTreeSet<u16> = keys_with_slots(cluster, prefix)
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(slots.len(), 4, "the limits' keys hash to four slots");
+    let before = stored(cluster, prefix);
+    let not_consumed = |r: u64| ("not_consumed".to_owned(), r);
+    for _ in 0..20 {
+        let a = probe(&gw, body).await;
+        assert_eq!(
+            said(&a),
+            [
+                not_consumed(3),
+                ("rejected".into(), 0),
+                not_consumed(3),
+                not_consumed(3)
+            ],
+            "{a}"
+        );
+        assert_eq!(
+            (&a["status"], &a["limit"]),
+            (&serde_json::json!(429), &serde_json::json!("narrow"))
+        );
+    }
+    assert_eq!(
+        stored(cluster, prefix),
+        before,
+        "no key, value or expiry changed"
+    );
+    let r = c.get("/both").await;
+    assert_rejected(&r, "rate_limited", "narrow");
+    assert_eq!(
+        (
+            remaining(&r, "wide"),
+            remaining(&r, "gw"),
+            remaining(&r, "fw")
+        ),
+        (3, 3, 3)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

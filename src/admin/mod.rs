@@ -1,5 +1,5 @@
 //! The admin listener (docs/operations.md): health, readiness, config status, reload,
-//! metrics, limit state and lockouts, upstream health, and the dashboard.
+//! metrics, limit state and lockouts, probes, upstream health, and the dashboard.
 //! Never on a traffic port.
 //!
 //! With `admin.token` set, everything but `/healthz` and `/readyz` needs
@@ -13,8 +13,9 @@
 //!
 //! | endpoint | module |
 //! |---|---|
-//! | `/healthz`, `/readyz`, `/config`, `/reload`, `/metrics`, `/limits/...`, `/lockouts`, `/upstreams` | here |
+//! | `/healthz`, `/readyz`, `/config`, `/reload`, `/metrics`, `/limits/...`, `/lockouts`, `/upstreams`, `/consumers`, `/top` | here |
 //! | `/quotas/{limit}/{key}` (keys' own values) | `quotas` |
+//! | `/probe` | here, answered by [`crate::probe`] |
 //! | `/` (the page), `/api/stats` (what it polls) | [`dashboard`] |
 //! | the counters behind `/api/stats` | [`crate::metrics::stats`] |
 
@@ -22,9 +23,11 @@ pub mod dashboard;
 mod quotas;
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -66,7 +69,7 @@ pub fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     dashboard::start_sampler(&admin);
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
+            let Ok((stream, peer)) = listener.accept().await else {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             };
@@ -74,7 +77,7 @@ pub fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
                     let admin = admin.clone();
-                    async move { Ok::<_, Infallible>(handle(req, &admin).await) }
+                    async move { Ok::<_, Infallible>(handle(req, &admin, peer.ip()).await) }
                 });
                 let _ = auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), svc)
@@ -84,8 +87,8 @@ pub fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     });
 }
 
-/// Answer one admin request.
-pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
+/// Answer one admin request from `peer`.
+pub async fn handle(req: Request<Incoming>, admin: &Admin, peer: IpAddr) -> Response<Body> {
     let gateway = &admin.gateway;
     let path = req.uri().path();
     let method = req.method();
@@ -99,15 +102,21 @@ pub async fn handle(req: Request<Incoming>, admin: &Admin) -> Response<Body> {
             Auth::Ambiguous => ambiguous_authorization(),
         },
         _ => match authorize(&req, gateway, None) {
-            Auth::Granted => endpoint(req, admin, query).await,
+            Auth::Granted => endpoint(req, admin, query, peer).await,
             Auth::Denied => unauthorized(),
             Auth::Ambiguous => ambiguous_authorization(),
         },
     }
 }
 
-/// Answer a request to an endpoint that needs the token, once it was shown.
-async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Response<Body> {
+/// Answer a request from `peer` to an endpoint that needs the token, once
+/// it was shown.
+async fn endpoint(
+    req: Request<Incoming>,
+    admin: &Admin,
+    query: Query,
+    peer: IpAddr,
+) -> Response<Body> {
     if let Some(rest) = req.uri().path().strip_prefix("/quotas/") {
         let rest = rest.to_owned();
         return quotas::handle(req, &rest, admin).await;
@@ -159,11 +168,12 @@ async fn endpoint(req: Request<Incoming>, admin: &Admin, query: Query) -> Respon
         (&Method::GET, "/consumers") => {
             json(StatusCode::OK, consumers(&gateway.shared.runtime.load()))
         }
+        (&Method::POST, "/probe") => probe(req, gateway, peer).await,
         (&Method::GET | &Method::DELETE, p) if p.starts_with("/limits/") => {
             limit_state(method, &p["/limits/".len()..], admin).await
         }
         (_, p) if p.starts_with("/limits/") => method_not_allowed("GET, DELETE"),
-        (_, "/reload") => method_not_allowed("POST"),
+        (_, "/reload" | "/probe") => method_not_allowed("POST"),
         (
             _,
             "/" | "/healthz" | "/readyz" | "/config" | "/metrics" | "/lockouts" | "/upstreams"
@@ -331,6 +341,48 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
             )
         }
         Err(error) => store_unavailable(&error),
+    }
+}
+
+/// The largest probe `POST /probe` reads.
+const PROBE_MAX_BYTES: usize = 64 * 1024;
+
+/// `POST /probe` (docs/operations.md): the decision a request would get
+/// now, consuming nothing ([`crate::probe`]); `peer` is the client when the
+/// probe names none. 400 for a body that is not a probe, 503 when the
+/// store cannot answer.
+async fn probe(req: Request<Incoming>, gateway: &Gateway, peer: IpAddr) -> Response<Body> {
+    let bad = |message: String| {
+        json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "bad_probe", "message": message}),
+        )
+    };
+    let body = match Limited::new(req.into_body(), PROBE_MAX_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => return bad(format!("the body could not be read: {error}")),
+    };
+    // An object: serde would take a probe's fields from an array too.
+    let asked = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(v) if v.is_object() => serde_json::from_value::<crate::probe::Probe>(v),
+        Ok(_) => return bad("not a probe: expected a JSON object".to_owned()),
+        Err(error) => Err(error),
+    };
+    let asked = match asked {
+        Ok(asked) => asked,
+        Err(error) => return bad(format!("not a probe: {error}")),
+    };
+    let rt = gateway.shared.runtime.load_full();
+    match crate::probe::probe(&rt, &asked, peer).await {
+        Ok(answer) => json(StatusCode::OK, answer),
+        Err(crate::probe::ProbeError::Bad(message)) => bad(message),
+        Err(crate::probe::ProbeError::Store(error)) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"error": "limiter_unavailable", "message": error.to_string()}),
+        ),
     }
 }
 
@@ -606,9 +658,10 @@ impl Query {
     }
 }
 
-/// A JSON response.
-fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(body::full(value.to_string()));
+/// A JSON response (a struct's fields in their order).
+fn json(status: StatusCode, value: impl serde::Serialize) -> Response<Body> {
+    let text = serde_json::to_string(&value).unwrap_or_default();
+    let mut response = Response::new(body::full(text));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

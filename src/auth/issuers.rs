@@ -42,6 +42,16 @@ pub struct IssuerError {
     pub problem: String,
 }
 
+/// Whether verifying a token may fetch its issuer's JWKS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetch {
+    /// When there is no key set yet, or the token names a key it lacks
+    /// (at most once per 30 s): a request's verification.
+    WhenNeeded,
+    /// Never: the keys at hand, or none (a probe, `simulate`).
+    Never,
+}
+
 /// Every issuer, and the token cache.
 pub struct Issuers {
     issuers: Vec<Issuer>,
@@ -166,8 +176,16 @@ impl Issuers {
     /// Before [`Issuers::start`] (a runtime not in force: `check`,
     /// `simulate`) no JWKS is fetched: a token of an issuer whose keys come
     /// from a URL is [`TokenOutcome::Unavailable`], and the future is ready
-    /// at once.
-    pub async fn verify(&self, token: &str, registry: &Registry, now: u64) -> TokenOutcome {
+    /// at once. So it is with [`Fetch::Never`], with the keys already
+    /// fetched: a token none of them verifies for want of its key (or of
+    /// any) is [`TokenOutcome::Unavailable`].
+    pub async fn verify(
+        &self,
+        token: &str,
+        registry: &Registry,
+        now: u64,
+        fetch: Fetch,
+    ) -> TokenOutcome {
         if token.len() > jwt::MAX_TOKEN_LEN {
             return TokenOutcome::Invalid(JwtError::TooLarge);
         }
@@ -188,10 +206,19 @@ impl Issuers {
         };
         let verified = match &issuer.keys {
             Keys::Static(keys) => self.cache.verify(token, keys, &issuer.validation, now),
-            Keys::Fetched(jwks) if self.online.load(Ordering::Relaxed) => {
-                jwks.verify(token, &issuer.validation, now, &self.cache)
-                    .await
-            }
+            Keys::Fetched(jwks) if self.online.load(Ordering::Relaxed) => match fetch {
+                Fetch::WhenNeeded => {
+                    jwks.verify(token, &issuer.validation, now, &self.cache)
+                        .await
+                }
+                Fetch::Never => match jwks.keys() {
+                    Some(keys) => match self.cache.verify(token, &keys, &issuer.validation, now) {
+                        Err(JwtError::UnknownKid) => Err(JwtError::KeysUnavailable),
+                        outcome => outcome,
+                    },
+                    None => Err(JwtError::KeysUnavailable),
+                },
+            },
             Keys::Fetched(_) => Err(JwtError::KeysUnavailable),
         };
         match verified {

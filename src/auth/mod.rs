@@ -20,6 +20,7 @@ pub mod mtls;
 
 use std::sync::Arc;
 
+use futures_util::FutureExt as _;
 use http::HeaderMap;
 
 use crate::config::{CertName, ConsumersConfig, CredentialKind, RouteAuth};
@@ -27,6 +28,7 @@ pub use crate::metrics::AuthOutcome;
 pub use consumers::Registry;
 pub use credentials::{Kinds, Presented};
 pub use identity::Identity;
+pub use issuers::Fetch;
 use issuers::{IssuerError, Issuers, TokenOutcome};
 use mtls::{CertField, PeerCert};
 
@@ -152,6 +154,23 @@ impl Authenticator {
     /// `exp` and `nbf` are read against it): each credential on its own,
     /// then they must all name one consumer.
     pub async fn verify(&self, presented: &Presented<'_>, now_unix: u64) -> Verdict {
+        self.verify_with(presented, now_unix, Fetch::WhenNeeded)
+            .await
+    }
+
+    /// [`Authenticator::verify`] with the keys at hand, on the spot: no
+    /// JWKS is fetched (nor a fetch started), so a token of an issuer
+    /// whose key set is not fetched yet, or signed by a key it does not
+    /// hold, is [`Verdict::Unavailable`]. What `tollgate simulate` and the
+    /// admin API's probes verify with.
+    pub fn verify_offline(&self, presented: &Presented<'_>, now_unix: u64) -> Verdict {
+        // Nothing awaits without fetching: ready on the first poll.
+        self.verify_with(presented, now_unix, Fetch::Never)
+            .now_or_never()
+            .unwrap_or(Verdict::Unavailable("not fetched".into()))
+    }
+
+    async fn verify_with(&self, presented: &Presented<'_>, now_unix: u64, fetch: Fetch) -> Verdict {
         if presented.is_empty() {
             return Verdict::Missing;
         }
@@ -192,7 +211,7 @@ impl Authenticator {
             let Some(issuers) = &self.issuers else {
                 return invalid(true, "no issuers");
             };
-            let id = match issuers.verify(token, &self.registry, now_unix).await {
+            let id = match issuers.verify(token, &self.registry, now_unix, fetch).await {
                 TokenOutcome::Verified(id) => id,
                 TokenOutcome::Invalid(e) => return invalid(true, &e.to_string()),
                 TokenOutcome::Unavailable => {

@@ -6,20 +6,15 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use futures_util::FutureExt as _;
-use http::{header, HeaderName, HeaderValue, Method, Uri, Version};
-use tollgate_limit::algorithm::SECOND;
 use tollgate_limit::verdict::{verdict, Verdict};
 use tollgate_limit::{DecisionKind, Micros, StoreKey};
 
-use super::{request_view, Answer, LineError, Request, Simulator};
+use super::{request_view, stages, Answer, LineError, Request, Simulator};
 use crate::admission;
-use crate::auth::{self, AuthOutcome, Identity};
+use crate::auth::Identity;
 use crate::error::{GatewayError, Rejection};
 use crate::identity::Client;
 use crate::limit::plan::{self, NotApplied};
-use crate::limit::policy::Policy;
-use crate::pipeline::refusal_answer;
 use crate::runtime::{Action, RouteRuntime};
 
 /// What the gateway would do with one request of the log.
@@ -90,32 +85,7 @@ pub(super) enum LimitPart {
 impl Simulator {
     /// Make `r` the request to replay: `self.req`, reused from line to line.
     pub(super) fn build(&mut self, r: &Request<'_>) -> Result<(), LineError> {
-        let method = Method::from_bytes(r.method.as_bytes())
-            .map_err(|_| LineError(format!("`method`: not a method: {:?}", r.method)))?;
-        let headers = self.req.headers_mut();
-        headers.clear();
-        for (name, value) in &r.headers {
-            let n = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| LineError(format!("`headers`: bad header name {name:?}")))?;
-            let v = HeaderValue::from_bytes(value.as_bytes())
-                .map_err(|_| LineError(format!("`headers`: bad value of {name:?}")))?;
-            headers.append(n, v);
-        }
-        let version = match &r.host {
-            Some(host) if !headers.contains_key(header::HOST) => {
-                let v = HeaderValue::from_str(host)
-                    .map_err(|_| LineError(format!("`host`: not a header value: {host:?}")))?;
-                headers.insert(header::HOST, v);
-                Version::HTTP_11
-            }
-            Some(_) => Version::HTTP_11,
-            // A request without Host is one an HTTP/1.0 client may send.
-            None if headers.contains_key(header::HOST) => Version::HTTP_11,
-            None => Version::HTTP_10,
-        };
-        *self.req.method_mut() = method;
-        *self.req.version_mut() = version;
-        Ok(())
+        stages::head(&mut self.req, r)
     }
 
     /// What the gateway would do with `self.req`, from `r`, at `now`: the
@@ -125,12 +95,21 @@ impl Simulator {
         let server = &self.runtime.config.server;
         let client = Client::identify(r.client, self.req.headers(), &server.trusted_proxies);
         let outcome = match self.admit(r, &client) {
-            Ok(route) => match self.authenticate(&route, client.addr, now) {
-                Ok(identity) => {
-                    Outcome::Routed(self.decide_limits(route, client.addr, identity.as_ref(), now))
+            Ok(route) => {
+                let (rt, req) = (&self.runtime, &self.req);
+                match stages::authenticate(rt, &route, req, client.addr, now, &mut self.store) {
+                    Ok(identity) => Outcome::Routed(self.decide_limits(
+                        route,
+                        client.addr,
+                        identity.as_ref(),
+                        now,
+                    )),
+                    Err(refused) => Outcome::Unauthenticated {
+                        route,
+                        error: refused.error,
+                    },
                 }
-                Err(error) => Outcome::Unauthenticated { route, error },
-            },
+            }
             Err(error) => Outcome::Refused(error),
         };
         Replayed {
@@ -139,25 +118,19 @@ impl Simulator {
         }
     }
 
-    /// Admission: the request-target, `admission::admit` and the declared
-    /// body size; the route, or why the gateway answers without one.
+    /// Admission ([`stages::admit`]) and the declared body size; the
+    /// route, or why the gateway answers without one.
     fn admit(
         &mut self,
         r: &Request<'_>,
         client: &Client,
     ) -> Result<Arc<RouteRuntime>, GatewayError> {
-        // A target the gateway's HTTP parser would not take is a 400 too.
-        let uri = Uri::try_from(r.path.as_ref()).map_err(|_| GatewayError::BadRequest {
-            reason: "invalid request target",
-            close: false,
-        })?;
-        *self.req.uri_mut() = uri;
-        let admitted = admission::admit(&self.req, &self.runtime, client, false)?;
+        let route = stages::admit(&mut self.req, &r.path, &self.runtime, client)?;
         admission::body_size(
             self.req.headers(),
             self.runtime.config.server.max_body_bytes,
         )?;
-        Ok(admitted.route.clone())
+        Ok(route)
     }
 
     /// The route's limits, as the limiter plans them, decided by the memory
@@ -236,89 +209,6 @@ impl Simulator {
             limits,
         }
     }
-}
-
-impl Simulator {
-    /// Authentication, as the gateway's stage runs it
-    /// (docs/configuration/consumers.md): the same credential finding,
-    /// verification ([`Authenticator::verify`](crate::auth::Authenticator::verify),
-    /// at the request's virtual time; JWKS from a URL are not fetched, so
-    /// such tokens are `auth_unavailable`) and judgement
-    /// ([`auth::judge`]); `failure_limit` decided by the replay's store. A
-    /// client `failure_limit` locked out is turned away before verifying
-    /// (on routes with `auth`), as the gateway's deny cache does.
-    fn authenticate(
-        &mut self,
-        route: &Arc<RouteRuntime>,
-        client: IpAddr,
-        now: Micros,
-    ) -> Result<Option<Identity>, GatewayError> {
-        let Some(auth) = self.runtime.auth.clone() else {
-            return Ok(None);
-        };
-        let required = route.auth.as_ref();
-        let kinds = auth.kinds(required);
-        let (headers, query) = (self.req.headers(), self.req.uri().query());
-        let presented = auth.presented(required, headers, query, None);
-        if presented.is_empty() && required.is_none() {
-            return Ok(None);
-        }
-        let failures = self.runtime.failure_limit.clone();
-        let prefix = self.runtime.config.server.ipv6_prefix;
-        let view = request_view(&self.req, client, route, prefix);
-        let failure_check = failures.as_ref().and_then(|f| {
-            let plan = plan::plan(std::slice::from_ref(f), &view, now, || 0).ok()?;
-            plan.checks.into_iter().next().map(|c| (f.clone(), c))
-        });
-        if let Some((policy, check)) = &failure_check {
-            let (_, lock) = self.store.inspect(&check.key, now);
-            if lock.locked(now) {
-                if required.is_none() {
-                    return Ok(None);
-                }
-                return Err(failure_rejection(policy, route, true, lock.lu - now));
-            }
-        }
-        let verified = auth
-            .verify(&presented, now / SECOND)
-            .now_or_never()
-            .unwrap_or(auth::Verdict::Unavailable("not fetched".into()));
-        let (outcome, judged) = auth::judge(required, kinds, verified);
-        let mut charged = None;
-        if let (AuthOutcome::Invalid, Some((policy, check))) = (outcome, &failure_check) {
-            let outcomes = self.store.decide(std::slice::from_ref(check), now);
-            if let Verdict::Reject {
-                locked_out,
-                retry_after,
-                ..
-            } = verdict(&outcomes)
-            {
-                charged = Some(failure_rejection(policy, route, locked_out, retry_after));
-            }
-        }
-        match (judged, charged) {
-            (Ok(identity), _) => Ok(identity),
-            (Err(_), Some(rejection)) => Err(rejection),
-            (Err(refusal), None) => Err(refusal_answer(refusal)),
-        }
-    }
-}
-
-/// The rejection `failure_limit` gives, answered with the route's
-/// `limit_response`.
-fn failure_rejection(
-    policy: &Policy,
-    route: &RouteRuntime,
-    locked_out: bool,
-    retry_after: Micros,
-) -> GatewayError {
-    GatewayError::Limited(Box::new(Rejection {
-        locked_out,
-        limit: policy.name.clone(),
-        retry_after,
-        figures: Vec::new(),
-        answer: route.limit_response.clone(),
-    }))
 }
 
 impl Replayed {

@@ -224,7 +224,7 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
 }
 
 /// An address, or an address with a port (`1.2.3.4:80`, `[::1]:443`).
-fn parse_client(text: &str) -> Option<IpAddr> {
+pub fn parse_client(text: &str) -> Option<IpAddr> {
     let text = text.trim();
     text.parse::<IpAddr>()
         .ok()

@@ -63,6 +63,7 @@
 mod decide;
 mod input;
 mod report;
+pub mod stages;
 mod tally;
 
 use std::io::{BufRead, Write};
@@ -76,7 +77,7 @@ use crate::config::{Config, StoreBackend};
 use crate::limit::key::RequestView;
 use crate::runtime::{RouteRuntime, Runtime};
 
-pub use input::{parse_line, parse_rfc3339, Line, LineError, Request};
+pub use input::{parse_client, parse_line, parse_rfc3339, Line, LineError, Request};
 pub use report::{Busy, LimitReport, LineReport, Report, RouteReport};
 
 /// How many malformed lines are kept (with their numbers) for the report.
@@ -321,8 +322,8 @@ impl Simulator {
     }
 }
 
-/// The limiter's view of `req` from `client` on `route`.
-fn request_view<'a>(
+/// The limiter's view of `req` from `client` on `route` (no consumer yet).
+pub(crate) fn request_view<'a>(
     req: &'a http::Request<()>,
     client: IpAddr,
     route: &'a RouteRuntime,

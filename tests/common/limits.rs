@@ -526,3 +526,25 @@ pub async fn exactly_100_of_300(store: &str, limit: &str, path: &'static str) {
         "rejected requests never reach the upstream"
     );
 }
+
+/// `POST /probe` with `body` (and, if given, the admin `token`).
+pub async fn probe_with(gw: &Gateway, body: &str, token: Option<&str>) -> Resp {
+    let mut b = client::req(Method::POST, gw.admin_addr(), "/probe")
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        b = b.header("authorization", format!("Bearer {token}"));
+    }
+    client::try_send(
+        &client::h1(),
+        b.body(client::full(body.to_owned())).unwrap(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("POST /probe {body}: {e}"))
+}
+
+/// `POST /probe` with `body`: 200 and its JSON.
+pub async fn probe(gw: &Gateway, body: &str) -> Value {
+    let r = probe_with(gw, body, None).await;
+    assert_eq!(r.status, 200, "POST /probe {body}: {}", r.text());
+    r.json()
+}

@@ -682,6 +682,25 @@ impl Limiter {
         }
     }
 
+    /// What [`Limiter::decide`] would answer `checks` now, as the store
+    /// answers it (one outcome per check, in order; a rejection that would
+    /// start a lockout says `lock_started`), changing nothing anywhere: no
+    /// key or entry made, no expiry moved, no strike counted, no lease
+    /// taken, no deny-cache entry, no lockout label, no store call
+    /// observed. The deny cache is not read (it answers only what the store
+    /// would). When the store cannot answer, its error: no `on_error`
+    /// policy applies to a question.
+    pub async fn probe(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now();
+        match &self.backend {
+            Backend::Memory => Ok(self.local.probe(checks, now)),
+            Backend::Redis(redis) => redis.probe(checks, now).await,
+        }
+    }
+
     /// Every client locked out now: its (limit, display key) when an
     /// instance recorded it, its store key, and the lock's remaining time.
     pub async fn lockouts(&self) -> Result<Vec<LockedClient>, StoreError> {
@@ -1071,6 +1090,69 @@ mod tests {
             (third.0, third.1.as_deref(), third.2),
             ("locked_out", Some("b"), 5 * 3600),
             "b's second strike reached the store"
+        );
+    }
+
+    /// A probe answers what the next decision gets, and leaves no trace:
+    /// no deny-cache entry, no lockout label, no strike, no lease.
+    #[tokio::test]
+    async fn a_probe_answers_the_next_decision_and_leaves_no_trace() {
+        let mut l = limit("l", fixed(3, MINUTE));
+        l.lockout = Some(lockout(2, MINUTE, 30 * SECOND));
+        let c = limit(
+            "c",
+            AlgoParams::Concurrency(concurrency::Params::new(1, 5 * MINUTE).unwrap()),
+        );
+        let f = fixture(vec![l, c]);
+        let describe = |_: usize| Some("client".to_owned());
+        let mut held = Vec::new();
+        // Allowed (its lease dropped), allowed (its lease kept: the slot is
+        // taken), rejected by `c` (no strike: `c` has no lockout; nothing
+        // taken from `l`), the slot freed: allowed, then rejected by `l` (a
+        // strike), then `l`'s second strike locks, then locked out.
+        let steps = [
+            "allowed",
+            "allowed",
+            "rejected",
+            "allowed",
+            "rejected",
+            "locked_out",
+            "locked_out",
+        ];
+        for (step, want) in steps.into_iter().enumerate() {
+            if step == 3 {
+                held.clear();
+            }
+            let checks = f.checks("10.0.0.1", None);
+            let traces = || (f.limiter.deny.len(), f.limiter.labels.lock().unwrap().len());
+            let before = traces();
+            let probed = f.limiter.probe(&checks).await.unwrap();
+            for _ in 0..3 {
+                assert_eq!(f.limiter.probe(&checks).await.unwrap(), probed);
+            }
+            assert_eq!(traces(), before, "step {step}");
+            let request = Request {
+                checks,
+                observer: &(),
+                describe: &describe,
+            };
+            let decision = f.limiter.decide(request).await;
+            let kind = decision.kind().label();
+            assert_eq!(kind, want, "step {step}");
+            let (Decision::Allow { figures, .. } | Decision::Reject { figures, .. }) = &decision
+            else {
+                panic!("decided");
+            };
+            let decided: Vec<Outcome> = figures.iter().map(|f| f.outcome).collect();
+            assert_eq!(probed, decided, "step {step}");
+            if let Decision::Allow { leases, .. } = decision {
+                held.extend(leases.filter(|_| step == 1));
+            }
+        }
+        assert_eq!(
+            (f.limiter.deny.len(), f.limiter.labels.lock().unwrap().len()),
+            (1, 1),
+            "the lockout is cached and named by decide"
         );
     }
 

@@ -58,6 +58,44 @@ fn shard_of(key: &StoreKey) -> usize {
     key[0] as usize % SHARDS
 }
 
+/// The place of `shard`'s guard among the guards of the bit set `shards`
+/// (taken in increasing order).
+fn rank(shards: u64, shard: usize) -> usize {
+    (shards & ((1u64 << shard) - 1)).count_ones() as usize
+}
+
+/// What the store holds for each of `checks` at `now`, read under
+/// `guards` (the shards of the bit set `shards`): a lapsed state or lock
+/// reads as none.
+fn load<'a>(
+    checks: &[Check],
+    guards: &'a [MutexGuard<'_, Shard>],
+    shards: u64,
+    now: Micros,
+) -> Vec<Loaded<'a>> {
+    checks
+        .iter()
+        .map(
+            |c| match guards[rank(shards, shard_of(&c.key))].get(&c.key) {
+                Some(e) => Loaded {
+                    algo: if e.algo_exp > now {
+                        e.algo.as_ref()
+                    } else {
+                        None
+                    },
+                    lock: e
+                        .lock
+                        .as_ref()
+                        .filter(|l| l.1 > now)
+                        .map(|l| l.0)
+                        .unwrap_or_default(),
+                },
+                None => Loaded::default(),
+            },
+        )
+        .collect()
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -75,10 +113,10 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Decide a request's `checks` at `now`, atomically over all their keys.
-    pub fn decide(&self, checks: &[Check], now: Micros) -> Vec<Outcome> {
-        // The shards to lock as a bit set, taken in increasing order: the
-        // guard of a shard is its rank among them.
+    /// The shards of `checks`' keys, locked in increasing order (so two
+    /// requests can never deadlock), and their bit set: [`rank`] finds a
+    /// shard's guard.
+    fn lock_all(&self, checks: &[Check]) -> (Vec<MutexGuard<'_, Shard>>, u64) {
         let shards: u64 = checks.iter().fold(0, |m, c| m | 1 << shard_of(&c.key));
         let mut guards: Vec<MutexGuard<'_, Shard>> =
             Vec::with_capacity(shards.count_ones() as usize);
@@ -87,40 +125,24 @@ impl MemoryStore {
             guards.push(self.lock(rest.trailing_zeros() as usize));
             rest &= rest - 1;
         }
-        let guard_of = |shard: usize| (shards & ((1u64 << shard) - 1)).count_ones() as usize;
+        (guards, shards)
+    }
+
+    /// Decide a request's `checks` at `now`, atomically over all their keys.
+    pub fn decide(&self, checks: &[Check], now: Micros) -> Vec<Outcome> {
+        let (mut guards, shards) = self.lock_all(checks);
+        let guard_of = |key: &StoreKey| rank(shards, shard_of(key));
         // Keys' own values, read under the shards' locks: one step with
         // the decision.
         let per_key = self.under_quotas(checks);
         let checks = per_key.as_deref().unwrap_or(checks);
-
-        let loaded: Vec<Loaded> = checks
-            .iter()
-            .map(|c| {
-                let g = &guards[guard_of(shard_of(&c.key))];
-                match g.get(&c.key) {
-                    Some(e) => Loaded {
-                        algo: if e.algo_exp > now {
-                            e.algo.as_ref()
-                        } else {
-                            None
-                        },
-                        lock: e
-                            .lock
-                            .as_ref()
-                            .filter(|l| l.1 > now)
-                            .map(|l| l.0)
-                            .unwrap_or_default(),
-                    },
-                    None => Loaded::default(),
-                }
-            })
-            .collect();
+        let loaded = load(checks, &guards, shards, now);
         let (outcomes, writes) = decide(checks, &loaded, now);
         for (check, write) in checks.iter().zip(writes) {
             if write.algo.is_none() && write.lock.is_none() {
                 continue;
             }
-            let g = &mut guards[guard_of(shard_of(&check.key))];
+            let g = &mut guards[guard_of(&check.key)];
             let entry = g.entry(check.key).or_insert(Entry {
                 algo: None,
                 algo_exp: 0,
@@ -174,6 +196,19 @@ impl MemoryStore {
             Some(q) => quotas.insert(*key, q).is_some(),
             None => quotas.remove(key).is_some(),
         }
+    }
+
+    /// What [`MemoryStore::decide`] would answer `checks` at `now`, all or
+    /// nothing, without changing anything: no entry is made (not even an
+    /// empty one), none is changed or removed, no expiry moves. A
+    /// rejection that would start a lockout says so (`lock_started`) and
+    /// strikes nothing.
+    pub fn probe(&self, checks: &[Check], now: Micros) -> Vec<Outcome> {
+        let (guards, shards) = self.lock_all(checks);
+        let per_key = self.under_quotas(checks);
+        let checks = per_key.as_deref().unwrap_or(checks);
+        let loaded = load(checks, &guards, shards, now);
+        decide(checks, &loaded, now).0
     }
 
     /// Give back a `concurrency` lease.
@@ -361,6 +396,101 @@ mod tests {
         assert_eq!(store.len(), 1, "only the entry written at 10 s is alive");
         store.sweep(20 * SECOND);
         assert!(store.is_empty());
+    }
+
+    /// Every entry as stored, expiries included, in key order.
+    type Raw = Vec<(
+        StoreKey,
+        Option<AlgoState>,
+        Micros,
+        Option<(LockState, Micros)>,
+    )>;
+
+    fn raw(store: &MemoryStore) -> Raw {
+        let mut out: Raw = (0..SHARDS)
+            .flat_map(|s| {
+                let g = store.lock(s);
+                g.iter()
+                    .map(|(k, e)| (*k, e.algo.clone(), e.algo_exp, e.lock.as_deref().copied()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        out.sort_by_key(|e| e.0);
+        out
+    }
+
+    /// A probe answers what `decide` then answers, strikes and lockouts
+    /// included, and leaves every entry and expiry as it was: no entry for
+    /// a new key, none for a lapsed one swept, no lease taken.
+    #[test]
+    fn a_probe_answers_what_decide_would_and_changes_nothing() {
+        let store = MemoryStore::new();
+        let mut limited = fixed(2, key(1));
+        limited.lockout = Some(LockParams {
+            after: 2,
+            within: 60 * SECOND,
+            duration: 30 * SECOND,
+            escalate: 1,
+            max_duration: 30 * SECOND,
+            forget_after: 60 * SECOND,
+        });
+        let slots = |lease| Check {
+            lease,
+            params: AlgoParams::Concurrency(concurrency::Params::new(2, 60 * SECOND).unwrap()),
+            ..fixed(1, key(3))
+        };
+        let request = [limited, fixed(10, key(2)), slots(1)];
+        let fresh = store.probe(&request, 0);
+        assert_eq!(fresh[0].remaining, 1);
+        assert!(store.is_empty(), "a probe of new keys makes no entry");
+
+        // Allowed twice, rejected (one strike), rejected again: the second
+        // strike starts the lockout, then locked out.
+        let mut seen = Vec::new();
+        for step in 0..5 {
+            let now = step * SECOND;
+            let before = raw(&store);
+            let probed = store.probe(&request, now);
+            assert_eq!(
+                raw(&store),
+                before,
+                "step {step}: the probe changed the store"
+            );
+            let decided = store.decide(&request, now);
+            assert_eq!(probed, decided, "step {step}");
+            seen.push((
+                decided[0].status,
+                decided[0].lock_started,
+                decided[1].status,
+            ));
+        }
+        use Status::*;
+        assert_eq!(
+            seen,
+            [
+                (Allowed, false, Allowed),
+                (Allowed, false, Allowed),
+                (Rejected, false, NotConsumed),
+                (LockedOut, true, NotConsumed),
+                (LockedOut, false, NotConsumed),
+            ]
+        );
+        // Lease 1 holds one of the two slots; a probe under another lease
+        // takes none, however often it asks.
+        for _ in 0..3 {
+            let probed = store.probe(&[slots(2)], 5 * SECOND)[0];
+            assert_eq!((probed.status, probed.remaining), (Allowed, 0));
+        }
+        assert_eq!(store.decide(&[slots(2)], 5 * SECOND)[0].status, Allowed);
+        assert_eq!(store.decide(&[slots(3)], 5 * SECOND)[0].status, Rejected);
+
+        // Long after: every entry has lapsed; a probe reads them as fresh
+        // and leaves them to the sweeper.
+        let before = raw(&store);
+        assert_eq!(before.len(), 3);
+        let late = store.probe(&request, 1000 * SECOND);
+        assert!(late.iter().all(|o| o.status == Allowed));
+        assert_eq!(raw(&store), before);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! gateway instance, decided by atomic Lua functions.
 //!
 //! - At most one `FCALL` round trip per request decides all of its limits
-//!   (`lua/dispatch.lua`, mirroring `decide`);
+//!   (`lua/dispatch.lua`, mirroring `decide`; `lua/probe.lua` answers the
+//!   same without writing, for the admin API's probes);
 //!   the requests that arrive while a call is in flight share the next one
 //!   (`coalesce`), each still decided on its own, all or nothing, in
 //!   arrival order.
@@ -207,6 +208,7 @@ struct Functions {
     inspect: String,
     lockouts: String,
     refund: String,
+    probe: String,
     /// How many times a call found the library missing and loaded it.
     loads: AtomicU64,
     /// Held while loading: the calls that find the library missing at once
@@ -223,6 +225,7 @@ impl Functions {
             inspect: library.function("inspect"),
             lockouts: library.function("lockouts"),
             refund: library.function("refund"),
+            probe: library.function("probe"),
             library,
             loads: AtomicU64::new(0),
             loading: tokio::sync::Mutex::new(()),
@@ -519,6 +522,39 @@ impl RedisStore {
             return cluster::decide(self, checks, now).await;
         }
         self.decide_on(None, checks, now).await.map(|(o, _)| o)
+    }
+
+    /// What [`RedisStore::decide`] would answer `checks` at `now`, all or
+    /// nothing, without writing anything (`lua/probe.lua`, registered
+    /// `no-writes`: Redis refuses any write it would make): no key made, no
+    /// TTL moved, no strike counted, no lease taken. One call of its own,
+    /// never coalesced with decisions; on a cluster, one per slot
+    /// (`cluster::probe`).
+    pub async fn probe(&self, checks: &[Check], now: Micros) -> Result<Vec<Outcome>, StoreError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.is_cluster() {
+            return cluster::probe(self, checks, now).await;
+        }
+        self.probe_on(checks, now).await
+    }
+
+    /// One probe call for `checks` (on a cluster, all of one slot).
+    async fn probe_on(&self, checks: &[Check], now: Micros) -> Result<Vec<Outcome>, StoreError> {
+        let requests = [checks];
+        let keys_ = DispatchKeys {
+            prefix: &self.inner.prefix,
+            requests: &requests,
+            // A probe starts no lockout: the index is not read.
+            index: false,
+        };
+        let args = wire::DispatchArgs {
+            now: self.inner.local_clock.then_some(now),
+            requests: &requests,
+        };
+        let reply = self.call(|f| &f.probe, keys_.len(), keys_, args).await?;
+        Ok(wire::outcomes(&reply, checks.len())?.0)
     }
 
     /// Whether the store is a Redis Cluster.
@@ -1212,10 +1248,19 @@ mod tests {
             .starts_with(&format!("#!lua name={}\n", library.name)));
         for (entry, src) in lua::ENTRIES {
             assert!(src.contains(&format!("local function {entry}(KEYS, ARGV)")));
-            assert!(library.src.contains(&format!(
-                "redis.register_function('{}', entry('{entry}'))",
-                library.function(entry)
-            )));
+            let registered = if lua::READ_ONLY.contains(&entry) {
+                format!(
+                    "redis.register_function{{function_name = '{}', callback = entry('{entry}'), \
+                     flags = {{'no-writes'}}}}",
+                    library.function(entry)
+                )
+            } else {
+                format!(
+                    "redis.register_function('{}', entry('{entry}'))",
+                    library.function(entry)
+                )
+            };
+            assert!(library.src.contains(&registered), "{registered}");
         }
         // Other code, another name: two versions can share one Redis.
         let other = lua::Library::with_entries(&lua::ENTRIES[..1]);

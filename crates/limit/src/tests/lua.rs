@@ -7,7 +7,8 @@
 //!   longer than the Rust `ttl`.
 //! - `dispatch.lua` gives the same outcomes and writes as `decide::decide`
 //!   on random multi-limit requests (lockouts, shadow, cost > 1, rejections
-//!   beside allowed limits).
+//!   beside allowed limits); `probe.lua` answers what `dispatch.lua` then
+//!   answers, and writes nothing.
 //! - GCRA answers redis-cell's documented `CL.THROTTLE` figures.
 //! - `refund.lua` (Redis Cluster): a request allowed and then refunded
 //!   leaves every later outcome as if it had never come, per algorithm on
@@ -1024,6 +1025,30 @@ fn any_request() -> impl Strategy<Value = Request> {
     (1u8..16, 0u8..2, 0u64..4, 0u64..4, 0u64..3_000)
 }
 
+/// The checks of request `r` over `pool`: the limits its mask picks, for
+/// its client, at its cost, under its lease id.
+fn request_checks(pool: &[(AlgoParams, Option<LockParams>, bool)], r: Request) -> Vec<Check> {
+    let (mask, client, cost, lease, _) = r;
+    pool.iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(i, (p, l, shadow))| Check {
+            lockout: *l,
+            shadow: *shadow,
+            lease,
+            ..check(i as u8, client, p.clone(), cost)
+        })
+        .collect()
+}
+
+/// A pool of 4 random limits and up to 40 requests over it.
+fn pool_and_requests() -> impl Strategy<Value = (Pool, Vec<Request>)> {
+    (
+        proptest::collection::vec(any_limit(), 4),
+        proptest::collection::vec(any_request(), 1..40),
+    )
+}
+
 /// `dispatch.lua` gives the outcomes and writes `decide::decide` gives, on
 /// random multi-limit requests over a pool of limits.
 ///
@@ -1038,10 +1063,7 @@ fn dispatch_matches_decide() {
     let probe = Function::of("dispatch_probe");
     let inspect = Function::of("inspect");
     let lockouts = Function::of("lockouts");
-    let strategy = (
-        proptest::collection::vec(any_limit(), 4),
-        proptest::collection::vec(any_request(), 1..40),
-    );
+    let strategy = pool_and_requests();
     runner(32)
         .run(&strategy, |(pool, requests)| {
             let conn = &mut *conn.borrow_mut();
@@ -1051,17 +1073,7 @@ fn dispatch_matches_decide() {
             let mut now = T0;
             for (step, &(mask, client, cost, lease, gap)) in requests.iter().enumerate() {
                 now += gap;
-                let checks: Vec<Check> = pool
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| mask & (1 << i) != 0)
-                    .map(|(i, (p, l, shadow))| Check {
-                        lockout: *l,
-                        shadow: *shadow,
-                        lease,
-                        ..check(i as u8, client, p.clone(), cost)
-                    })
-                    .collect();
+                let checks = request_checks(&pool, (mask, client, cost, lease, gap));
                 let loaded: Vec<Loaded> = checks
                     .iter()
                     .map(|c| {
@@ -1287,6 +1299,79 @@ fn a_batch_decides_as_its_requests_would_one_by_one() {
         .unwrap();
 }
 
+/// One `probe.lua` call for `checks` at `now`, keys under `prefix`,
+/// encoded as the store sends it: every check's outcome, in order.
+fn probe_call(
+    conn: &mut redis::Connection,
+    prefix: &str,
+    checks: &[Check],
+    now: Micros,
+) -> Vec<crate::Outcome> {
+    let requests = [checks];
+    let mut inv = Function::of("probe").prepare_invoke();
+    inv.key(store::DispatchKeys {
+        prefix,
+        requests: &requests,
+        index: false,
+    });
+    inv.arg(wire::DispatchArgs {
+        now: Some(now),
+        requests: &requests,
+    });
+    let reply: Value = inv.invoke(conn).unwrap();
+    wire::outcomes(&reply, checks.len()).unwrap().0
+}
+
+/// `probe.lua` answers what `dispatch.lua` then answers (each request
+/// probed, then decided), strikes and lockouts that would start included,
+/// on random multi-limit requests; and it leaves every key, value and TTL
+/// as it was (`dispatch_probe` PERSISTs what it writes, so no key has a
+/// TTL between calls). Redis knows it as `no-writes`.
+#[test]
+fn probe_answers_what_dispatch_then_does_and_writes_nothing() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = RefCell::new(server.connection());
+    let strategy = pool_and_requests();
+    runner(32)
+        .run(&strategy, |(pool, requests)| {
+            let conn = &mut *conn.borrow_mut();
+            redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
+            let mut ttls = BTreeMap::new();
+            let mut now = T0;
+            for (step, &r) in requests.iter().enumerate() {
+                now += r.4;
+                let checks = request_checks(&pool, r);
+                let before = stored(conn, "t");
+                let probed = probe_call(conn, "t", &checks, now);
+                prop_assert_eq!(&stored(conn, "t"), &before, "step {} wrote", step);
+                for key in before.keys() {
+                    let pttl: i64 = redis::cmd("PTTL")
+                        .arg(format!("t{key}"))
+                        .query(conn)
+                        .unwrap();
+                    prop_assert_eq!(pttl, -1, "step {}: {} got a TTL", step, key);
+                }
+                let (decided, _) = dispatch_call(conn, "t", &[checks], now, &mut ttls);
+                prop_assert_eq!(probed, decided, "step {}", step);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut conn = conn.into_inner();
+    let listed: Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(&test_library().name)
+        .query(&mut conn)
+        .unwrap();
+    let text = format!("{listed:?}");
+    let probe = test_library().function("probe");
+    let at = text.find(&probe).expect("the probe is registered");
+    let flags = &text[at..text[at..].find("name").map_or(text.len(), |n| at + n)];
+    assert!(flags.contains("no-writes"), "{text}");
+}
+
 /// The pool of limits [`a_batch_decides_as_its_requests_would_one_by_one`]
 /// draws from.
 type Pool = Vec<(AlgoParams, Option<LockParams>, bool)>;
@@ -1306,21 +1391,7 @@ fn batch_as_one_by_one(
     let mut spread = Duration::ZERO;
     for (round, (requests, gap)) in rounds.iter().enumerate() {
         now += gap;
-        let requests: Vec<Vec<Check>> = requests
-            .iter()
-            .map(|&(mask, client, cost, lease, _)| {
-                pool.iter()
-                    .enumerate()
-                    .filter(|(i, _)| mask & (1 << i) != 0)
-                    .map(|(i, (p, l, shadow))| Check {
-                        lockout: *l,
-                        shadow: *shadow,
-                        lease,
-                        ..check(i as u8, client, p.clone(), cost)
-                    })
-                    .collect()
-            })
-            .collect();
+        let requests: Vec<Vec<Check>> = requests.iter().map(|&r| request_checks(pool, r)).collect();
         let t0 = Instant::now();
         let (batch, _) = dispatch_call(conn, "a", &requests, now, &mut ttl_a);
         let mut single = Vec::new();
@@ -1488,6 +1559,30 @@ fn arity_errors_are_clear() {
             1,
             s(&["1", "1", "fixed_window 4 1 5 9"]),
             "refund: 1 keys and 3 arguments do not make whole checks",
+        ),
+        (
+            "probe",
+            1,
+            s(&["1", "2", "1", "fixed_window 0 1 5 9"]),
+            "probe: ARGV must start with now, 1, n",
+        ),
+        (
+            "probe",
+            2,
+            s(&["1", "1", "1", "fixed_window 0 1 5 9"]),
+            "probe: the checks need 1 KEYS",
+        ),
+        (
+            "probe",
+            1,
+            s(&["1", "1", "1", "fixed_window 0 1 5 9", "7"]),
+            "probe: 1 checks take 4 arguments, got 5",
+        ),
+        (
+            "probe",
+            0,
+            s(&["1", "1", "1", "fixed_window 0 1 5 9"]),
+            "probe: no KEYS",
         ),
     ] {
         let script = Function::of(entry);

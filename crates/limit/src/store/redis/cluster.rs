@@ -2,7 +2,7 @@
 //! a request's checks grouped by slot, one call per slot, run concurrently;
 //! when one slot's call rejects (or fails), what the others took is given back
 //! by a refund call (`lua/refund.lua`), so a request that does not pass
-//! consumes nothing.
+//! consumes nothing. Probes ([`probe`]) are grouped the same way.
 //!
 //! All keys of one (limit, client) share a hash tag (the 32 hex of its
 //! store key), so one check never spans slots. The store key hashes the
@@ -77,15 +77,7 @@ pub(crate) async fn decide(
     checks: &[Check],
     now: Micros,
 ) -> Result<Vec<Outcome>, StoreError> {
-    // (slot, the checks' places), in the order slots first appear.
-    let mut groups: SmallVec<[(Slot, SmallVec<[usize; 4]>); 4]> = SmallVec::new();
-    for (i, c) in checks.iter().enumerate() {
-        let s = slot(c);
-        match groups.iter_mut().find(|(g, _)| *g == s) {
-            Some((_, places)) => places.push(i),
-            None => groups.push((s, SmallVec::from_slice(&[i]))),
-        }
-    }
+    let groups = slot_groups(checks);
     if let [(s, _)] = &groups[..] {
         let (outcomes, at) = store.decide_on(Some(*s), checks, now).await?;
         store.index_lockouts(checks, &outcomes, at);
@@ -135,10 +127,7 @@ pub(crate) async fn decide(
         }
         for ((&i, c), mut o) in places.iter().zip(part).zip(got) {
             if blocked && took && o.status == Status::Allowed {
-                // As dispatch.lua answers a check another one rejected.
-                o.status = Status::NotConsumed;
-                o.delay = 0;
-                o.remaining = (o.remaining + taken(c)).min(o.limit);
+                not_consumed(&mut o, c);
             }
             outcomes[i] = Some(o);
         }
@@ -167,6 +156,61 @@ pub(crate) async fn decide(
         .zip(checks)
         .map(|(o, c)| o.unwrap_or_else(|| not_decided(c)))
         .collect())
+}
+
+/// What `decide` would answer `checks` on a cluster, writing nothing: one
+/// read-only call per slot (`lua/probe.lua`), run concurrently. When one
+/// slot's checks block the request, the other slots' allowed checks answer
+/// not consumed, as [`decide`] answers them (there is nothing to refund:
+/// nothing was taken). Any slot that cannot answer fails the probe.
+pub(crate) async fn probe(
+    store: &RedisStore,
+    checks: &[Check],
+    now: Micros,
+) -> Result<Vec<Outcome>, StoreError> {
+    let groups = slot_groups(checks);
+    let parts: Vec<Vec<Check>> = groups
+        .iter()
+        .map(|(_, places)| places.iter().map(|&i| checks[i].clone()).collect())
+        .collect();
+    let answers = join_all(parts.iter().map(|part| store.probe_on(part, now))).await;
+    let answers: Vec<Vec<Outcome>> = answers.into_iter().collect::<Result<_, _>>()?;
+    let blocked = answers
+        .iter()
+        .flatten()
+        .any(|o| matches!(o.status, Status::Rejected | Status::LockedOut));
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
+    for (((_, places), part), got) in groups.iter().zip(&parts).zip(answers) {
+        for ((&i, c), mut o) in places.iter().zip(part).zip(got) {
+            if blocked && o.status == Status::Allowed {
+                not_consumed(&mut o, c);
+            }
+            outcomes[i] = Some(o);
+        }
+    }
+    Ok(outcomes.into_iter().flatten().collect())
+}
+
+/// `checks` grouped by slot: (slot, the checks' places), in the order slots
+/// first appear.
+fn slot_groups(checks: &[Check]) -> SmallVec<[(Slot, SmallVec<[usize; 4]>); 4]> {
+    let mut groups: SmallVec<[(Slot, SmallVec<[usize; 4]>); 4]> = SmallVec::new();
+    for (i, c) in checks.iter().enumerate() {
+        let s = slot(c);
+        match groups.iter_mut().find(|(g, _)| *g == s) {
+            Some((_, places)) => places.push(i),
+            None => groups.push((s, SmallVec::from_slice(&[i]))),
+        }
+    }
+    groups
+}
+
+/// An allowed outcome of `c` made what `dispatch.lua` answers a check
+/// another one rejected: nothing taken, its units back in `remaining`.
+fn not_consumed(o: &mut Outcome, c: &Check) {
+    o.status = Status::NotConsumed;
+    o.delay = 0;
+    o.remaining = (o.remaining + taken(c)).min(o.limit);
 }
 
 /// Units a check takes when allowed (as `dispatch.lua` counts them).

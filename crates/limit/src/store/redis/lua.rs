@@ -40,22 +40,30 @@ pub const LOCKOUTS: &str = lua_file!("lockouts");
 /// Entry: give back what a Redis Cluster call took for a request another
 /// slot's call rejected.
 pub const REFUND: &str = lua_file!("refund");
+/// Entry: the decision a request would get now, writing nothing.
+pub const PROBE: &str = lua_file!("probe");
 
 /// The gateway's entry points, `(name, source)`: each file defines
 /// `local function <name>(KEYS, ARGV)`. `refund` uses `dispatch`'s spec
-/// parser, so it comes after it.
-pub const ENTRIES: [(&str, &str); 5] = [
+/// parser and `probe` its `check_one`, so they come after it.
+pub const ENTRIES: [(&str, &str); 6] = [
     ("dispatch", DISPATCH),
     ("release", RELEASE),
     ("inspect", INSPECT),
     ("lockouts", LOCKOUTS),
     ("refund", REFUND),
+    ("probe", PROBE),
 ];
+
+/// The entries registered with the `no-writes` flag: Redis refuses any
+/// write they attempt, so they can never change what they read.
+pub const READ_ONLY: [&str; 1] = ["probe"];
 
 /// A Redis Functions library made of the files: the shebang naming it,
 /// then [`COMMON`], the algorithms, [`LOCKOUT`] and the entry files as
 /// the body of one `build` function returning the entry functions, then
-/// one `redis.register_function` per entry. `FUNCTION LOAD` gives a
+/// one `redis.register_function` per entry ([`READ_ONLY`] ones with the
+/// `no-writes` flag). `FUNCTION LOAD` gives a
 /// library's chunk no standard library (`math`, `string`, `table`,
 /// `setmetatable`... exist only while a function runs), so the first call
 /// after a load runs `build`, and every later call reuses what it made:
@@ -128,9 +136,14 @@ impl Library {
             exports.join(", ")
         );
         for (entry, _) in entries {
-            src.push_str(&format!(
-                "redis.register_function('{name}_{entry}', entry('{entry}'))\n"
-            ));
+            src.push_str(&if READ_ONLY.contains(entry) {
+                format!(
+                    "redis.register_function{{function_name = '{name}_{entry}', \
+                     callback = entry('{entry}'), flags = {{'no-writes'}}}}\n"
+                )
+            } else {
+                format!("redis.register_function('{name}_{entry}', entry('{entry}'))\n")
+            });
         }
         Library { name, src }
     }
