@@ -509,6 +509,29 @@ async fn raise_lower_delete(gw: &Gateway) {
         .unwrap()
         .contains("\"monthly\";q=5;"));
     assert!(r.header("ratelimit").unwrap().contains("\"monthly\";r=1;"));
+    // A probe decides under the key's own value too, and takes nothing.
+    let probe = admin(
+        gw,
+        Method::POST,
+        "/probe",
+        r#"{"path": "/", "headers": {"x-user": "ann"}}"#,
+    )
+    .await;
+    assert_eq!(probe.status, 200, "{}", probe.text());
+    let p = probe.json();
+    assert_eq!(
+        (&p["decision"], &p["limits"][0]["name"]),
+        (&json_of("\"allowed\""), &json_of("\"monthly\"")),
+        "{p}"
+    );
+    assert_eq!(
+        (
+            &p["limits"][0]["figures"]["q"],
+            &p["limits"][0]["figures"]["r"]
+        ),
+        (&json_of("5"), &json_of("0")),
+        "{p}"
+    );
     assert_eq!(passed(gw, "ann", 3).await, 1, "5 in all");
     // Other keys keep the default.
     assert_eq!(passed(gw, "bob", 4).await, 3);
