@@ -48,36 +48,8 @@ impl Ctx<'_> {
             "week",
         )?;
 
-        let tz = match raw.tz.as_deref() {
-            None => FromAttr::Value(DEFAULT_TZ.to_owned()),
-            Some(text) => match self.attr(&field("tz"), text)? {
-                Some(name) => FromAttr::Attr(name),
-                None if calendar::is_time_zone(text) => FromAttr::Value(text.to_owned()),
-                None => {
-                    return Err(self.err(
-                        &field("tz"),
-                        format!("unknown time zone \"{text}\" (an IANA name like Europe/Berlin, or attr:NAME)"),
-                    ))
-                }
-            },
-        };
-        let anchor_day = match &raw.anchor_day {
-            None => FromAttr::Value(DEFAULT_ANCHOR_DAY),
-            Some(DayOrAttr::Day(d)) if (1..=31).contains(d) => FromAttr::Value(*d as u8),
-            Some(DayOrAttr::Text(text)) if self.attr(&field("anchor_day"), text)?.is_some() => {
-                FromAttr::Attr(text["attr:".len()..].to_owned())
-            }
-            Some(other) => {
-                let shown = match other {
-                    DayOrAttr::Day(d) => d.to_string(),
-                    DayOrAttr::Text(t) => format!("\"{t}\""),
-                };
-                return Err(self.err(
-                    &field("anchor_day"),
-                    format!("anchor_day is a day of the month (1 to 31) or attr:NAME, got {shown}"),
-                ));
-            }
-        };
+        let tz = self.zone(&field("tz"), raw.tz.as_deref())?;
+        let anchor_day = self.anchor_day(&field("anchor_day"), raw.anchor_day.as_ref())?;
         let anchor_month = match raw.anchor_month {
             None => 1,
             Some(m) if (1..=12).contains(&m) => m,
@@ -111,6 +83,44 @@ impl Ctx<'_> {
             .with(tz, day)
             .map_err(|e| self.err(&field("anchor_time"), e))?;
         Ok(window)
+    }
+
+    /// `tz`: an IANA zone (default UTC) or `attr:NAME`.
+    fn zone(&self, field: &str, written: Option<&str>) -> Result<FromAttr<String>> {
+        let Some(text) = written else {
+            return Ok(FromAttr::Value(DEFAULT_TZ.to_owned()));
+        };
+        match self.attr(field, text)? {
+            Some(name) => Ok(FromAttr::Attr(name)),
+            None if calendar::is_time_zone(text) => Ok(FromAttr::Value(text.to_owned())),
+            None => Err(self.err(
+                field,
+                format!(
+                    "unknown time zone \"{text}\" (an IANA name like Europe/Berlin, or attr:NAME)"
+                ),
+            )),
+        }
+    }
+
+    /// `anchor_day`: 1 to 31 (default 1) or `attr:NAME`.
+    fn anchor_day(&self, field: &str, written: Option<&DayOrAttr>) -> Result<FromAttr<u8>> {
+        match written {
+            None => Ok(FromAttr::Value(DEFAULT_ANCHOR_DAY)),
+            Some(DayOrAttr::Day(d)) if (1..=31).contains(d) => Ok(FromAttr::Value(*d as u8)),
+            Some(DayOrAttr::Text(text)) if self.attr(field, text)?.is_some() => {
+                Ok(FromAttr::Attr(text["attr:".len()..].to_owned()))
+            }
+            Some(other) => {
+                let shown = match other {
+                    DayOrAttr::Day(d) => d.to_string(),
+                    DayOrAttr::Text(t) => format!("\"{t}\""),
+                };
+                Err(self.err(
+                    field,
+                    format!("anchor_day is a day of the month (1 to 31) or attr:NAME, got {shown}"),
+                ))
+            }
+        }
     }
 
     /// `Some(NAME)` when `text` is `attr:NAME` (which needs `consumers:`),
