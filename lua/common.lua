@@ -4,7 +4,7 @@ No entry point. The Rust side (crates/limit/src/store/redis/lua.rs, Library) bui
 one Redis Functions library from the files, in this order:
   `#!lua name=tollgate_<hash of the code>`, then as the body of one
   `local function build()`: common.lua, the seven algorithm files,
-  lockout.lua, the entry files (dispatch.lua, release.lua, inspect.lua,
+  lockout.lua, quota.lua (a key's own values), the entry files (dispatch.lua, release.lua, inspect.lua,
   lockouts.lua, refund.lua, probe.lua: each defines `local function
   <name>(KEYS, ARGV)`) and a `return` of the entry functions; last, one
   `redis.register_function('tollgate_<hash>_<name>', ...)` per entry (the
