@@ -79,7 +79,8 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
 
 /// `tollgate check`: validate the config at `path` as start-up would (the
 /// runtime is built too, without binding or connecting anything) and
-/// describe it: a summary line, then one `warning: ...` line per warning.
+/// describe it: a summary line, one `cost: ...` line per cost limit (is
+/// its estimate a bound?), then one `warning: ...` line per warning.
 pub fn check(path: &Path) -> Result<String, RunError> {
     let loaded = crate::config::load(path).map_err(ReloadError::from)?;
     let c = &loaded.config;
@@ -102,6 +103,16 @@ pub fn check(path: &Path) -> Result<String, RunError> {
         .iter()
         .map(|w| format!("warning: {w}\n"))
         .collect();
+    // Each cost limit: whether its estimate bounds what it settles to.
+    let costs: String = c
+        .limits
+        .iter()
+        .filter_map(|l| Some((&l.name, l.metered.as_ref()?)))
+        .map(|(name, cost)| match cost.overspend() {
+            None => format!("cost: {name}: the estimate is a true bound: the budget is never overspent\n"),
+            Some(why) => format!("cost: {name}: {why}\n"),
+        })
+        .collect();
     // Building the runtime sets up (but, never driven, does not connect)
     // the store client, which wants a Tokio runtime around it.
     let tokio = tokio::runtime::Builder::new_current_thread()
@@ -111,5 +122,5 @@ pub fn check(path: &Path) -> Result<String, RunError> {
     let _entered = tokio.enter();
     Runtime::build(loaded.config, loaded.sha256, 0, None)
         .map_err(|e| ReloadError::build(path, &loaded.source, e))?;
-    Ok(summary + &warnings)
+    Ok(summary + &costs + &warnings)
 }

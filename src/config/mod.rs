@@ -23,6 +23,7 @@
 
 mod calendar;
 mod consumers;
+mod cost;
 mod error;
 mod expand;
 mod model;
@@ -42,6 +43,7 @@ use sha2::{Digest, Sha256};
 
 pub use calendar::*;
 pub use consumers::*;
+pub use cost::*;
 pub use error::{ConfigError, Location};
 pub use model::*;
 pub use per_key::*;

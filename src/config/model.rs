@@ -242,8 +242,12 @@ pub struct LimitConfig {
     pub key: Vec<KeySource>,
     /// What happens when a header, query parameter or cookie is absent.
     pub on_missing_key: OnMissingKey,
-    /// Units one request takes (at least 1).
+    /// Units one request takes (at least 1); with `metered`, the least
+    /// an estimate can be.
     pub cost: u64,
+    /// `cost: { reserve, settle, ... }`: an estimate charged at admission,
+    /// settled when the response ends (docs/configuration/cost.md).
+    pub metered: Option<super::CostConfig>,
     /// Enforce or only observe.
     pub mode: Mode,
     /// Lockout penalty after rejections (docs/configuration/limits.md), defaults applied.

@@ -11,6 +11,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::consumers::{CertName, CredentialKind, JwtAlgorithm};
+use super::cost::{LlmApi, OnMissingUsage, OnUpstreamError, StreamUsage};
 use super::model::{
     Balance, ClientMatch, EscapedSlashes, HeaderStyle, KeySource, Mode, OnError, OnMissingKey,
     ResponseFormat, TimeSource,
@@ -306,7 +307,7 @@ pub(crate) struct RawLimit {
     pub lease: Option<Dur>,
     pub key: Option<OneOrMany<KeySource>>,
     pub on_missing_key: Option<OnMissingKey>,
-    pub cost: Option<u64>,
+    pub cost: Option<RawCost>,
     pub mode: Option<Mode>,
     pub lockout: Option<RawLockout>,
     pub exempt: Option<Vec<ClientMatch>>,
@@ -480,6 +481,67 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for PerKey<T> {
     }
 }
 
+/// `cost:` as written: units per request, or `{reserve, settle, ...}`.
+#[derive(Debug, Clone)]
+pub(crate) enum RawCost {
+    Units(u64),
+    Spec(Box<RawCostSpec>),
+}
+
+/// `cost: { reserve, settle, llm, ... }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields reserve, settle, llm, on_missing_usage, on_upstream_error, settle_within"
+)]
+pub(crate) struct RawCostSpec {
+    pub reserve: Option<NumberOrWord>,
+    pub settle: Option<String>,
+    pub llm: Option<RawLlmCost>,
+    pub on_missing_usage: Option<OnMissingUsage>,
+    pub on_upstream_error: Option<OnUpstreamError>,
+    pub settle_within: Option<Dur>,
+}
+
+/// `cost.llm`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields api, default_max_output, bytes_per_token, cap_output, stream_usage"
+)]
+pub(crate) struct RawLlmCost {
+    pub api: Option<LlmApi>,
+    pub default_max_output: Option<u64>,
+    pub bytes_per_token: Option<u64>,
+    pub cap_output: Option<bool>,
+    pub stream_usage: Option<StreamUsage>,
+}
+
+impl<'de> Deserialize<'de> for RawCost {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawCost;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("units per request (a whole number), or {reserve, settle, ...}")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawCost, E> {
+                Ok(RawCost::Units(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawCost, E> {
+                u64::try_from(v)
+                    .map(RawCost::Units)
+                    .map_err(|_| E::custom(format!("cost must be at least 1, got {v}")))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawCost, A::Error> {
+                RawCostSpec::deserialize(MapAccessDeserializer::new(map))
+                    .map(|s| RawCost::Spec(Box::new(s)))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
 /// `window:` as written: a duration or `month`, or a calendar period.
 #[derive(Debug, Clone)]
 pub(crate) enum RawWindow {
@@ -496,18 +558,19 @@ pub(crate) enum RawWindow {
 pub(crate) struct RawCalendar {
     pub calendar: String,
     pub tz: Option<String>,
-    pub anchor_day: Option<DayOrAttr>,
+    pub anchor_day: Option<NumberOrWord>,
     pub anchor_month: Option<u8>,
     pub week_start: Option<String>,
     pub anchor_time: Option<String>,
 }
 
-/// `anchor_day`: a day of the month, or `attr:NAME`.
+/// A whole number, or a word (`anchor_day: 15 | attr:NAME`, `reserve: 100 |
+/// llm`).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged, expecting = "a day of the month (1 to 31) or attr:NAME")]
-pub(crate) enum DayOrAttr {
-    Day(u64),
-    Text(String),
+#[serde(untagged, expecting = "a whole number or a word")]
+pub(crate) enum NumberOrWord {
+    Number(u64),
+    Word(String),
 }
 
 impl<'de> Deserialize<'de> for RawWindow {

@@ -6,7 +6,7 @@ use tollgate_limit::calendar::{self, Unit, Weekday};
 use super::{Ctx, Result};
 use crate::config::calendar::{CalendarWindow, FromAttr, DEFAULT_ANCHOR_DAY, DEFAULT_TZ};
 use crate::config::model::KeySource;
-use crate::config::raw::{DayOrAttr, RawCalendar};
+use crate::config::raw::{NumberOrWord, RawCalendar};
 
 impl Ctx<'_> {
     /// The calendar window written at `path` (the limit's `window`).
@@ -103,17 +103,17 @@ impl Ctx<'_> {
     }
 
     /// `anchor_day`: 1 to 31 (default 1) or `attr:NAME`.
-    fn anchor_day(&self, field: &str, written: Option<&DayOrAttr>) -> Result<FromAttr<u8>> {
+    fn anchor_day(&self, field: &str, written: Option<&NumberOrWord>) -> Result<FromAttr<u8>> {
         match written {
             None => Ok(FromAttr::Value(DEFAULT_ANCHOR_DAY)),
-            Some(DayOrAttr::Day(d)) if (1..=31).contains(d) => Ok(FromAttr::Value(*d as u8)),
-            Some(DayOrAttr::Text(text)) if self.attr(field, text)?.is_some() => {
+            Some(NumberOrWord::Number(d)) if (1..=31).contains(d) => Ok(FromAttr::Value(*d as u8)),
+            Some(NumberOrWord::Word(text)) if self.attr(field, text)?.is_some() => {
                 Ok(FromAttr::Attr(text["attr:".len()..].to_owned()))
             }
             Some(other) => {
                 let shown = match other {
-                    DayOrAttr::Day(d) => d.to_string(),
-                    DayOrAttr::Text(t) => format!("\"{t}\""),
+                    NumberOrWord::Number(d) => d.to_string(),
+                    NumberOrWord::Word(t) => format!("\"{t}\""),
                 };
                 Err(self.err(
                     field,

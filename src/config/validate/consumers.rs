@@ -320,7 +320,7 @@ impl Ctx<'_> {
     }
 
     /// A header name at `field`, lowercased.
-    fn header_name(&self, field: &str, name: &str) -> Result<HeaderName> {
+    pub(super) fn header_name(&self, field: &str, name: &str) -> Result<HeaderName> {
         HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| self.err(field, format!("\"{name}\" is not a valid header name")))
     }

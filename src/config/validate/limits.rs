@@ -99,7 +99,7 @@ impl Ctx<'_> {
                 self.identity_source(&format!("{path}.exempt[{i}]"), source)?;
             }
         }
-        let cost = self.at_least_one(&format!("{path}.cost"), raw.cost, 1)?;
+        let (cost, metered) = self.cost(path, kind, raw.cost.as_ref())?;
         self.cost_fits(&format!("{path}.cost"), cost, &params, None)?;
         let lockout = match raw.lockout {
             None => None,
@@ -130,6 +130,7 @@ impl Ctx<'_> {
             overrides,
             calendar,
             per_key,
+            metered,
         })
     }
 

@@ -13,6 +13,7 @@
 mod admin;
 mod calendar;
 mod consumers;
+mod cost;
 mod limits;
 mod matchers;
 mod params;

@@ -1,0 +1,158 @@
+//! A limit's `cost:`: units per request, or an estimate reserved at
+//! admission and settled from the response (docs/configuration/cost.md),
+//! each field checked at its own line.
+
+use std::time::Duration;
+
+use super::{Ctx, Result};
+use crate::config::cost::{
+    CostConfig, LlmCost, OnMissingUsage, OnUpstreamError, Reserve, Settle, StreamUsage,
+};
+use crate::config::raw::{AlgorithmKind, NumberOrWord, RawCost, RawCostSpec, RawLlmCost};
+
+/// `settle_within`'s default.
+const SETTLE_WITHIN: Duration = Duration::from_secs(15 * 60);
+
+impl Ctx<'_> {
+    /// The `cost` of a `kind` limit at `path`: the units a request takes
+    /// (the least an estimate is), and the reserve/settle spec if any.
+    pub(super) fn cost(
+        &self,
+        path: &str,
+        kind: AlgorithmKind,
+        raw: Option<&RawCost>,
+    ) -> Result<(u64, Option<CostConfig>)> {
+        let field = format!("{path}.cost");
+        match raw {
+            None => Ok((1, None)),
+            Some(RawCost::Units(n)) => Ok((self.at_least_one(&field, Some(*n), 1)?, None)),
+            Some(RawCost::Spec(_))
+                if matches!(kind, AlgorithmKind::Concurrency | AlgorithmKind::SlidingLog) =>
+            {
+                Err(self.err(
+                    &field,
+                    format!(
+                        "{} takes no reserve/settle cost (a slot, or a log entry per unit, has no estimate to correct); give a whole number",
+                        kind.name()
+                    ),
+                ))
+            }
+            Some(RawCost::Spec(spec)) => {
+                let cost = self.cost_spec(&field, spec)?;
+                let least = match cost.reserve {
+                    Reserve::Units(n) => n,
+                    _ => 1,
+                };
+                Ok((least, Some(cost)))
+            }
+        }
+    }
+
+    /// `cost: { ... }` at `field`.
+    fn cost_spec(&self, field: &str, raw: &RawCostSpec) -> Result<CostConfig> {
+        let at = |name: &str| format!("{field}.{name}");
+        let reserve = match &raw.reserve {
+            None => return Err(self.err(field, "missing field `reserve`")),
+            Some(NumberOrWord::Number(n)) => {
+                Reserve::Units(self.at_least_one(&at("reserve"), Some(*n), 1)?)
+            }
+            Some(NumberOrWord::Word(w)) => match w.as_str() {
+                "llm" => Reserve::Llm,
+                "request_bytes" => Reserve::RequestBytes,
+                _ => match w.strip_prefix("header:") {
+                    Some(name) => Reserve::Header(self.header_name(&at("reserve"), name)?),
+                    None => {
+                        return Err(self.err(
+                            &at("reserve"),
+                            format!("reserve is llm, a whole number, header:NAME or request_bytes, got \"{w}\""),
+                        ))
+                    }
+                },
+            },
+        };
+        let settle = match raw.settle.as_deref() {
+            None | Some("none") => Settle::None,
+            Some("llm_usage") => Settle::LlmUsage,
+            Some("response_bytes") => Settle::ResponseBytes,
+            Some(w) => match (w.strip_prefix("header:"), w.strip_prefix("trailer:")) {
+                (Some(name), _) => Settle::Header(self.header_name(&at("settle"), name)?),
+                (_, Some(name)) => Settle::Trailer(self.header_name(&at("settle"), name)?),
+                _ => {
+                    return Err(self.err(
+                        &at("settle"),
+                        format!("settle is llm_usage, header:NAME, trailer:NAME, response_bytes or none, got \"{w}\""),
+                    ))
+                }
+            },
+        };
+        let wants_llm = reserve == Reserve::Llm || settle == Settle::LlmUsage;
+        let llm = match (&raw.llm, wants_llm) {
+            (Some(l), true) => Some(self.llm_cost(&at("llm"), l)?),
+            (None, true) => {
+                return Err(self.err(
+                    field,
+                    "missing field `llm` (its `api`), which reserve: llm and settle: llm_usage need",
+                ))
+            }
+            (Some(_), false) => {
+                return Err(self.err(
+                    &at("llm"),
+                    "llm applies only with reserve: llm or settle: llm_usage",
+                ))
+            }
+            (None, false) => None,
+        };
+        if settle == Settle::None {
+            for (name, given) in [
+                ("on_missing_usage", raw.on_missing_usage.is_some()),
+                ("on_upstream_error", raw.on_upstream_error.is_some()),
+                ("settle_within", raw.settle_within.is_some()),
+            ] {
+                if given {
+                    return Err(self.err(
+                        &at(name),
+                        format!("{name} applies only with a `settle` (this cost never settles)"),
+                    ));
+                }
+            }
+        }
+        let settle_within = raw.settle_within.map_or(SETTLE_WITHIN, |d| d.0);
+        if settle_within.is_zero() {
+            return Err(self.err(&at("settle_within"), "settle_within must be greater than 0"));
+        }
+        Ok(CostConfig {
+            reserve,
+            settle,
+            llm,
+            on_missing_usage: raw.on_missing_usage.unwrap_or(OnMissingUsage::KeepEstimate),
+            on_upstream_error: raw.on_upstream_error.unwrap_or(OnUpstreamError::Refund),
+            settle_within,
+        })
+    }
+
+    /// `cost.llm` at `field`.
+    fn llm_cost(&self, field: &str, raw: &RawLlmCost) -> Result<LlmCost> {
+        let at = |name: &str| format!("{field}.{name}");
+        let api = raw
+            .api
+            .ok_or_else(|| self.err(field, "missing field `api` (openai or anthropic)"))?;
+        let stream_usage = raw.stream_usage.unwrap_or(StreamUsage::AsSent);
+        if stream_usage == StreamUsage::Force && api != crate::config::cost::LlmApi::Openai {
+            return Err(self.err(
+                &at("stream_usage"),
+                "stream_usage: force applies to api: openai (Anthropic streams always carry their usage)",
+            ));
+        }
+        Ok(LlmCost {
+            api,
+            default_max_output: self.at_least_one(
+                &at("default_max_output"),
+                raw.default_max_output,
+                1024,
+            )?,
+            bytes_per_token: self.at_least_one(&at("bytes_per_token"), raw.bytes_per_token, 1)?,
+            cap_output: raw.cap_output.unwrap_or(false),
+            stream_usage,
+        })
+    }
+}
