@@ -56,6 +56,7 @@ pub mod fuzzing;
 pub mod identity;
 pub mod limit;
 pub mod log;
+pub mod meter;
 pub mod metrics;
 pub mod pipeline;
 pub mod probe;
