@@ -10,7 +10,7 @@
 pub mod body;
 pub mod reading;
 pub mod reserve;
-pub mod settle;
+
 
 use std::sync::Arc;
 
