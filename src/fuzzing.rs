@@ -554,7 +554,7 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
         headers.append(name.clone(), HeaderValue::from_static("upstream"));
         headers.append(name.clone(), HeaderValue::from_static("upstream, 2"));
     }
-    add_headers(&mut headers, style, &limits);
+    add_headers(&mut headers, style, &limits, &[]);
 
     let draft = style.standard().filter(|_| !limits.is_empty());
     let standard = draft.is_some();

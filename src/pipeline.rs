@@ -37,7 +37,7 @@ use crate::config::PathMatch;
 use crate::error::{is_grpc, GatewayError, Rejection, Unavailable};
 use crate::identity::Client;
 use crate::limit;
-use crate::limit::headers::add_limit_headers;
+use crate::limit::headers::add_route_limit_headers;
 use crate::limit::key::{Consumer, RequestView};
 use crate::limit::policy::Policy;
 use crate::log::{AccessRecord, LoggedPath, Tunnelled};
@@ -192,7 +192,12 @@ async fn route_request(
         } => respond(*status, body, headers).map(Reply::Local),
         Action::Upstream(pool) => forward(req, &route, pool, ctx).await?,
     };
-    add_limit_headers(&mut response, route.limit_response.headers, &figures);
+    add_route_limit_headers(
+        &mut response,
+        route.limit_response.headers,
+        &figures,
+        &route.limits,
+    );
     Ok(response)
 }
 
