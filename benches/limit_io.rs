@@ -135,7 +135,7 @@ fn headers(c: &mut Criterion) {
                     );
                     h
                 },
-                |h| add_headers(h, style, black_box(limits)),
+                |h| add_headers(h, style, black_box(limits), &[]),
                 criterion::BatchSize::SmallInput,
             )
         });

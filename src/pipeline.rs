@@ -1039,7 +1039,10 @@ async fn reserve_costs(
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-    Ok((Request::from_parts(parts, ReqBody::Buffered(bytes)), estimates))
+    Ok((
+        Request::from_parts(parts, ReqBody::Buffered(bytes)),
+        estimates,
+    ))
 }
 
 /// The path and query sent upstream.

@@ -43,7 +43,9 @@ pub fn add_route_limit_headers<B>(
 /// The unit of the figure's limit among `limits`, when it counts tokens or
 /// bytes.
 fn unit_of(f: &Figure, limits: &[std::sync::Arc<Policy>]) -> Option<fields::Unit> {
-    let policy = limits.iter().find(|p| std::sync::Arc::ptr_eq(&p.name, &f.name))?;
+    let policy = limits
+        .iter()
+        .find(|p| std::sync::Arc::ptr_eq(&p.name, &f.name))?;
     match policy.metered.as_ref()?.unit() {
         CostUnit::Tokens => Some(fields::Unit::Tokens),
         CostUnit::Bytes => Some(fields::Unit::ContentBytes),
@@ -132,6 +134,7 @@ mod tests {
             &mut h,
             HeaderStyle::Both,
             &[figure("a", Status::Allowed, 1, 0)],
+            &[],
         );
         assert_eq!(h.get_all(RATELIMIT).iter().count(), 1);
         assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=0;t=2");
@@ -148,13 +151,13 @@ mod tests {
             figure("b", Status::Rejected, 5, 0),
         ];
         let mut h = HeaderMap::new();
-        add_headers(&mut h, HeaderStyle::Both, &figures);
+        add_headers(&mut h, HeaderStyle::Both, &figures, &[]);
         assert_eq!(h.get(RATELIMIT).unwrap(), "\"b\";r=0;t=2");
         assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "5");
         let mut h = HeaderMap::new();
-        add_headers(&mut h, HeaderStyle::Both, &figures[..1]);
-        add_headers(&mut h, HeaderStyle::None, &figures);
-        add_headers(&mut h, HeaderStyle::Both, &[]);
+        add_headers(&mut h, HeaderStyle::Both, &figures[..1], &[]);
+        add_headers(&mut h, HeaderStyle::None, &figures, &[]);
+        add_headers(&mut h, HeaderStyle::Both, &[], &[]);
         assert!(h.is_empty(), "{h:?}");
     }
 
@@ -165,6 +168,7 @@ mod tests {
             &mut h,
             HeaderStyle::Draft10,
             &[figure("a", Status::Allowed, 4, 3)],
+            &[],
         );
         assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=3;t=1");
         assert_eq!(h.get(RATELIMIT_POLICY).unwrap(), "\"a\";q=4;w=1");

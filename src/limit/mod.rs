@@ -38,7 +38,9 @@ pub async fn decide(
     view: &RequestView<'_>,
     observer: &dyn Observer,
 ) -> Decision {
-    decide_reserving(limiter, limits, view, observer, &[]).await.0
+    decide_reserving(limiter, limits, view, observer, &[])
+        .await
+        .0
 }
 
 /// [`decide`], each limit `i` with `reserve[i] = Some(units)` charging

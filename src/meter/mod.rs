@@ -11,7 +11,6 @@ pub mod body;
 pub mod reading;
 pub mod reserve;
 
-
 use std::sync::Arc;
 
 use tollgate_limit::{Check, Micros};

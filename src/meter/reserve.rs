@@ -62,7 +62,9 @@ fn estimate(
             .ok_or_else(|| GatewayError::InvalidCost(name.clone())),
         Reserve::RequestBytes => Ok(body.map_or(0, |b| b.len() as u64)),
         Reserve::Llm => llm.ok_or_else(|| {
-            GatewayError::InvalidLlmRequest("the request body was not read as an LLM request".into())
+            GatewayError::InvalidLlmRequest(
+                "the request body was not read as an LLM request".into(),
+            )
         }),
     }
 }
