@@ -212,7 +212,7 @@ impl LlmRequest {
         };
         let mut edits = Vec::new();
         if let Some(n) = rewrite.cap_output {
-            edits.extend(self.cap_edits(&root, body, n));
+            edits.extend(self.cap_edits(&root, n));
         }
         let mut usage_added = false;
         if rewrite.force_stream_usage
@@ -235,7 +235,7 @@ impl LlmRequest {
     }
 
     /// Sets every max output field present to `n`, or adds the endpoint's.
-    fn cap_edits(&self, root: &Object, body: &[u8], n: u64) -> Vec<Edit> {
+    fn cap_edits(&self, root: &Object, n: u64) -> Vec<Edit> {
         let value = n.to_string();
         let present: Vec<_> = root
             .members
@@ -247,7 +247,6 @@ impl LlmRequest {
         }
         present
             .into_iter()
-            .filter(|m| body[m.value.clone()] != *value.as_bytes())
             .map(|m| Edit::replace(m.value.clone(), value.clone()))
             .collect()
     }

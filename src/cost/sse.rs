@@ -254,8 +254,9 @@ mod tests {
             data:{\"n\"\ndata: :2}\n\n\
             id: 7\rdata: {\"n\":3}\r\r\
             data\ndata: {\"n\":4}\n\n\
-            datax: {\"n\":5}\n\n";
-        let want = ["1", "2", "3", "4", "-"];
+            datax: {\"n\":5}\n\n\
+            data: {\"n\":\"a\ndata: b\"}\n\n";
+        let want = ["1", "2", "3", "4", "-", "\"a\nb\""];
         assert_eq!(events(input, &[]), want);
         for cut in 0..input.len() {
             assert_eq!(events(input, &[cut]), want, "cut at {cut}");

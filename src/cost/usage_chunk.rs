@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn an_event_larger_than_the_hold_limit_passes_as_it_comes() {
-        let content = "y".repeat(HOLD_LIMIT);
+        let content = "y".repeat(2 * HOLD_LIMIT);
         let event =
             format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{content}\"}}}}]}}\n\n");
         let mut filter = UsageChunkFilter::new();
