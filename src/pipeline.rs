@@ -126,6 +126,8 @@ struct Ctx<'a> {
     /// What the route's cost limits charged, settled when the response
     /// ends (docs/configuration/cost.md).
     meters: Vec<meter::Meter>,
+    /// The request read as an LLM request, for its response's reading.
+    llm: Option<meter::llm::Seen>,
 }
 
 impl<'a> Ctx<'a> {
@@ -170,6 +172,7 @@ impl<'a> Ctx<'a> {
                 started,
             },
             meters: Vec::new(),
+            llm: None,
         }
     }
 }
@@ -730,6 +733,7 @@ struct Held {
 fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
     let idle = ctx.rt.config.server.idle_timeout;
     let meters = std::mem::take(&mut ctx.meters);
+    let tap = ctx.llm.and_then(meter::llm::tap);
     let limiter = ctx.rt.limiter.clone();
     if ctx.version >= Version::HTTP_2 && !response.body().is_end_stream() {
         // A stream whose window stays shut is reset after `send` (an
@@ -777,7 +781,7 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
         return response;
     }
     if !meters.is_empty() {
-        return metered(response, meters, limiter, shared.clone(), done);
+        return metered(response, meters, tap, limiter, shared.clone(), done);
     }
     response.map(move |body| {
         body::boxed(Finish::new(body, move |bytes, completed| {
@@ -794,6 +798,7 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
 fn metered(
     response: Response<Reply>,
     meters: Vec<meter::Meter>,
+    tap: Option<Box<dyn meter::body::Tap>>,
     limiter: Arc<tollgate_limit::Limiter>,
     shared: Arc<Shared>,
     done: Done,
@@ -806,7 +811,7 @@ fn metered(
         ..Default::default()
     };
     response.map(move |body| {
-        let metered = meter::body::Metered::new(body, None, reading, move |reading| {
+        let metered = meter::body::Metered::new(body, tap, reading, move |reading| {
             let _ = (&limiter, &shared, meters, &reading);
         });
         body::boxed(Finish::new(metered, move |bytes, completed| {
@@ -1014,7 +1019,7 @@ async fn reserve_costs(
         return Ok((req.map(ReqBody::Streaming), Vec::new()));
     }
     if !meter::reserve::needs_body(&route.limits) {
-        let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, None)?;
+        let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, &[])?;
         return Ok((req.map(ReqBody::Streaming), estimates));
     }
     let (mut parts, incoming) = req.into_parts();
@@ -1034,7 +1039,14 @@ async fn reserve_costs(
         .await
         .map_err(body_error)?
         .to_bytes();
-    let estimates = meter::reserve::estimates(&route.limits, &parts.headers, Some(&bytes), None)?;
+    let (llm, bytes) = match meter::llm::read(&route.limits, &bytes)? {
+        Some((llm, body, seen)) => {
+            ctx.llm = Some(seen);
+            (llm, body)
+        }
+        None => (Vec::new(), bytes),
+    };
+    let estimates = meter::reserve::estimates(&route.limits, &parts.headers, Some(&bytes), &llm)?;
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts
         .headers

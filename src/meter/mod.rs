@@ -8,6 +8,7 @@
 //! is the plumbing between it, the pipeline and the limiter.
 
 pub mod body;
+pub mod llm;
 pub mod reading;
 pub mod reserve;
 

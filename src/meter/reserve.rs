@@ -29,19 +29,20 @@ pub fn any(limits: &[Arc<Policy>]) -> bool {
 
 /// The estimate of each of `limits` (by index; `None` for a limit without
 /// a `cost:` spec) for a request with `headers` and, when
-/// [`needs_body`], its whole `body`. `llm` is the estimate of the LLM
-/// request when some limit reserves one ([`crate::meter::reserve::Llm`]).
+/// [`needs_body`], its whole `body`; `llm[i]` is limit `i`'s estimate of
+/// the body as an LLM request ([`super::llm::read`]), for `reserve: llm`.
 pub fn estimates(
     limits: &[Arc<Policy>],
     headers: &HeaderMap,
     body: Option<&[u8]>,
-    llm: Option<u64>,
+    llm: &[Option<u64>],
 ) -> Result<Vec<Option<u64>>, GatewayError> {
     limits
         .iter()
-        .map(|p| match &p.metered {
+        .enumerate()
+        .map(|(i, p)| match &p.metered {
             None => Ok(None),
-            Some(cost) => estimate(cost, headers, body, llm).map(Some),
+            Some(cost) => estimate(cost, headers, body, llm.get(i).copied().flatten()).map(Some),
         })
         .collect()
 }
