@@ -5,8 +5,10 @@
 //!
 //! The estimate is `ceil(body bytes / bytes_per_token)` plus the max output
 //! tokens the request names (see [`Api`] for the field of each endpoint),
-//! else `default_max_output`. The body counted is the one the client sent:
-//! the rewrites add a few bytes of JSON that are not prompt.
+//! else `default_max_output`, times a chat completion's `n` (each choice
+//! may generate that many, and OpenAI counts them all). The body counted is
+//! the one the client sent: the rewrites add a few bytes of JSON that are
+//! not prompt.
 //!
 //! The rewrites splice the body: every byte they do not change stays as
 //! the client wrote it (no re-serialising, so number formats, key order,
@@ -55,16 +57,72 @@ struct Head {
     max_tokens: Option<Value>,
     max_completion_tokens: Option<Value>,
     max_output_tokens: Option<Value>,
+    n: Option<Value>,
     messages: Option<IgnoredAny>,
 }
 
 impl Head {
-    fn max_field(&self, name: &str) -> Option<&Value> {
-        match name {
-            "max_tokens" => self.max_tokens.as_ref(),
-            "max_completion_tokens" => self.max_completion_tokens.as_ref(),
-            "max_output_tokens" => self.max_output_tokens.as_ref(),
-            _ => None,
+    /// Reads the body (known to start with `{`).
+    fn read(body: &[u8]) -> Result<Head, InvalidLlmRequest> {
+        serde_json::from_slice(body).map_err(|e| {
+            InvalidLlmRequest::new(match e.classify() {
+                serde_json::error::Category::Data => {
+                    format!("the body is not a valid request: {e}")
+                }
+                _ => format!("the body is not valid JSON: {e}"),
+            })
+        })
+    }
+
+    fn model(&self) -> Result<String, InvalidLlmRequest> {
+        match &self.model {
+            Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
+            None | Some(Value::String(_)) => Err(InvalidLlmRequest::new("the body names no model")),
+            Some(_) => Err(InvalidLlmRequest::new("`model` is not a string")),
+        }
+    }
+
+    fn stream(&self) -> Result<bool, InvalidLlmRequest> {
+        match &self.stream {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(InvalidLlmRequest::new("`stream` is not true or false")),
+        }
+    }
+
+    /// A whole number field (`null` is absent).
+    fn count(field: &str, v: Option<&Value>) -> Result<Option<u64>, InvalidLlmRequest> {
+        v.map(|v| {
+            v.as_u64()
+                .ok_or_else(|| InvalidLlmRequest::new(format!("`{field}` is not a whole number")))
+        })
+        .transpose()
+    }
+
+    /// The largest of the endpoint's max output fields present.
+    fn max_output(&self, endpoint: Endpoint) -> Result<Option<u64>, InvalidLlmRequest> {
+        let mut max = None;
+        for &field in endpoint.max_output_fields() {
+            let v = match field {
+                "max_tokens" => self.max_tokens.as_ref(),
+                "max_completion_tokens" => self.max_completion_tokens.as_ref(),
+                _ => self.max_output_tokens.as_ref(),
+            };
+            if let Some(n) = Head::count(field, v)? {
+                max = Some(max.map_or(n, |m: u64| m.max(n)));
+            }
+        }
+        Ok(max)
+    }
+
+    /// A chat completion's `n`: how many choices share the max output.
+    fn choices(&self, endpoint: Endpoint) -> Result<u64, InvalidLlmRequest> {
+        if endpoint != Endpoint::ChatCompletions {
+            return Ok(1);
+        }
+        match Head::count("n", self.n.as_ref())? {
+            Some(0) => Err(InvalidLlmRequest::new("`n` is 0")),
+            n => Ok(n.unwrap_or(1)),
         }
     }
 }
@@ -78,7 +136,7 @@ impl Head {
 /// let body = Bytes::from_static(br#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hi"}]}"#);
 /// let req = LlmRequest::parse(Api::OpenAi, &body, 1, 1024).unwrap();
 /// assert_eq!(req.estimate(), body.len() as u64 + 1024);
-/// let sent = req.rewrite(&body, Rewrite { cap_output: Some(req.output_reserved()), force_stream_usage: true });
+/// let sent = req.rewrite(&body, Rewrite { cap_output: true, force_stream_usage: true });
 /// assert!(sent.usage_added);
 /// assert!(sent.body.ends_with(br#","max_completion_tokens":1024,"stream_options":{"include_usage":true}}"#));
 /// ```
@@ -87,16 +145,17 @@ pub struct LlmRequest {
     endpoint: Endpoint,
     model: String,
     max_output: Option<u64>,
+    output_cap: u64,
+    choices: u64,
     prompt_estimate: u64,
-    output_reserved: u64,
     stream: bool,
     include_usage: bool,
 }
 
 impl LlmRequest {
     /// Reads `body` as a request to `api`: a JSON object naming a `model`,
-    /// with its max output tokens (if any) a whole number. `bytes_per_token`
-    /// 0 is read as 1 (validation refuses it).
+    /// its max output tokens (if any) and a chat completion's `n` whole
+    /// numbers. `bytes_per_token` 0 is read as 1 (validation refuses it).
     pub fn parse(
         api: Api,
         body: &[u8],
@@ -106,54 +165,27 @@ impl LlmRequest {
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(InvalidLlmRequest::new("the body is not a JSON object"));
         }
-        let head: Head = serde_json::from_slice(body).map_err(|e| {
-            InvalidLlmRequest::new(match e.classify() {
-                serde_json::error::Category::Data => {
-                    format!("the body is not a valid request: {e}")
-                }
-                _ => format!("the body is not valid JSON: {e}"),
-            })
-        })?;
-        let model = match &head.model {
-            Some(Value::String(m)) if !m.is_empty() => m.clone(),
-            None | Some(Value::String(_)) => {
-                return Err(InvalidLlmRequest::new("the body names no model"))
-            }
-            Some(_) => return Err(InvalidLlmRequest::new("`model` is not a string")),
-        };
-        let stream = match &head.stream {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(InvalidLlmRequest::new("`stream` is not true or false")),
-        };
+        let head = Head::read(body)?;
         let endpoint = match api {
             Api::Anthropic => Endpoint::Messages,
             Api::OpenAi if head.messages.is_some() => Endpoint::ChatCompletions,
             Api::OpenAi => Endpoint::Responses,
         };
-        let mut max_output = None;
-        for &field in endpoint.max_output_fields() {
-            if let Some(v) = head.max_field(field) {
-                let n = v.as_u64().ok_or_else(|| {
-                    InvalidLlmRequest::new(format!("`{field}` is not a whole number of tokens"))
-                })?;
-                max_output = Some(max_output.map_or(n, |m: u64| m.max(n)));
-            }
-        }
+        let max_output = head.max_output(endpoint)?;
         let include_usage = endpoint == Endpoint::ChatCompletions
             && head
                 .stream_options
                 .as_ref()
                 .and_then(|o| o.get("include_usage"))
                 == Some(&Value::Bool(true));
-        let prompt_estimate = (body.len() as u64).div_ceil(bytes_per_token.max(1));
         Ok(LlmRequest {
             endpoint,
-            model,
+            model: head.model()?,
             max_output,
-            prompt_estimate,
-            output_reserved: max_output.unwrap_or(default_max_output),
-            stream,
+            output_cap: max_output.unwrap_or(default_max_output),
+            choices: head.choices(endpoint)?,
+            prompt_estimate: (body.len() as u64).div_ceil(bytes_per_token.max(1)),
+            stream: head.stream()?,
             include_usage,
         })
     }
@@ -174,20 +206,32 @@ impl LlmRequest {
         self.max_output
     }
 
+    /// The max output tokens of one choice: [`max_output`](Self::max_output),
+    /// else the default; what `cap_output` adds when the request names none.
+    pub fn output_cap(&self) -> u64 {
+        self.output_cap
+    }
+
+    /// How many choices it asks for (a chat completion's `n`, else 1), each
+    /// generating up to [`output_cap`](Self::output_cap) tokens.
+    pub fn choices(&self) -> u64 {
+        self.choices
+    }
+
     /// `ceil(body bytes / bytes_per_token)`: the prompt's share.
     pub fn prompt_estimate(&self) -> u64 {
         self.prompt_estimate
     }
 
-    /// The output's share: [`max_output`](Self::max_output), else the
-    /// default; what `cap_output` sets.
+    /// The output's share: [`output_cap`](Self::output_cap) times
+    /// [`choices`](Self::choices) (OpenAI counts every choice's tokens).
     pub fn output_reserved(&self) -> u64 {
-        self.output_reserved
+        self.output_cap.saturating_mul(self.choices)
     }
 
     /// What admission charges: the prompt's and the output's shares.
     pub fn estimate(&self) -> u64 {
-        self.prompt_estimate.saturating_add(self.output_reserved)
+        self.prompt_estimate.saturating_add(self.output_reserved())
     }
 
     /// `stream: true`.
@@ -211,8 +255,9 @@ impl LlmRequest {
             return unchanged;
         };
         let mut edits = Vec::new();
-        if let Some(n) = rewrite.cap_output {
-            edits.extend(self.cap_edits(&root, n));
+        if rewrite.cap_output && self.max_output.is_none() {
+            let cap = self.output_cap.to_string();
+            edits.push(root.add(self.endpoint.max_output_field(), &cap));
         }
         let mut usage_added = false;
         if rewrite.force_stream_usage
@@ -232,23 +277,6 @@ impl LlmRequest {
             body: Bytes::from(json_edit::apply(body, edits)),
             usage_added,
         }
-    }
-
-    /// Sets every max output field present to `n`, or adds the endpoint's.
-    fn cap_edits(&self, root: &Object, n: u64) -> Vec<Edit> {
-        let value = n.to_string();
-        let present: Vec<_> = root
-            .members
-            .iter()
-            .filter(|m| self.endpoint.max_output_fields().contains(&m.key.as_str()))
-            .collect();
-        if present.is_empty() {
-            return vec![root.add(self.endpoint.max_output_field(), &value)];
-        }
-        present
-            .into_iter()
-            .map(|m| Edit::replace(m.value.clone(), value.clone()))
-            .collect()
     }
 }
 
@@ -273,10 +301,11 @@ fn usage_edit(root: &Object, body: &[u8]) -> Option<Edit> {
 /// The rewrites a cost limit asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rewrite {
-    /// `cap_output: true`: set the max output tokens to this (the
-    /// reserved amount, [`LlmRequest::output_reserved`]), adding the
-    /// endpoint's field when the request names none.
-    pub cap_output: Option<u64>,
+    /// `cap_output: true`: a request naming no max output tokens gets the
+    /// endpoint's field set to the amount reserved
+    /// ([`LlmRequest::output_cap`]); one naming them was reserved that
+    /// much, and is left as it is.
+    pub cap_output: bool,
     /// `stream_usage: force`: add `stream_options.include_usage: true` to a
     /// streaming chat completion that does not ask for its usage.
     pub force_stream_usage: bool,

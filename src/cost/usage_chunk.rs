@@ -24,8 +24,8 @@ use super::json_scan::CAPTURE_LIMIT;
 use super::usage::{is_usage_only_chunk, Framing, Tally, Usage, PATHS};
 
 /// The most bytes of one event held back; with the scanner's captures
-/// (at most [`CAPTURE_LIMIT`] each, and one more being copied) a response
-/// holds at most 64 KiB.
+/// (at most 2 KiB each, and one more being copied) a response holds at
+/// most 64 KiB.
 pub const HOLD_LIMIT: usize = 48 * 1024;
 const _: () = assert!(HOLD_LIMIT + (PATHS.len() + 1) * CAPTURE_LIMIT <= 64 * 1024);
 

@@ -15,11 +15,11 @@ fn rewrite(api: Api, body: &str, rw: Rewrite) -> (String, bool) {
 }
 
 const CAP: Rewrite = Rewrite {
-    cap_output: Some(77),
+    cap_output: true,
     force_stream_usage: false,
 };
 const FORCE: Rewrite = Rewrite {
-    cap_output: None,
+    cap_output: false,
     force_stream_usage: true,
 };
 
@@ -49,15 +49,20 @@ fn a_body_that_is_no_request_is_refused_with_a_reason() {
         ),
         (
             "{\"model\":\"m\",\"max_output_tokens\":-1}",
-            "`max_output_tokens` is not a whole number of tokens",
+            "`max_output_tokens` is not a whole number",
         ),
         (
             "{\"model\":\"m\",\"max_output_tokens\":1.5}",
-            "`max_output_tokens` is not a whole number of tokens",
+            "`max_output_tokens` is not a whole number",
         ),
         (
             "{\"model\":\"m\",\"messages\":[],\"max_tokens\":\"9\"}",
-            "`max_tokens` is not a whole number of tokens",
+            "`max_tokens` is not a whole number",
+        ),
+        ("{\"model\":\"m\",\"messages\":[],\"n\":0}", "`n` is 0"),
+        (
+            "{\"model\":\"m\",\"messages\":[],\"n\":\"2\"}",
+            "`n` is not a whole number",
         ),
     ];
     for (body, reason) in cases {
@@ -93,6 +98,39 @@ fn the_estimate_is_body_bytes_per_token_rounded_up_plus_max_output() {
         0,
     );
     assert_eq!(huge.unwrap().estimate(), u64::MAX);
+}
+
+#[test]
+fn every_choice_of_a_chat_completion_is_reserved_its_max_output() {
+    let body = r#"{"model":"m","messages":[],"n":3,"max_tokens":50}"#;
+    let req = parse(Api::OpenAi, body).unwrap();
+    let want = (3, 50, 150, body.len() as u64 + 150);
+    assert_eq!(
+        (
+            req.choices(),
+            req.output_cap(),
+            req.output_reserved(),
+            req.estimate()
+        ),
+        want
+    );
+    let req = parse(Api::OpenAi, r#"{"model":"m","messages":[],"n":2}"#).unwrap();
+    assert_eq!(
+        (req.choices(), req.output_cap(), req.output_reserved()),
+        (2, 1000, 2000)
+    );
+    // `n` means nothing to the other endpoints.
+    for (api, body) in [
+        (Api::OpenAi, r#"{"model":"m","input":"x","n":3}"#),
+        (Api::Anthropic, r#"{"model":"m","messages":[],"n":3}"#),
+    ] {
+        assert_eq!(parse(api, body).unwrap().output_reserved(), 1000, "{body}");
+    }
+    let many = r#"{"model":"m","messages":[],"n":4294967296,"max_tokens":4294967296}"#;
+    assert_eq!(
+        parse(Api::OpenAi, many).unwrap().output_reserved(),
+        u64::MAX
+    );
 }
 
 #[test]
@@ -227,18 +265,34 @@ fn stream_and_include_usage() {
 
 #[test]
 fn cap_output_adds_the_endpoints_field_keeping_every_other_byte() {
-    let cases = [
-        (Api::OpenAi, "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ]\n}\n", "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ],\"max_completion_tokens\":77\n}\n"),
-        (Api::OpenAi, r#"{"model":"m","input":"hi","temperature":1.0}"#, r#"{"model":"m","input":"hi","temperature":1.0,"max_output_tokens":77}"#),
-        (Api::Anthropic, r#"{"model":"m","messages":[]}"#, r#"{"model":"m","messages":[],"max_tokens":77}"#),
-        // Set where present (both chat fields), escaped keys included.
-        (Api::OpenAi, r#"{"max_tokens":5,"model":"m","messages":[],"max_completion_tokens" : 500 }"#, r#"{"max_tokens":77,"model":"m","messages":[],"max_completion_tokens" : 77 }"#),
-        (Api::Anthropic, r#"{"model":"m","max_tok\u0065ns":9000,"messages":[]}"#, r#"{"model":"m","max_tok\u0065ns":77,"messages":[]}"#),
-        // Already the amount: unchanged.
-        (Api::OpenAi, r#"{"model":"m","input":"x","max_output_tokens":77}"#, r#"{"model":"m","input":"x","max_output_tokens":77}"#),
+    let added = [
+        (Api::OpenAi, "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ]\n}\n", "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ],\"max_completion_tokens\":1000\n}\n"),
+        (Api::OpenAi, r#"{"model":"m","input":"hi","temperature":1.0}"#, r#"{"model":"m","input":"hi","temperature":1.0,"max_output_tokens":1000}"#),
+        (Api::OpenAi, r#"{"model":"m","messages":[],"n":2,"max_tokens":null}"#, r#"{"model":"m","messages":[],"n":2,"max_tokens":null,"max_completion_tokens":1000}"#),
+        (Api::Anthropic, r#"{"model":"m","messages":[]}"#, r#"{"model":"m","messages":[],"max_tokens":1000}"#),
+        // Another endpoint's field is not this one's.
+        (Api::Anthropic, r#"{"model":"m","messages":[],"max_output_tokens":5}"#, r#"{"model":"m","messages":[],"max_output_tokens":5,"max_tokens":1000}"#),
     ];
-    for (api, body, want) in cases {
+    for (api, body, want) in added {
         assert_eq!(rewrite(api, body, CAP), (want.to_string(), false), "{body}");
+    }
+    // A request naming its max output tokens was reserved that much.
+    let named = [
+        (
+            Api::OpenAi,
+            r#"{"max_tokens":5,"model":"m","messages":[],"max_completion_tokens" : 500 }"#,
+        ),
+        (
+            Api::OpenAi,
+            r#"{"model":"m","input":"x","max_output_tokens":77}"#,
+        ),
+        (
+            Api::Anthropic,
+            r#"{"model":"m","max_tok\u0065ns":9000,"messages":[]}"#,
+        ),
+    ];
+    for (api, body) in named {
+        assert_eq!(rewrite(api, body, CAP), (body.to_string(), false), "{body}");
     }
 }
 
@@ -303,13 +357,13 @@ fn force_adds_include_usage_to_streaming_chat_only() {
 fn both_rewrites_at_once_and_an_unchanged_body_is_the_same_bytes() {
     let body = r#"{"model":"m","messages":[],"stream":true}"#;
     let both = Rewrite {
-        cap_output: Some(1024),
+        cap_output: true,
         force_stream_usage: true,
     };
     assert_eq!(
         rewrite(Api::OpenAi, body, both),
         (
-            r#"{"model":"m","messages":[],"stream":true,"max_completion_tokens":1024,"stream_options":{"include_usage":true}}"#.to_string(),
+            r#"{"model":"m","messages":[],"stream":true,"max_completion_tokens":1000,"stream_options":{"include_usage":true}}"#.to_string(),
             true
         )
     );
@@ -339,7 +393,6 @@ proptest! {
         blank in "[ \n\t]{0,2}",
         max in proptest::option::of(0u64..5000),
         options in proptest::option::of(Just(r#"{"include_obfuscation":true}"#)),
-        cap in 0u64..5000,
     ) {
         let reserved = ["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens"];
         let mut parts = vec![r#""model":"m""#.to_string(), r#""messages":[]"#.to_string(), r#""stream":true"#.to_string()];
@@ -356,21 +409,21 @@ proptest! {
             parts.push(format!(r#""stream_options":{o}"#));
         }
         let body = format!("{{{blank}{}{blank}}}", parts.join(&format!(",{blank}")));
-        let (out, added) = rewrite(Api::OpenAi, &body, Rewrite { cap_output: Some(cap), force_stream_usage: true });
+        let (out, added) = rewrite(Api::OpenAi, &body, Rewrite { cap_output: true, force_stream_usage: true });
         prop_assert!(added);
         let before: serde_json::Map<String, Value> = serde_json::from_str(&body).unwrap();
         let after: serde_json::Map<String, Value> = serde_json::from_str(&out).unwrap();
         let mut want = before.clone();
-        let field = if max.is_some() { "max_tokens" } else { "max_completion_tokens" };
-        want.insert(field.into(), Value::from(cap));
+        if max.is_none() {
+            want.insert("max_completion_tokens".into(), Value::from(1000));
+        }
         let mut opts = before.get("stream_options").cloned().unwrap_or_else(|| serde_json::json!({}));
         opts["include_usage"] = Value::Bool(true);
         want.insert("stream_options".into(), opts);
         prop_assert_eq!(after, want);
         // The client's bytes up to the first edit are untouched.
         let first = body
-            .find("\"max_tokens\"")
-            .or_else(|| body.find("\"stream_options\""))
+            .find("\"stream_options\"")
             .unwrap_or(body.len() - 1 - blank.len());
         prop_assert_eq!(&out[..first], &body[..first]);
     }
