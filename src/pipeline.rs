@@ -1041,6 +1041,14 @@ async fn reserve_costs(
         .to_bytes();
     let (llm, bytes) = match meter::llm::read(&route.limits, &bytes)? {
         Some((llm, body, seen)) => {
+            if seen.reads_usage {
+                // The usage is read from the body as it passes: it must
+                // come uncompressed.
+                parts.headers.insert(
+                    header::ACCEPT_ENCODING,
+                    HeaderValue::from_static("identity"),
+                );
+            }
             ctx.llm = Some(seen);
             (llm, body)
         }

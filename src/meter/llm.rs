@@ -64,7 +64,7 @@ pub fn read(
         });
     }
     let rewrite = Rewrite {
-        cap_output: first.cap_output.then(|| request.output_reserved()),
+        cap_output: first.cap_output,
         force_stream_usage: first.stream_usage == StreamUsage::Force,
     };
     let rewritten = request.rewrite(body, rewrite);
