@@ -272,6 +272,7 @@ mod tests {
             outcome: *outcome,
             concurrency,
             key: [0; 16],
+            local: false,
         }
     }
 
@@ -291,6 +292,7 @@ mod tests {
             reset,
             grows_after: reset,
             retry_after: 0,
+            at: 0,
         }
     }
 
