@@ -552,6 +552,7 @@ mod tests {
             reset: retry_after,
             grows_after: retry_after,
             retry_after,
+            at: 0,
         };
         GatewayError::Limited(Box::new(Rejection {
             locked_out,
@@ -562,6 +563,7 @@ mod tests {
                 outcome,
                 concurrency: false,
                 key: [0; 16],
+                local: false,
             }],
             answer: Arc::new(answer),
         }))
@@ -836,12 +838,13 @@ mod tests {
                 reset,
                 grows_after: reset + extra,
                 retry_after: reset + extra,
+                at: 0,
             };
             let error = GatewayError::Limited(Box::new(Rejection {
                 locked_out: false,
                 limit: "l".into(),
                 retry_after: outcome.retry_after,
-                figures: vec![Figure { name: "l".into(), outcome, concurrency: false, key: [0; 16] }],
+                figures: vec![Figure { name: "l".into(), outcome, concurrency: false, key: [0; 16], local: false }],
                 answer: Arc::new(LimitResponse { headers: HeaderStyle::Both, ..LimitResponse::default() }),
             }));
             let r = error.response(&HeaderValue::from_static("x"), false);

@@ -637,6 +637,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
             reset: num(3),
             grows_after: num(5),
             retry_after: 0,
+            at: 0,
         };
         let concurrency = fields.get(4).is_some_and(|c| !c.trim().is_empty());
         limits.push(Figure {
@@ -644,6 +645,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
             outcome,
             concurrency,
             key: [0; 16],
+            local: false,
         });
     }
     (style, limits)

@@ -118,9 +118,11 @@ mod tests {
                 reset: SECOND,
                 grows_after: 2 * SECOND,
                 retry_after: 0,
+                at: 0,
             },
             concurrency: false,
             key: [0; 16],
+            local: false,
         }
     }
 

@@ -306,6 +306,7 @@ mod tests {
             outcome: *outcome,
             concurrency,
             key: [0; 16],
+            local: false,
         }
     }
 
@@ -325,6 +326,7 @@ mod tests {
             reset,
             grows_after: reset,
             retry_after: 0,
+            at: 0,
         }
     }
 
