@@ -253,21 +253,24 @@ async fn decide_limits<B>(
     let view = request_view(req, route, ctx);
     let metrics = &ctx.shared.metrics;
     let limiter = &ctx.rt.limiter;
-    let at = limiter.now();
     let (decision, reserved) =
         limit::decide_reserving(limiter, &route.limits, &view, metrics, reserve).await;
-    let meters: Vec<meter::Meter> = match decision {
-        Decision::Allow { .. } => reserved
+    let meters: Vec<meter::Meter> = match &decision {
+        Decision::Allow { figures, .. } => reserved
             .into_iter()
-            .map(|(i, check)| {
+            .filter_map(|(i, check)| {
                 let policy = route.limits[i].clone();
+                let figure = figures
+                    .iter()
+                    .find(|f| Arc::ptr_eq(&f.name, &policy.name))?
+                    .clone();
                 metrics.cost_units(&policy.name, "reserved", check.cost);
-                meter::Meter {
+                Some(meter::Meter {
                     policy,
                     check,
-                    at,
+                    figure,
                     id: fastrand::u64(1..),
-                }
+                })
             })
             .collect(),
         _ => Vec::new(),
@@ -812,7 +815,7 @@ fn metered(
     };
     response.map(move |body| {
         let metered = meter::body::Metered::new(body, tap, reading, move |reading| {
-            let _ = (&limiter, &shared, meters, &reading);
+            meter::settle::settle(&limiter, &shared, meters, &reading);
         });
         body::boxed(Finish::new(metered, move |bytes, completed| {
             done.run(bytes, completed, None)

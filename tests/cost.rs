@@ -21,7 +21,8 @@ use common::{config, config_with_store, eventually, Gateway};
 /// A streaming chat request of exactly 100 bytes asking for 50 output
 /// tokens: with `bytes_per_token: 1`, an estimate of 150.
 fn body_100() -> String {
-    let head = r#"{"model":"m","stream":true,"max_tokens":50,"messages":[{"role":"user","content":""#;
+    let head =
+        r#"{"model":"m","stream":true,"max_tokens":50,"messages":[{"role":"user","content":""#;
     let tail = r#""}]}"#;
     let pad = 100 - head.len() - tail.len();
     let body = format!("{head}{}{tail}", "x".repeat(pad));
@@ -130,9 +131,16 @@ async fn budget_is_exact(store: Option<&str>) {
     exactly_66_of_200(&gw, &llm, "beta", ("10", "20")).await;
     let mut later = 0;
     for _ in 0..60 {
-        if chat(&gw, "beta", &[("x-mock-input-tokens", "100"), ("x-mock-output-tokens", "50")])
-            .await
-            .status
+        if chat(
+            &gw,
+            "beta",
+            &[
+                ("x-mock-input-tokens", "100"),
+                ("x-mock-output-tokens", "50"),
+            ],
+        )
+        .await
+        .status
             == 200
         {
             later += 1;
@@ -150,7 +158,11 @@ async fn a_token_budget_is_exact_on_the_memory_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_token_budget_is_exact_on_redis() {
     let redis = RedisServer::start();
-    budget_is_exact(Some(&format!("{{ backend: redis, url: \"{}\", prefix: cost }}", redis.url()))).await;
+    budget_is_exact(Some(&format!(
+        "{{ backend: redis, url: \"{}\", prefix: cost }}",
+        redis.url()
+    )))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -191,7 +203,11 @@ async fn an_estimate_above_the_budget_is_rejected_at_once() {
     let r = chat(&gw, "big", &[]).await;
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(llm.count(), 0);
-    assert_eq!(remaining(&gw, "requests", "big").await, 1000, "no burned units");
+    assert_eq!(
+        remaining(&gw, "requests", "big").await,
+        1000,
+        "no burned units"
+    );
 }
 
 #[tokio::test]
@@ -216,7 +232,10 @@ async fn headers_show_the_budget_left_after_the_estimate_in_tokens() {
     let r = chat(&gw, "h", &[]).await;
     assert_eq!(r.status, 200);
     let policy = r.header("ratelimit-policy").unwrap();
-    assert!(policy.contains("\"tokens\";q=10000;w=3600;tollgate-unit=\"tokens\""), "{policy}");
+    assert!(
+        policy.contains("\"tokens\";q=10000;w=3600;tollgate-unit=\"tokens\""),
+        "{policy}"
+    );
     let state = r.header("ratelimit").unwrap();
     assert!(state.contains("\"tokens\";r=9850;"), "{state}");
     let _: Value = Value::Null;

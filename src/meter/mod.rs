@@ -11,10 +11,11 @@ pub mod body;
 pub mod llm;
 pub mod reading;
 pub mod reserve;
+pub mod settle;
 
 use std::sync::Arc;
 
-use tollgate_limit::{Check, Micros};
+use tollgate_limit::{Check, Figure};
 
 use crate::limit::policy::Policy;
 
@@ -26,8 +27,9 @@ pub struct Meter {
     pub policy: Arc<Policy>,
     /// The check as decided: key, parameters, and the estimate as `cost`.
     pub check: Check,
-    /// When it was decided (µs since the epoch, the limiter's clock).
-    pub at: Micros,
+    /// Its figure in the decision: when and where (this instance's memory,
+    /// or the store) it was charged.
+    pub figure: Figure,
     /// The settlement's id: a replay of it is a no-op.
     pub id: u64,
 }

@@ -5,16 +5,12 @@
 //! response; every outcome counted in `tollgate_cost_settlements_total`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use tollgate_limit::{Limiter, Settlement};
+use tollgate_limit::{Limiter, SettleOutcome, Settlement};
 
 use super::reading::{Actual, Reading};
 use super::Meter;
 use crate::shared::Shared;
-
-/// The longest wait between two tries of a settlement the store refused.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Settle each of `meters` from `reading`: count what it settles to, and
 /// apply the difference in the background (nothing to apply when it is
@@ -44,15 +40,13 @@ pub fn settle(limiter: &Arc<Limiter>, shared: &Arc<Shared>, meters: Vec<Meter>, 
             metrics.settlement(name, outcome);
             continue;
         }
-        let settlement = Settlement {
-            name: name.clone(),
-            key: meter.check.key,
-            params: meter.check.params.clone(),
-            quota: meter.check.quota,
-            at: meter.at,
-            delta,
-            id: meter.id,
-            settle_within: u64::try_from(cost.settle_within.as_micros()).unwrap_or(u64::MAX),
+        let within = u64::try_from(cost.settle_within.as_micros()).unwrap_or(u64::MAX);
+        let Some(settlement) = meter
+            .figure
+            .settlement(&meter.check, delta, meter.id, within)
+        else {
+            metrics.settlement(name, outcome);
+            continue;
         };
         let (limiter, shared) = (limiter.clone(), shared.clone());
         tokio::spawn(async move {
@@ -63,23 +57,16 @@ pub fn settle(limiter: &Arc<Limiter>, shared: &Arc<Shared>, meters: Vec<Meter>, 
     }
 }
 
-/// Apply `s`, trying again on store errors (it is idempotent) until its
-/// deadline; whether it was applied (or found applied already).
+/// Apply `s`, sent again while the store cannot answer (it is
+/// idempotent) until its deadline; whether it was applied (or found
+/// applied already).
 async fn apply(limiter: &Limiter, s: &Settlement) -> bool {
-    let deadline = s.at.saturating_add(s.settle_within);
-    let mut wait = Duration::from_millis(10);
-    loop {
-        match limiter.settle(s).await {
-            Ok(_) => return true,
-            Err(error) => {
-                if limiter.now() >= deadline {
-                    tracing::warn!(limit = %s.name, %error, "cost settlement dropped: the store did not take it within settle_within");
-                    return false;
-                }
-                tracing::debug!(limit = %s.name, %error, "cost settlement failed; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(MAX_BACKOFF);
-            }
+    match limiter.settle_retrying(s.clone()).await {
+        Ok(SettleOutcome::Applied { .. } | SettleOutcome::Replayed { .. }) => true,
+        Ok(SettleOutcome::Expired | SettleOutcome::Unsupported) => false,
+        Err(error) => {
+            tracing::warn!(limit = %s.name, %error, "cost settlement dropped: the store did not take it within settle_within");
+            false
         }
     }
 }
