@@ -47,7 +47,7 @@ limits:
     cost:
       reserve: llm
       settle: llm_usage
-      llm: {{ api: openai, bytes_per_token: 1 }}
+      llm: {{ api: openai, bytes_per_token: 1, stream_usage: force }}
 {cost_extra}
   requests: {{ algorithm: fixed_window, limit: 1000, window: 1m, key: "header:x-tenant" }}
   in_flight: {{ algorithm: concurrency, limit: 1000, key: "header:x-tenant" }}
@@ -93,10 +93,17 @@ async fn exactly_66_of_200(gw: &Gateway, llm: &MockLlm, tenant: &str, usage: (&s
     // The admitted streams wait on the mock until released: all 200 are
     // decided while the 66 are in flight.
     let released = async {
-        eventually(Duration::from_secs(20), "66 streams open", || async {
-            (llm.open_streams() == 66).then_some(())
-        })
-        .await;
+        let t0 = std::time::Instant::now();
+        while llm.open_streams() != 66 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "66 streams open: {} open, {} started, {} requests seen",
+                llm.open_streams(),
+                llm.started_streams(),
+                llm.count()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         // Every rejection has been answered by now or will be: give the
         // stragglers a moment, then let the streams finish.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -110,24 +117,41 @@ async fn exactly_66_of_200(gw: &Gateway, llm: &MockLlm, tenant: &str, usage: (&s
         assert_eq!(r.json()["limit"], "tokens", "{}", r.text());
     }
     let used = 66 * (usage.0.parse::<u64>().unwrap() + usage.1.parse::<u64>().unwrap());
-    eventually(Duration::from_secs(10), "the settlements", || async {
-        (remaining(gw, "tokens", tenant).await == 10_000 - used).then_some(())
-    })
-    .await;
+    let t0 = std::time::Instant::now();
+    loop {
+        let left = remaining(gw, "tokens", tenant).await;
+        if left == 10_000 - used {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the settlements: {left} left, expected {}",
+            10_000 - used
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The other limits took only the admitted requests.
     assert_eq!(remaining(gw, "requests", tenant).await, 1000 - 66);
 }
 
-async fn budget_is_exact(store: Option<&str>) {
+/// A gateway on `store` (memory when `None`) in front of a fresh mock.
+async fn gateway(store: Option<&str>, cost_extra: &str) -> (Gateway, MockLlm) {
     let llm = MockLlm::start().await;
-    let text = budget(&llm, "");
+    let text = budget(&llm, cost_extra);
     let gw = match store {
         Some(store) => Gateway::start(&config_with_store(store, &text)).await,
         None => Gateway::start(&config(&text)).await,
     };
+    (gw, llm)
+}
+
+async fn budget_is_exact(store: Option<&str>) {
     // Usage 150 each: 9,900 used.
+    let (gw, llm) = gateway(store, "").await;
     exactly_66_of_200(&gw, &llm, "acme", ("100", "50")).await;
-    // Usage 30 each: 1,980 used, and what was freed admits more.
+    // Usage 30 each: 1,980 used, and what was freed admits more (a mock
+    // of its own: the first one lets every stream run now).
+    let (gw, llm) = gateway(store, "").await;
     exactly_66_of_200(&gw, &llm, "beta", ("10", "20")).await;
     let mut later = 0;
     for _ in 0..60 {
@@ -159,7 +183,7 @@ async fn a_token_budget_is_exact_on_the_memory_store() {
 async fn a_token_budget_is_exact_on_redis() {
     let redis = RedisServer::start();
     budget_is_exact(Some(&format!(
-        "{{ backend: redis, url: \"{}\", prefix: cost }}",
+        "{{ backend: redis, url: \"{}\", prefix: cost, timeout: 5s, on_error: deny }}",
         redis.url()
     )))
     .await;
@@ -169,7 +193,7 @@ async fn a_token_budget_is_exact_on_redis() {
 async fn a_token_budget_is_exact_on_redis_cluster() {
     let cluster = RedisCluster::start();
     let store = format!(
-        "{{ backend: redis_cluster, urls: {}, prefix: costc }}",
+        "{{ backend: redis_cluster, urls: {}, prefix: costc, timeout: 5s, on_error: deny }}",
         cluster.seeds_yaml()
     );
     budget_is_exact(Some(&store)).await;
