@@ -32,6 +32,10 @@ pub struct Seen {
     pub reads_usage: bool,
 }
 
+/// A request body read as an LLM request: each limit's estimate (by
+/// index), the body to forward, and what reading the response needs.
+pub type Read = (Vec<Option<u64>>, Bytes, Seen);
+
 /// A request body read for `limits`: each `reserve: llm` limit's estimate
 /// (by index; under its own `llm` settings), the body to forward (the
 /// first limit with an `llm` block decides the rewrites), and what the
@@ -39,7 +43,7 @@ pub struct Seen {
 pub fn read(
     limits: &[Arc<Policy>],
     body: &Bytes,
-) -> Result<Option<(Vec<Option<u64>>, Bytes, Seen)>, GatewayError> {
+) -> Result<Option<Read>, GatewayError> {
     let Some(first) = limits.iter().find_map(|p| with_llm(p).map(|(_, l)| l)) else {
         return Ok(None);
     };

@@ -348,6 +348,9 @@ impl TopOffenders {
 
 impl Metrics {
     /// A fresh registry with every metric registered.
+    ///
+    /// Why one function: one registration per metric, in the order
+    /// `/metrics` lists them, each with its help text.
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let r = &mut registry;

@@ -216,6 +216,8 @@ mod tests {
         assert_eq!(c.overspend(), None, "a true bound");
     }
 
+    /// Why one function: one table, a row per mistake, each with the
+    /// field and message it must give.
     #[test]
     fn cost_mistakes_at_their_field() {
         let cases = [
