@@ -90,6 +90,7 @@ fn outcome(limit: u64, remaining: u64, window_s: u64, reset_s: u64) -> Outcome {
         reset: reset_s * SECOND,
         grows_after: reset_s * SECOND,
         retry_after: 0,
+        at: 0,
     }
 }
 
@@ -99,6 +100,7 @@ fn figure(name: &str, outcome: Outcome) -> Figure {
         outcome,
         concurrency: false,
         key: [0; 16],
+        local: false,
     }
 }
 
@@ -135,7 +137,7 @@ fn headers(c: &mut Criterion) {
                     );
                     h
                 },
-                |h| add_headers(h, style, black_box(limits)),
+                |h| add_headers(h, style, black_box(limits), &[]),
                 criterion::BatchSize::SmallInput,
             )
         });

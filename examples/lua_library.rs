@@ -40,8 +40,13 @@ fn main() {
     if dir.as_ref().is_none_or(|d| d.join("quota.lua").exists()) {
         shared.push(file("quota", lua::QUOTA));
     }
+    // Nor an entry it does not have (settle.lua came after quota.lua).
     let mut entries: Vec<(String, String)> = lua::ENTRIES
         .iter()
+        .filter(|(n, _)| {
+            dir.as_ref()
+                .is_none_or(|d| d.join(format!("{n}.lua")).exists())
+        })
         .map(|(n, src)| (n.to_string(), file(n, src)))
         .collect();
     for path in extra {

@@ -5,7 +5,7 @@ one Redis Functions library from the files, in this order:
   `#!lua name=tollgate_<hash of the code>`, then as the body of one
   `local function build()`: common.lua, the seven algorithm files,
   lockout.lua, quota.lua (a key's own values), the entry files (dispatch.lua, release.lua, inspect.lua,
-  lockouts.lua, refund.lua, probe.lua: each defines `local function
+  lockouts.lua, refund.lua, probe.lua, settle.lua: each defines `local function
   <name>(KEYS, ARGV)`) and a `return` of the entry functions; last, one
   `redis.register_function('tollgate_<hash>_<name>', ...)` per entry (the
   read-only probe with the `no-writes` flag).
@@ -78,6 +78,18 @@ Functions:
   retry_hint(retry, window), reset_hint(retry, window)
                         Verdict::retry_hint / Verdict::reset_hint of a
                         rejection (an allowed verdict's reset is its own)
+  SETTLE_MAX            2^52: the furthest a settlement moves a state, and a
+                        fixed window's highest count (settle::MAX_LEVEL)
+  settle_shift(level, delta, unit, lo, hi)
+                        level moved by delta steps of unit within [lo, hi],
+                        and the steps applied (settle::shift in
+                        crates/limit/src/algorithm/settle.rs)
+  fl_settle(st, tag, at, now, delta, unit, drain, top)
+                        a bucket's settlement (token_bucket, leaky_bucket: the
+                        state of tag with fields level, ts, unit): the level
+                        drained to max(now, at), moved by delta units within
+                        [0, top]; the state to store (nil: none), its ttl and
+                        the units applied
   DEFINE, ALGO          every algorithm file registers DEFINE.<name>, a function
                         returning its table; ALGO.<name> is that table, built
                         on first use
@@ -264,6 +276,30 @@ end
 
 local function reset_hint(retry, window)
   return min(retry_hint(retry, window), window)
+end
+
+local SETTLE_MAX = 4503599627370496
+
+local function settle_shift(level, delta, unit, lo, hi)
+  if delta >= 0 then
+    local k = min(delta, ceil_div(max(hi - level, 0), unit))
+    if k == 0 then return level, 0 end
+    return min(level + k * unit, hi), k
+  end
+  local room = max(level - lo, 0)
+  local k = min(-delta, ceil_div(room, unit))
+  return level - min(k * unit, room), -k
+end
+
+local function fl_settle(st, tag, at, now, delta, unit, drain, top)
+  now = max(now, at)
+  local slv, ts, su = state_unpack(st, tag, 3)
+  if slv == nil then slv, ts, su = 0, 0, 0 end
+  local level = fl_drained(fl_adopt(slv, su, unit, top), max(now - ts, 0), drain)
+  local applied
+  level, applied = settle_shift(level, delta, unit, 0, top)
+  local ttl = fl_drain_time(level, drain)
+  return ttl > 0 and state_pack(tag, 3, level, max(ts, now), unit) or nil, ttl, applied
 end
 
 -- name -> the function that builds the algorithm's table; each algorithm

@@ -21,6 +21,12 @@ counter over calendar periods, below). Every algorithm's table has:
               what its store() takes; grows_after is draft 11's t, the time
               until the available quota next grows (Verdict::grows_after),
               last so that a caller reading the first nine is unchanged
+  settle(st, at, now, delta, a, b, c, d) -> state', ttl, applied
+              (string states; not sliding_log nor concurrency) a cost
+              settlement (settle.lua): delta units (signed) on the state
+              read at max(now, at) for a request decided at `at`; state' is
+              the string to store for ttl (0 or nil: delete), applied the
+              units that took effect (algorithm::settle)
   decode(st) -> array   (string states) the stored string's fields in the
               Rust state's order, or nil if st is not a state of this
               algorithm (inspect.lua)
@@ -40,6 +46,10 @@ State (tag 1): ws the start of the counted window, n the units taken in it.
   remaining = max(limit - n', 0);  reset_after = grows_after = end - now
   retry_after = 0 if ok, end - now if cost <= limit, else never
   ttl = end - now if n' > 0 else 0;  window = end - start
+
+  settle: now = max(now, at);  n = the count of bounds(now), as above
+          (n', applied) = settle_shift(n, delta, 1, 0, SETTLE_MAX)
+          state = {ws = start, n = n'};  ttl = end - now + linger if n' > 0 else 0
 ]]
 
 -- The algorithm's table over a bounds function (window params -> start,
@@ -76,6 +86,19 @@ local function fixed_table(nparams, what, bounds, linger)
       local ws, n = state_unpack(st, TAG, 2)
       if ws == nil or ws ~= bounds(at, a, b, c) then return nil end
       return state_pack(TAG, 2, ws, max(n - max(cost, 1), 0))
+    end,
+
+    -- A cost settlement (settle.lua): to the window `at` was in while it is
+    -- current, else to the current one; fixed_window::settle.
+    settle = function(st, at, now, delta, _, a, b, c)
+      now = max(now, at)
+      local ws, n = state_unpack(st, TAG, 2)
+      local start, finish = bounds(now, a, b, c)
+      if ws == nil or ws < start or ws >= finish then n = 0 end
+      local applied
+      n, applied = settle_shift(n, delta, 1, 0, SETTLE_MAX)
+      if n == 0 then return nil, 0, applied end
+      return state_pack(TAG, 2, start, n), finish - now + linger, applied
     end,
 
     decode = function(st)

@@ -17,6 +17,9 @@ State (tag 4): tat, the theoretical arrival time (0: fresh).
   ttl  = tat' - now;  reset_after = min(ttl, tau)
   remaining = floor(max(tau - ttl, 0) / T);  retry_after = wait - max_delay
   grows_after = ttl - tau + T if ttl >= tau else T - (tau - ttl) % T  (fl_next_unit)
+  settle: now = max(now, at);  tat as above
+          (tat', applied) = settle_shift(tat, delta, T, now, now + tau + max_delay)
+          ttl = tat' - now
 ]]
 
 DEFINE.gcra = function()
@@ -56,6 +59,18 @@ DEFINE.gcra = function()
       local tat = state_unpack(st, TAG, 1)
       if tat == nil or tat <= now then return nil end
       return state_pack(TAG, 1, max(tat - interval * max(cost, 1), now))
+    end,
+
+    -- A cost settlement (settle.lua): tat moved by delta cells, never
+    -- before now; gcra::settle.
+    settle = function(st, at, now, delta, interval, burst, max_delay)
+      now = max(now, at)
+      local top = now + interval * burst + max_delay
+      local tat = min(max(state_unpack(st, TAG, 1) or 0, now), top)
+      local applied
+      tat, applied = settle_shift(tat, delta, interval, now, top)
+      local ttl = tat - now
+      return ttl > 0 and state_pack(TAG, 1, tat) or nil, ttl, applied
     end,
 
     decode = function(st)

@@ -24,6 +24,9 @@ size lv is counted in (0: fresh).
   grows_after = max(fl_next_unit(lv') if remaining is all free units else 0,
                     shaping: ceil(max(lv' + remaining * unit - md, 0) / drain))
   retry_after = max(ceil(max(lv + k - cap, 0) / drain), shaping: ceil(max(lv - md, 0) / drain))
+  settle: lv as above at max(now, at)
+          (lv', applied) = settle_shift(lv, delta, unit, 0, cap)
+          state = {lv = lv', ts = ts, u = unit};  ttl = ceil(lv' / drain)
 ]]
 
 DEFINE.leaky_bucket = function()
@@ -80,6 +83,12 @@ DEFINE.leaky_bucket = function()
       if slv == nil then return nil end
       local lv = fl_drained(fl_adopt(slv, su, unit, burst * unit), max(now - ts, 0), drain)
       return state_pack(TAG, 3, max(lv - max(cost, 1) * unit, 0), max(ts, now), unit)
+    end,
+
+    -- A cost settlement (settle.lua): delta units into (or out of) the
+    -- bucket drained to now; leaky_bucket::settle.
+    settle = function(st, at, now, delta, unit, drain, burst)
+      return fl_settle(st, TAG, at, now, delta, unit, drain, burst * unit)
     end,
 
     decode = function(st)

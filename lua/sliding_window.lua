@@ -22,6 +22,11 @@ prev the units in the window before.
   (reset_after, ttl) = (w, 2w - e) if cur' > 0, (w - e, w - e) if prev > 0, else (0, 0)
   grows_after = fade(cur' + remaining + 1), or w - e if it is none
   retry_after: see sw_retry() below
+
+  settle: now = max(now, at);  (start, prev, cur) as above
+          (prev', applied) = settle_shift(prev, delta, 1, 0, limit) if at's window
+          is the one before start, else (cur', applied) = settle_shift(cur, ...)
+          ttl = 2w - e if cur' > 0, w - e if prev' > 0, else 0
 ]]
 
 DEFINE.sliding_window = function()
@@ -58,23 +63,29 @@ DEFINE.sliding_window = function()
 
   local TAG = 2
 
+  -- The stored state st brought to now (effective()): the current window's
+  -- start, and the previous and current counts, each at most limit.
+  local function counts(st, now, limit, w)
+    local ws, scur, sprev = state_unpack(st, TAG, 3)
+    local start = now - now % w
+    local prev, cur = 0, 0
+    if ws == nil then
+      -- fresh
+    elseif ws >= start then
+      prev, cur = sprev, scur
+    elseif ws + w >= start then
+      prev, cur = scur, 0
+    end
+    return start, min(prev, limit), min(cur, limit)
+  end
+
   return {
     nparams = 2,
     what = 'sliding_window (limit, window)',
 
     check = function(st, now, cost, limit, w)
       cost = max(cost, 1)
-      local ws, scur, sprev = state_unpack(st, TAG, 3)
-      local start = now - now % w
-      local prev, cur = 0, 0
-      if ws == nil then
-        -- fresh
-      elseif ws >= start then
-        prev, cur = sprev, scur
-      elseif ws + w >= start then
-        prev, cur = scur, 0
-      end
-      prev, cur = min(prev, limit), min(cur, limit)
+      local start, prev, cur = counts(st, now, limit, w)
       local e = now - start
       local wt = ceil((w - e) * S / w)
       local room = max(floor(max(limit * S - prev * wt, 0) / S) - cur, 0)
@@ -116,6 +127,24 @@ DEFINE.sliding_window = function()
         return nil
       end
       return state_pack(TAG, 3, ws, cur, prev)
+    end,
+
+    -- A cost settlement (settle.lua): to the window `at` was in while it is
+    -- the current one or the one before, else to the current one;
+    -- sliding_window::settle.
+    settle = function(st, at, now, delta, limit, w)
+      now = max(now, at)
+      local start, prev, cur = counts(st, now, limit, w)
+      local applied
+      if at - at % w + w == start then
+        prev, applied = settle_shift(prev, delta, 1, 0, limit)
+      else
+        cur, applied = settle_shift(cur, delta, 1, 0, limit)
+      end
+      local e = now - start
+      local ttl = 0
+      if cur > 0 then ttl = 2 * w - e elseif prev > 0 then ttl = w - e end
+      return ttl > 0 and state_pack(TAG, 3, start, cur, prev) or nil, ttl, applied
     end,
 
     decode = function(st)

@@ -21,6 +21,10 @@ computed, u the tick size d is counted in (0: fresh).
   remaining = floor(max(cap - d', 0) / unit);  ttl = ceil(d' / drain)
   reset_after = min(ttl, window);  retry_after = wait - max_delay (never if cost > burst)
   grows_after = fl_next_unit(d'): until the next whole token is back
+
+  settle: d as above at max(now, at)
+          (d', applied) = settle_shift(d, delta, unit, 0, cap + slack)
+          state = {d = d', ts = ts, u = unit};  ttl = ceil(d' / drain)
 ]]
 
 DEFINE.token_bucket = function()
@@ -64,6 +68,12 @@ DEFINE.token_bucket = function()
       local d = fl_drained(fl_adopt(sd, su, unit, burst * unit + max_delay * drain),
         max(now - ts, 0), drain)
       return state_pack(TAG, 3, max(d - max(cost, 1) * unit, 0), max(ts, now), unit)
+    end,
+
+    -- A cost settlement (settle.lua): delta tokens out of (or back into)
+    -- the bucket refilled to now; token_bucket::settle.
+    settle = function(st, at, now, delta, unit, drain, burst, max_delay)
+      return fl_settle(st, TAG, at, now, delta, unit, drain, burst * unit + max_delay * drain)
     end,
 
     decode = function(st)

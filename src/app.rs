@@ -109,7 +109,9 @@ pub fn check(path: &Path) -> Result<String, RunError> {
         .iter()
         .filter_map(|l| Some((&l.name, l.metered.as_ref()?)))
         .map(|(name, cost)| match cost.overspend() {
-            None => format!("cost: {name}: the estimate is a true bound: the budget is never overspent\n"),
+            None => format!(
+                "cost: {name}: the estimate is a true bound: the budget is never overspent\n"
+            ),
             Some(why) => format!("cost: {name}: {why}\n"),
         })
         .collect();

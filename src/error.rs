@@ -54,6 +54,14 @@ pub enum GatewayError {
     /// The request body is larger than `server.max_body_bytes`.
     #[error("request body too large")]
     BodyTooLarge,
+    /// A request a cost limit must estimate from its LLM body is not an
+    /// LLM request: not a JSON object, or no `model`
+    /// (docs/configuration/cost.md); why, for the log.
+    #[error("not an LLM request: {0}")]
+    InvalidLlmRequest(Arc<str>),
+    /// A cost limit's `reserve: header:NAME` found no whole number there.
+    #[error("no whole number in the cost header {0}")]
+    InvalidCost(HeaderName),
     /// The request body stalled for `timeouts.body_read` before a response
     /// began.
     #[error("request body stalled past timeouts.body_read")]
@@ -211,6 +219,8 @@ impl GatewayError {
             ),
             GatewayError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             GatewayError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            GatewayError::InvalidLlmRequest(_) => (StatusCode::BAD_REQUEST, "invalid_llm_request"),
+            GatewayError::InvalidCost(_) => (StatusCode::BAD_REQUEST, "invalid_cost"),
             GatewayError::Limited(r) => (r.answer.status, r.code()),
             GatewayError::LimiterUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "limiter_unavailable")
@@ -542,6 +552,7 @@ mod tests {
             reset: retry_after,
             grows_after: retry_after,
             retry_after,
+            at: 0,
         };
         GatewayError::Limited(Box::new(Rejection {
             locked_out,
@@ -552,6 +563,7 @@ mod tests {
                 outcome,
                 concurrency: false,
                 key: [0; 16],
+                local: false,
             }],
             answer: Arc::new(answer),
         }))
@@ -826,12 +838,13 @@ mod tests {
                 reset,
                 grows_after: reset + extra,
                 retry_after: reset + extra,
+                at: 0,
             };
             let error = GatewayError::Limited(Box::new(Rejection {
                 locked_out: false,
                 limit: "l".into(),
                 retry_after: outcome.retry_after,
-                figures: vec![Figure { name: "l".into(), outcome, concurrency: false, key: [0; 16] }],
+                figures: vec![Figure { name: "l".into(), outcome, concurrency: false, key: [0; 16], local: false }],
                 answer: Arc::new(LimitResponse { headers: HeaderStyle::Both, ..LimitResponse::default() }),
             }));
             let r = error.response(&HeaderValue::from_static("x"), false);

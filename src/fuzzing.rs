@@ -554,7 +554,7 @@ pub fn ratelimit_headers(data: &[u8]) -> Vec<HeaderValue> {
         headers.append(name.clone(), HeaderValue::from_static("upstream"));
         headers.append(name.clone(), HeaderValue::from_static("upstream, 2"));
     }
-    add_headers(&mut headers, style, &limits);
+    add_headers(&mut headers, style, &limits, &[]);
 
     let draft = style.standard().filter(|_| !limits.is_empty());
     let standard = draft.is_some();
@@ -637,6 +637,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
             reset: num(3),
             grows_after: num(5),
             retry_after: 0,
+            at: 0,
         };
         let concurrency = fields.get(4).is_some_and(|c| !c.trim().is_empty());
         limits.push(Figure {
@@ -644,6 +645,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
             outcome,
             concurrency,
             key: [0; 16],
+            local: false,
         });
     }
     (style, limits)

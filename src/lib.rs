@@ -14,6 +14,8 @@
 //!   keys, and the rate-limit fields of the answer; the deciding is the
 //!   `tollgate_limit` crate's (`crates/limit`: algorithms, deny cache,
 //!   memory and Redis stores).
+//! - [`cost`]: cost limits' LLM side: a request's estimate and rewrites
+//!   (`cap_output`, `stream_usage`), the usage read from its response.
 //! - [`proxy`]: upstream pools, balancing, the pooled client, header hygiene.
 //! - [`pipeline`]: normalise -> match -> identify -> authenticate -> (limits) -> respond or
 //!   forward -> access log.
@@ -49,6 +51,7 @@ pub mod app;
 pub mod auth;
 pub mod body;
 pub mod config;
+pub mod cost;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -56,6 +59,7 @@ pub mod fuzzing;
 pub mod identity;
 pub mod limit;
 pub mod log;
+pub mod meter;
 pub mod metrics;
 pub mod pipeline;
 pub mod probe;

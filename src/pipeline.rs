@@ -15,12 +15,12 @@
 //! functions that `tollgate simulate` calls too. Nothing here blocks on
 //! anything but the limit store, the upstream and the client.
 
-use crate::limit::policy::Policy;
 use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::header::HeaderName;
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
@@ -37,9 +37,11 @@ use crate::config::PathMatch;
 use crate::error::{is_grpc, GatewayError, Rejection, Unavailable};
 use crate::identity::Client;
 use crate::limit;
-use crate::limit::headers::add_limit_headers;
+use crate::limit::headers::add_route_limit_headers;
 use crate::limit::key::{Consumer, RequestView};
+use crate::limit::policy::Policy;
 use crate::log::{AccessRecord, LoggedPath, Tunnelled};
+use crate::meter;
 use crate::metrics::Metrics;
 use crate::proxy::client::ResponseBody;
 use crate::proxy::headers::{
@@ -121,6 +123,11 @@ struct Ctx<'a> {
     /// The access-log line; its `path` is the normalised path once the
     /// request is admitted, and forwarding sends that path.
     record: AccessRecord,
+    /// What the route's cost limits charged, settled when the response
+    /// ends (docs/configuration/cost.md).
+    meters: Vec<meter::Meter>,
+    /// The request read as an LLM request, for its response's reading.
+    llm: Option<meter::llm::Seen>,
 }
 
 impl<'a> Ctx<'a> {
@@ -164,6 +171,8 @@ impl<'a> Ctx<'a> {
                 consumer: None,
                 started,
             },
+            meters: Vec::new(),
+            llm: None,
         }
     }
 }
@@ -175,7 +184,8 @@ async fn route_request(
 ) -> Result<Response<Reply>, GatewayError> {
     let route = admit(&req, ctx)?;
     authenticate(&req, &route, ctx).await?;
-    let figures = decide_limits(&req, &route, ctx).await?;
+    let (req, reserve) = reserve_costs(req, &route, ctx).await?;
+    let figures = decide_limits(&req, &route, ctx, &reserve).await?;
     admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
     let mut response = match &route.action {
         Action::Respond {
@@ -185,7 +195,12 @@ async fn route_request(
         } => respond(*status, body, headers).map(Reply::Local),
         Action::Upstream(pool) => forward(req, &route, pool, ctx).await?,
     };
-    add_limit_headers(&mut response, route.limit_response.headers, &figures);
+    add_route_limit_headers(
+        &mut response,
+        route.limit_response.headers,
+        &figures,
+        &route.limits,
+    );
     Ok(response)
 }
 
@@ -230,15 +245,39 @@ async fn decide_limits<B>(
     req: &Request<B>,
     route: &RouteRuntime,
     ctx: &mut Ctx<'_>,
+    reserve: &[Option<u64>],
 ) -> Result<Vec<Figure>, GatewayError> {
     if route.limits.is_empty() {
         return Ok(Vec::new());
     }
     let view = request_view(req, route, ctx);
     let metrics = &ctx.shared.metrics;
-    let decision = limit::decide(&ctx.rt.limiter, &route.limits, &view, metrics).await;
+    let limiter = &ctx.rt.limiter;
+    let (decision, reserved) =
+        limit::decide_reserving(limiter, &route.limits, &view, metrics, reserve).await;
+    let meters: Vec<meter::Meter> = match &decision {
+        Decision::Allow { figures, .. } => reserved
+            .into_iter()
+            .filter_map(|(i, check)| {
+                let policy = route.limits[i].clone();
+                let figure = figures
+                    .iter()
+                    .find(|f| Arc::ptr_eq(&f.name, &policy.name))?
+                    .clone();
+                metrics.cost_units(&policy.name, "reserved", check.cost);
+                Some(meter::Meter {
+                    policy,
+                    check,
+                    figure,
+                    id: fastrand::u64(1..),
+                })
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     count_decisions(metrics, route, &decision);
     note_offenders(metrics, &route.limits, &decision, &view);
+    ctx.meters = meters;
     ctx.record.decision = decision.kind();
     match decision {
         Decision::Allow {
@@ -430,7 +469,7 @@ fn respond(status: http::StatusCode, body: &bytes::Bytes, headers: &HeaderMap) -
 /// instructions per request (+0.9 to +1.2 %, `benches/e2e/callgrind`),
 /// inlined or not: the head and response were moved through the helpers.
 async fn forward(
-    mut req: Request<Incoming>,
+    mut req: Request<ReqBody>,
     route: &RouteRuntime,
     pool: &Arc<UpstreamPool>,
     ctx: &mut Ctx<'_>,
@@ -459,28 +498,37 @@ async fn forward(
     };
     let host = ctx.host.take();
     let (parts, incoming) = req.into_parts();
-    let has_body = !incoming.is_end_stream();
-    // An HTTP/1 body is also failed at a chunk the framing watcher found
-    // too large.
-    let chunks = (has_body && parts.version < Version::HTTP_2).then(|| {
-        (
-            ctx.conn.framing.clone() as Arc<dyn body::ChunkWatch>,
-            ctx.number,
-        )
-    });
-    let mut incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
-    if has_body {
-        // Only a body can end with trailers.
-        incoming = incoming.scrubbing(ctx.rt.trailer_scrub.clone());
-    }
-    let (body, trailers) = request_body(
-        incoming,
-        &parts.headers,
-        parts.version,
-        server.max_body_bytes,
-        ctx.grpc,
-    )
-    .await?;
+    let (body, trailers, has_body) = match incoming {
+        ReqBody::Buffered(bytes) => {
+            let has_body = !bytes.is_empty();
+            (body::full(bytes), Vec::new(), has_body)
+        }
+        ReqBody::Streaming(incoming) => {
+            let has_body = !incoming.is_end_stream();
+            // An HTTP/1 body is also failed at a chunk the framing watcher
+            // found too large.
+            let chunks = (has_body && parts.version < Version::HTTP_2).then(|| {
+                (
+                    ctx.conn.framing.clone() as Arc<dyn body::ChunkWatch>,
+                    ctx.number,
+                )
+            });
+            let mut incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
+            if has_body {
+                // Only a body can end with trailers.
+                incoming = incoming.scrubbing(ctx.rt.trailer_scrub.clone());
+            }
+            let (body, trailers) = request_body(
+                incoming,
+                &parts.headers,
+                parts.version,
+                server.max_body_bytes,
+                ctx.grpc,
+            )
+            .await?;
+            (body, trailers, has_body)
+        }
+    };
     let mut headers = parts.headers;
     if has_body {
         strip_hop_by_hop_keeping_trailers(&mut headers, upgrade);
@@ -685,8 +733,11 @@ struct Held {
 /// request's bookkeeping ([`Done`]) when its body ends, or after a 101 when
 /// its tunnel ends (the tunnel runs on the connection's task, see
 /// [`ConnInfo::after_upgrade`]).
-fn finish(mut response: Response<Reply>, ctx: Ctx<'_>) -> Response<Body> {
+fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
     let idle = ctx.rt.config.server.idle_timeout;
+    let meters = std::mem::take(&mut ctx.meters);
+    let tap = ctx.llm.and_then(meter::llm::tap);
+    let limiter = ctx.rt.limiter.clone();
     if ctx.version >= Version::HTTP_2 && !response.body().is_end_stream() {
         // A stream whose window stays shut is reset after `send` (an
         // HTTP/1 connection's stuck writes are the watchdog's).
@@ -732,8 +783,41 @@ fn finish(mut response: Response<Reply>, ctx: Ctx<'_>) -> Response<Body> {
         }));
         return response;
     }
+    if !meters.is_empty() {
+        return metered(response, meters, tap, limiter, shared.clone(), done);
+    }
     response.map(move |body| {
         body::boxed(Finish::new(body, move |bytes, completed| {
+            done.run(bytes, completed, None)
+        }))
+    })
+}
+
+/// A response of a request with cost limits: its body read as it streams
+/// ([`meter::body::Metered`]), and its cost limits settled once it ended
+/// (docs/configuration/cost.md). A response the gateway answered itself
+/// with an error, or an upstream 5xx, is an upstream error (no response
+/// body of the upstream's reached the client): `on_upstream_error`.
+fn metered(
+    response: Response<Reply>,
+    meters: Vec<meter::Meter>,
+    tap: Option<Box<dyn meter::body::Tap>>,
+    limiter: Arc<tollgate_limit::Limiter>,
+    shared: Arc<Shared>,
+    done: Done,
+) -> Response<Body> {
+    let status = response.status();
+    let local = matches!(response.body(), Reply::Local(_));
+    let reading = meter::reading::Reading {
+        headers: response.headers().clone(),
+        upstream_error: status.is_server_error() || (local && status.is_client_error()),
+        ..Default::default()
+    };
+    response.map(move |body| {
+        let metered = meter::body::Metered::new(body, tap, reading, move |reading| {
+            meter::settle::settle(&limiter, &shared, meters, &reading);
+        });
+        body::boxed(Finish::new(metered, move |bytes, completed| {
             done.run(bytes, completed, None)
         }))
     })
@@ -867,14 +951,7 @@ async fn request_body(
     max: Option<u64>,
     grpc: bool,
 ) -> Result<(Body, Vec<HeaderName>), GatewayError> {
-    let malformed = |error: body::BoxError| match ClientBodyError::fault_of(&error) {
-        Some(ClientFault::TooLarge) => GatewayError::BodyTooLarge,
-        Some(ClientFault::TimedOut) => GatewayError::BodyTimeout,
-        Some(ClientFault::Broken) | None => GatewayError::BadRequest {
-            reason: "malformed request body",
-            close: true,
-        },
-    };
+    let malformed = body_error;
     let sized = admission::content_length(headers).is_some();
     if incoming.is_end_stream() {
         // The usual GET: nothing to box.
@@ -908,6 +985,87 @@ async fn request_body(
         }
         _ => Ok((body::boxed(incoming), Vec::new())),
     }
+}
+
+/// What a request body that could not be read is answered with.
+fn body_error(error: body::BoxError) -> GatewayError {
+    match ClientBodyError::fault_of(&error) {
+        Some(ClientFault::TooLarge) => GatewayError::BodyTooLarge,
+        Some(ClientFault::TimedOut) => GatewayError::BodyTimeout,
+        Some(ClientFault::Broken) | None => GatewayError::BadRequest {
+            reason: "malformed request body",
+            close: true,
+        },
+    }
+}
+
+/// A request's body, as forwarding takes it: still streaming from the
+/// client, or read whole first (a cost limit needed it, and may have
+/// rewritten it).
+enum ReqBody {
+    /// Read as it is forwarded.
+    Streaming(Incoming),
+    /// Read whole; `content-length` says its length.
+    Buffered(Bytes),
+}
+
+/// Stage: the estimates of the route's cost limits, by index in its
+/// limits (docs/configuration/cost.md). A route one of whose limits needs
+/// the request body reads it whole first: up to `max_body_bytes` (413
+/// beyond), within `timeouts.body_read`.
+async fn reserve_costs(
+    req: Request<Incoming>,
+    route: &RouteRuntime,
+    ctx: &mut Ctx<'_>,
+) -> Result<(Request<ReqBody>, Vec<Option<u64>>), GatewayError> {
+    if !meter::reserve::any(&route.limits) {
+        return Ok((req.map(ReqBody::Streaming), Vec::new()));
+    }
+    if !meter::reserve::needs_body(&route.limits) {
+        let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, &[])?;
+        return Ok((req.map(ReqBody::Streaming), estimates));
+    }
+    let (mut parts, incoming) = req.into_parts();
+    let server = &ctx.rt.config.server;
+    let chunks = (parts.version < Version::HTTP_2).then(|| {
+        (
+            ctx.conn.framing.clone() as Arc<dyn body::ChunkWatch>,
+            ctx.number,
+        )
+    });
+    let incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
+    let limit = server
+        .max_body_bytes
+        .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+    let bytes = Limited::new(incoming, limit)
+        .collect()
+        .await
+        .map_err(body_error)?
+        .to_bytes();
+    let (llm, bytes) = match meter::llm::read(&route.limits, &bytes)? {
+        Some((llm, body, seen)) => {
+            if seen.reads_usage {
+                // The usage is read from the body as it passes: it must
+                // come uncompressed.
+                parts.headers.insert(
+                    header::ACCEPT_ENCODING,
+                    HeaderValue::from_static("identity"),
+                );
+            }
+            ctx.llm = Some(seen);
+            (llm, body)
+        }
+        None => (Vec::new(), bytes),
+    };
+    let estimates = meter::reserve::estimates(&route.limits, &parts.headers, Some(&bytes), &llm)?;
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    Ok((
+        Request::from_parts(parts, ReqBody::Buffered(bytes)),
+        estimates,
+    ))
 }
 
 /// The path and query sent upstream.
@@ -964,12 +1122,12 @@ routes:
         assert_eq!(&*route.name, "api");
         assert_eq!(ctx.record.path.as_str(), "/api/v1");
         for _ in 0..2 {
-            let figures = decide_limits(&req, &route, &mut ctx)
+            let figures = decide_limits(&req, &route, &mut ctx, &[])
                 .await
                 .expect("allowed");
             assert_eq!(figures.len(), 1);
         }
-        match decide_limits(&req, &route, &mut ctx).await {
+        match decide_limits(&req, &route, &mut ctx, &[]).await {
             Err(GatewayError::Limited(r)) => {
                 assert_eq!((&*r.limit, r.locked_out), ("two", false));
                 assert_eq!(ctx.record.decision, DecisionKind::Rejected);

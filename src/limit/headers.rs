@@ -9,6 +9,9 @@ use http::{HeaderMap, HeaderValue, Response};
 use tollgate_limit::headers::{self as fields, HeaderStyle};
 use tollgate_limit::Figure;
 
+use crate::config::CostUnit;
+use crate::limit::policy::Policy;
+
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static(fields::RATELIMIT_POLICY);
 /// `RateLimit`.
@@ -23,21 +26,55 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static(fields::X_RATE
 
 /// Add the rate-limit fields of `style` for `figures` to `response`.
 pub fn add_limit_headers<B>(response: &mut Response<B>, style: HeaderStyle, figures: &[Figure]) {
-    add_headers(response.headers_mut(), style, figures);
+    add_headers(response.headers_mut(), style, figures, &[]);
+}
+
+/// [`add_limit_headers`] for a route's `limits`: a cost limit's policy
+/// item says what it counts (tokens, bytes; docs/configuration/cost.md).
+pub fn add_route_limit_headers<B>(
+    response: &mut Response<B>,
+    style: HeaderStyle,
+    figures: &[Figure],
+    limits: &[std::sync::Arc<Policy>],
+) {
+    add_headers(response.headers_mut(), style, figures, limits);
+}
+
+/// The unit of the figure's limit among `limits`, when it counts tokens or
+/// bytes.
+fn unit_of(f: &Figure, limits: &[std::sync::Arc<Policy>]) -> Option<fields::Unit> {
+    let policy = limits
+        .iter()
+        .find(|p| std::sync::Arc::ptr_eq(&p.name, &f.name))?;
+    match policy.metered.as_ref()?.unit() {
+        CostUnit::Tokens => Some(fields::Unit::Tokens),
+        CostUnit::Bytes => Some(fields::Unit::ContentBytes),
+        CostUnit::Units => None,
+    }
 }
 
 /// Add `RateLimit-Policy` and `RateLimit` (standard, or draft10 with draft
-/// 10's `t`), `X-RateLimit-*` (legacy, for the most restrictive limit),
+/// 10's `t`; a cost limit among `limits` with its unit), `X-RateLimit-*` (legacy, for the most restrictive limit),
 /// both, or none, for the
 /// figures the fields show (a limit whose figures are unknown is left
 /// out). No figures, no fields. Fields of these names already in `headers`
 /// are replaced.
-pub fn add_headers(headers: &mut HeaderMap, style: HeaderStyle, figures: &[Figure]) {
+pub fn add_headers(
+    headers: &mut HeaderMap,
+    style: HeaderStyle,
+    figures: &[Figure],
+    limits: &[std::sync::Arc<Policy>],
+) {
     if figures.is_empty() {
         return;
     }
     if let Some(draft) = style.standard() {
-        if let Some((policy, state)) = fields::standard(figures, draft) {
+        let standard = if limits.iter().any(|p| p.metered.is_some()) {
+            fields::standard_with_units(figures, draft, |f| unit_of(f, limits))
+        } else {
+            fields::standard(figures, draft)
+        };
+        if let Some((policy, state)) = standard {
             insert_bytes(headers, RATELIMIT_POLICY, policy);
             insert_bytes(headers, RATELIMIT, state);
         }
@@ -81,9 +118,11 @@ mod tests {
                 reset: SECOND,
                 grows_after: 2 * SECOND,
                 retry_after: 0,
+                at: 0,
             },
             concurrency: false,
             key: [0; 16],
+            local: false,
         }
     }
 
@@ -97,6 +136,7 @@ mod tests {
             &mut h,
             HeaderStyle::Both,
             &[figure("a", Status::Allowed, 1, 0)],
+            &[],
         );
         assert_eq!(h.get_all(RATELIMIT).iter().count(), 1);
         assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=0;t=2");
@@ -113,13 +153,13 @@ mod tests {
             figure("b", Status::Rejected, 5, 0),
         ];
         let mut h = HeaderMap::new();
-        add_headers(&mut h, HeaderStyle::Both, &figures);
+        add_headers(&mut h, HeaderStyle::Both, &figures, &[]);
         assert_eq!(h.get(RATELIMIT).unwrap(), "\"b\";r=0;t=2");
         assert_eq!(h.get(X_RATELIMIT_LIMIT).unwrap(), "5");
         let mut h = HeaderMap::new();
-        add_headers(&mut h, HeaderStyle::Both, &figures[..1]);
-        add_headers(&mut h, HeaderStyle::None, &figures);
-        add_headers(&mut h, HeaderStyle::Both, &[]);
+        add_headers(&mut h, HeaderStyle::Both, &figures[..1], &[]);
+        add_headers(&mut h, HeaderStyle::None, &figures, &[]);
+        add_headers(&mut h, HeaderStyle::Both, &[], &[]);
         assert!(h.is_empty(), "{h:?}");
     }
 
@@ -130,6 +170,7 @@ mod tests {
             &mut h,
             HeaderStyle::Draft10,
             &[figure("a", Status::Allowed, 4, 3)],
+            &[],
         );
         assert_eq!(h.get(RATELIMIT).unwrap(), "\"a\";r=3;t=1");
         assert_eq!(h.get(RATELIMIT_POLICY).unwrap(), "\"a\";q=4;w=1");

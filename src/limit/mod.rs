@@ -38,20 +38,47 @@ pub async fn decide(
     view: &RequestView<'_>,
     observer: &dyn Observer,
 ) -> Decision {
+    decide_reserving(limiter, limits, view, observer, &[])
+        .await
+        .0
+}
+
+/// [`decide`], each limit `i` with `reserve[i] = Some(units)` charging
+/// that estimate instead of its `cost` (docs/configuration/cost.md): an
+/// estimate above the limit's capacity is rejected at once, never capped.
+/// Also gives back those limits' checks as decided (index in `limits`,
+/// check), for their settlement when the response ends.
+pub async fn decide_reserving(
+    limiter: &Arc<Limiter>,
+    limits: &[Arc<Policy>],
+    view: &RequestView<'_>,
+    observer: &dyn Observer,
+    reserve: &[Option<u64>],
+) -> (Decision, Vec<(usize, tollgate_limit::Check)>) {
     let plan = match plan::plan(limits, view, limiter.now(), || fastrand::u64(1..)) {
         Ok(plan) => plan,
         Err(denied) => {
-            return Decision::Reject {
+            let rejected = Decision::Reject {
                 locked_out: false,
                 limit: denied.policy.name.clone(),
                 retry_after: 0,
                 figures: Vec::new(),
-            }
+            };
+            return (rejected, Vec::new());
         }
     };
     let plan::Plan {
-        checks, applied, ..
+        mut checks,
+        applied,
+        ..
     } = plan;
+    let mut reserved = Vec::new();
+    for (check, &i) in checks.iter_mut().zip(&applied) {
+        if let Some(Some(units)) = reserve.get(i) {
+            check.cost = (*units).max(1);
+            reserved.push((i, check.clone()));
+        }
+    }
     // The same walk that gave each key, so a key always has a display form.
     let describe = |i: usize| limits[applied[i]].display_key(view);
     let request = Request {
@@ -59,7 +86,7 @@ pub async fn decide(
         observer,
         describe: &describe,
     };
-    limiter.decide(request).await
+    (limiter.decide(request).await, reserved)
 }
 
 /// The deny cache's answer for `failure_limit` (docs/configuration/consumers.md)

@@ -51,6 +51,9 @@ pub struct Policy {
     pub periods: Option<Periods>,
     /// The values keys may have of their own, and where from.
     pub per_key: Option<PerKeyLimits>,
+    /// `cost: { reserve, settle, ... }`: estimated at admission, settled
+    /// when the response ends.
+    pub metered: Option<crate::config::CostConfig>,
 }
 
 impl Policy {
@@ -90,6 +93,7 @@ impl Policy {
             overrides,
             periods: cfg.calendar.as_ref().map(Periods::new),
             per_key: cfg.per_key.clone(),
+            metered: cfg.metered.clone(),
         }
     }
 

@@ -109,6 +109,26 @@ pub struct AuthLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of `tollgate_cost_settlements_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SettlementLabels {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// `settled` (as estimated), `refund`, `extra`, `missing_usage` or
+    /// `dropped` (not applied within `settle_within`).
+    pub outcome: &'static str,
+}
+
+/// Labels of `tollgate_cost_units_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CostUnitLabels {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// `reserved` (estimates charged at admission) or `settled` (what the
+    /// responses said they cost).
+    pub phase: &'static str,
+}
+
 /// Labels naming a limit.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabels {
@@ -256,6 +276,10 @@ pub struct Metrics {
     /// `tollgate_auth_total{route,outcome}`: no consumer label, ever
     /// (consumers are unbounded).
     pub auth: Family<AuthLabels, Counter>,
+    /// `tollgate_cost_settlements_total{limit,outcome}`.
+    pub cost_settlements: Family<SettlementLabels, Counter>,
+    /// `tollgate_cost_units_total{limit,phase}`.
+    pub cost_units: Family<CostUnitLabels, Counter>,
     /// `tollgate_upstream_requests_total{upstream,target,outcome}`.
     pub upstream_requests: Family<UpstreamLabels, Counter>,
     /// `tollgate_upstream_duration_seconds{upstream}`.
@@ -324,6 +348,9 @@ impl TopOffenders {
 
 impl Metrics {
     /// A fresh registry with every metric registered.
+    ///
+    /// Why one function: one registration per metric, in the order
+    /// `/metrics` lists them, each with its help text.
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -357,6 +384,18 @@ impl Metrics {
                 "tollgate_auth",
                 "Authentication outcomes, by route and outcome",
                 Family::<AuthLabels, Counter>::default(),
+            ),
+            cost_settlements: registered(
+                r,
+                "tollgate_cost_settlements",
+                "Cost limits' settlements, by limit and outcome",
+                Family::<SettlementLabels, Counter>::default(),
+            ),
+            cost_units: registered(
+                r,
+                "tollgate_cost_units",
+                "Cost limits' units, reserved at admission and settled, by limit",
+                Family::<CostUnitLabels, Counter>::default(),
             ),
             upstream_requests: registered(
                 r,
@@ -544,6 +583,26 @@ impl Metrics {
         if refused {
             self.stats.auth_refused(route);
         }
+    }
+
+    /// Count one settlement of a cost limit.
+    pub fn settlement(&self, limit: &Arc<str>, outcome: &'static str) {
+        self.cost_settlements
+            .get_or_create(&SettlementLabels {
+                limit: limit.clone(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Count a cost limit's units: `reserved` or `settled`.
+    pub fn cost_units(&self, limit: &Arc<str>, phase: &'static str, units: u64) {
+        self.cost_units
+            .get_or_create(&CostUnitLabels {
+                limit: limit.clone(),
+                phase,
+            })
+            .inc_by(units);
     }
 
     /// Count one limit decision.

@@ -2,7 +2,8 @@
 //! ([`gateway::Gateway`]) and the one-route config most tests give it
 //! ([`one_route::OneRoute`]), in-process echo upstreams ([`upstream::Echo`]),
 //! HTTP clients ([`client`]), a raw TCP helper ([`raw`]) for requests no
-//! well-behaved client would send, and a real `redis-server` ([`redis`]).
+//! well-behaved client would send, a mock LLM upstream ([`llm`]) and a real
+//! `redis-server` ([`redis`]).
 //! Every process they start ends with the test binary ([`reaper`]).
 //!
 //! Every network call has a timeout so that a broken gateway fails a test
@@ -18,6 +19,7 @@ pub mod gateway;
 pub mod jwks;
 pub mod jwt;
 pub mod limits;
+pub mod llm;
 pub mod one_route;
 pub mod pattern;
 pub mod pki;

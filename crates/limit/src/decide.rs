@@ -93,6 +93,7 @@ pub(crate) fn decide(
                 reset: left.min(v.window),
                 grows_after: left,
                 retry_after: left,
+                at: now,
             }
         } else {
             Outcome {
@@ -105,6 +106,7 @@ pub(crate) fn decide(
                 reset: v.reset_hint(),
                 grows_after: v.grows_hint(),
                 retry_after: if v.allowed { 0 } else { v.retry_hint() },
+                at: now,
             }
         };
         outcomes.push(outcome);

@@ -148,6 +148,38 @@ fn shown(figures: &[Figure]) -> impl Iterator<Item = &Figure> {
 /// order; `None` when no figure is shown. Both values share one buffer:
 /// one allocation for the text and one for the handle.
 pub fn standard(figures: &[Figure], draft: Draft) -> Option<(Bytes, Bytes)> {
+    standard_with_units(figures, draft, |_| None)
+}
+
+/// What a limit counts, when it is not requests: the parameter its
+/// `RateLimit-Policy` item carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Body bytes: `qu="content-bytes"` (a quota unit draft 11 registers).
+    ContentBytes,
+    /// LLM tokens: `tollgate-unit="tokens"` (draft 11 registers no token
+    /// unit, so a vendor parameter).
+    Tokens,
+}
+
+impl Unit {
+    /// The parameter, `;` included.
+    fn param(self) -> &'static [u8] {
+        match self {
+            Unit::ContentBytes => b";qu=\"content-bytes\"",
+            Unit::Tokens => b";tollgate-unit=\"tokens\"",
+        }
+    }
+}
+
+/// [`standard`], each figure's policy item carrying the unit `unit`
+/// gives it (`None`: requests, or `concurrent-requests` for a
+/// `concurrency` limit).
+pub fn standard_with_units(
+    figures: &[Figure],
+    draft: Draft,
+    unit: impl Fn(&Figure) -> Option<Unit>,
+) -> Option<(Bytes, Bytes)> {
     // Room for every figure's name twice, and the numbers.
     let names: usize = figures.iter().map(|f| f.name.len() + 4).sum();
     let mut buf = Vec::with_capacity(2 * names + figures.len() * 96);
@@ -161,6 +193,8 @@ pub fn standard(figures: &[Figure], draft: Draft) -> Option<(Bytes, Bytes)> {
         );
         if f.concurrency {
             buf.extend_from_slice(b";qu=\"concurrent-requests\"");
+        } else if let Some(u) = unit(f) {
+            buf.extend_from_slice(u.param());
         }
         shown_count += 1;
     }
@@ -272,6 +306,7 @@ mod tests {
             outcome: *outcome,
             concurrency,
             key: [0; 16],
+            local: false,
         }
     }
 
@@ -291,6 +326,7 @@ mod tests {
             reset,
             grows_after: reset,
             retry_after: 0,
+            at: 0,
         }
     }
 

@@ -24,6 +24,8 @@
 //!   decision, the `on_error` policy, concurrency leases.
 //! - [`store`]: where state lives: [`store::memory`] and [`store::redis`],
 //!   and their configuration ([`StoreConfig`]).
+//! - [`settle`]: a cost limit's estimate corrected when the response ends
+//!   ([`Settlement`], [`Limiter::settle`]), exactly once.
 //! - [`verdict`]: what a request's outcomes mean for it.
 //! - [`kind`]: what a decision is called ([`DecisionKind`]).
 //! - [`key`]: store keys from a limit's namespace and a client's values.
@@ -124,6 +126,8 @@ pub mod kind;
 pub mod limiter;
 pub mod quota;
 pub(crate) mod release;
+pub(crate) mod retry;
+pub mod settle;
 pub mod store;
 #[cfg(test)]
 mod tests;
@@ -135,6 +139,7 @@ pub use algorithm::{AlgoParams, AlgoState, LockParams, LockState, Micros};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use kind::DecisionKind;
 pub use limiter::{Decision, Figure, Leases, Limiter, LockedClient, Observer, Request};
+pub use settle::{SettleOutcome, Settlement};
 pub use store::redis::StoreError;
 pub use store::StoreConfig;
 
@@ -257,6 +262,9 @@ pub struct Outcome {
     /// For a rejection or lockout: the wait to advertise in `Retry-After`
     /// (never less than `reset`).
     pub retry_after: Micros,
+    /// The store's clock when it decided (µs since the epoch): when an
+    /// allowed check's units were taken. A [`Settlement`] names it.
+    pub at: Micros,
 }
 
 #[cfg(test)]
@@ -274,6 +282,7 @@ impl Outcome {
             reset: 0,
             grows_after: retry_after.max(1),
             retry_after,
+            at: 0,
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::deny_cache::DenyCache;
 use crate::quota::Quota;
 use crate::release::{Pending, Releases};
+use crate::settle::{SettleOutcome, Settlement};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisStore, StoreError};
 use crate::store::{OnError, StoreBackend, StoreConfig, TimeSource};
@@ -82,6 +83,29 @@ pub struct Figure {
     /// The client's store key under this limit (who the figures are of:
     /// the gateway's top offenders read it, no key computed again).
     pub key: StoreKey,
+    /// This instance's memory store decided it (the memory backend, or
+    /// `on_error: local` while Redis could not answer): a [`Settlement`]
+    /// of its units goes there too.
+    ///
+    /// [`Settlement`]: crate::Settlement
+    pub local: bool,
+}
+
+impl Figure {
+    /// The settlement of `check` (the check this figure answered) by
+    /// `delta` units, with the id `id`, applied until `settle_within` after
+    /// the decision: [`Settlement::new`] with this figure's outcome and
+    /// store. `None` when the check took nothing, or its algorithm takes no
+    /// settlements.
+    pub fn settlement(
+        &self,
+        check: &Check,
+        delta: i64,
+        id: u64,
+        settle_within: Micros,
+    ) -> Option<Settlement> {
+        Settlement::new(check, (&self.outcome, self.local), delta, id, settle_within)
+    }
 }
 
 /// What the limiter says of a request.
@@ -131,9 +155,10 @@ pub struct Cached {
 /// The rejection the deny cache gives when every check of `plan` is cached
 /// (`hits`, in check order: until, locked out, what was kept): each limit's
 /// figures as the deciding call reported them (its `r` included), their
-/// waits moved on to `now`, `t` the time until the request could pass
-/// (draft 11's, and draft 10's capped at `w`: what the store would say);
-/// named, as the store's verdict would, by the longest wait.
+/// waits (and [`Outcome::at`]) moved on to `now`, `t` the time until the
+/// request could pass (draft 11's, and draft 10's capped at `w`: what the
+/// store would say); named, as the store's verdict would, by the longest
+/// wait.
 fn cached_rejection(hits: &[(Micros, bool, Cached)], now: Micros) -> Decision {
     let figures: Vec<Figure> = hits
         .iter()
@@ -151,6 +176,7 @@ fn cached_rejection(hits: &[(Micros, bool, Cached)], now: Micros) -> Decision {
             o.retry_after = left;
             o.reset = left.min(o.window);
             o.grows_after = left;
+            o.at = now;
             f
         })
         .collect();
@@ -523,6 +549,7 @@ impl Limiter {
                         outcome: *outcome,
                         concurrency: check.is_concurrency(),
                         key: check.key,
+                        local,
                     },
                     params: check.params.clone(),
                 };
@@ -559,6 +586,7 @@ impl Limiter {
                 outcome: *outcome,
                 concurrency,
                 key,
+                local,
             });
         }
         match verdict {
@@ -619,6 +647,39 @@ impl Limiter {
             until: now.saturating_add(length),
         };
         labels.insert(key, label);
+    }
+
+    /// Apply a cost limit's settlement ([`crate::settle`]): one store
+    /// call to its key's slot (the memory store's when it decided the
+    /// request, [`Settlement::local`]), applied once per
+    /// [`Settlement::id`] and only until `at + settle_within`. A `delta` of
+    /// 0 changes nothing and calls nothing. A store error is returned, not
+    /// `on_error`'s business: the units were taken there, so nowhere else
+    /// can settle them; [`Limiter::settle_retrying`] sends it again.
+    pub async fn settle(&self, s: Settlement) -> Result<SettleOutcome, StoreError> {
+        if !s.params.settles() {
+            return Ok(SettleOutcome::Unsupported);
+        }
+        if s.delta == 0 {
+            return Ok(SettleOutcome::Applied { units: 0 });
+        }
+        let now = self.clock.now();
+        match &self.backend {
+            Backend::Redis(redis) if !s.local => redis.settle(&s, now).await,
+            _ => Ok(self.local.settle(&s, now)),
+        }
+    }
+
+    /// [`Limiter::settle`], sent again while the store cannot answer (a
+    /// timeout, the breaker open, Redis unreachable), after 100 ms and
+    /// then twice as long each time up to 1 s, until the settlement's
+    /// deadline by this limiter's clock; then the last error. An error
+    /// reply is not retried. Safe after an unknown outcome: a settlement
+    /// that did go through answers [`SettleOutcome::Replayed`]. Await it in
+    /// a task of its own: it may take up to `settle_within`.
+    pub async fn settle_retrying(&self, s: Settlement) -> Result<SettleOutcome, StoreError> {
+        let left = s.deadline().saturating_sub(self.clock.now());
+        crate::retry::retrying(Duration::from_micros(left), || self.settle(s.clone())).await
     }
 
     /// The limiter's clock now (µs since the epoch): the instant a plan's

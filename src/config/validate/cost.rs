@@ -88,12 +88,10 @@ impl Ctx<'_> {
         let wants_llm = reserve == Reserve::Llm || settle == Settle::LlmUsage;
         let llm = match (&raw.llm, wants_llm) {
             (Some(l), true) => Some(self.llm_cost(&at("llm"), l)?),
-            (None, true) => {
-                return Err(self.err(
-                    field,
-                    "missing field `llm` (its `api`), which reserve: llm and settle: llm_usage need",
-                ))
-            }
+            (None, true) => return Err(self.err(
+                field,
+                "missing field `llm` (its `api`), which reserve: llm and settle: llm_usage need",
+            )),
             (Some(_), false) => {
                 return Err(self.err(
                     &at("llm"),
@@ -154,5 +152,182 @@ impl Ctx<'_> {
             cap_output: raw.cap_output.unwrap_or(false),
             stream_usage,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{parse, CostConfig, LlmApi, OnMissingUsage, Reserve, Settle};
+
+    fn cost(algorithm: &str, cost: &str) -> Result<Option<CostConfig>, (String, String)> {
+        let params = match algorithm {
+            "token_bucket" | "gcra" | "leaky_bucket" => "rate: 100/s",
+            "concurrency" => "limit: 5",
+            _ => "limit: 10000, window: 1h",
+        };
+        let text = format!("limits:\n  t: {{ algorithm: {algorithm}, {params}, cost: {cost} }}\n");
+        parse(&text, "gateway.yaml")
+            .map(|l| l.config.limits[0].metered.clone())
+            .map_err(|e| (e.field, e.message))
+    }
+
+    #[test]
+    fn a_cost_spec_with_its_defaults() {
+        let c = cost(
+            "fixed_window",
+            "{ reserve: llm, settle: llm_usage, llm: { api: openai } }",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (c.reserve.clone(), c.settle.clone()),
+            (Reserve::Llm, Settle::LlmUsage)
+        );
+        let llm = c.llm.unwrap();
+        assert_eq!(llm.api, LlmApi::Openai);
+        assert_eq!(
+            (llm.default_max_output, llm.bytes_per_token, llm.cap_output),
+            (1024, 1, false)
+        );
+        assert_eq!(c.on_missing_usage, OnMissingUsage::KeepEstimate);
+        assert_eq!(c.settle_within.as_secs(), 900);
+        assert!(c.overspend().is_some(), "no cap_output: not a bound");
+        let c = cost(
+            "token_bucket",
+            "{ reserve: request_bytes, settle: response_bytes }",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.unit(), crate::config::CostUnit::Bytes);
+        let c = cost(
+            "gcra",
+            "{ reserve: \"header:x-units\", settle: \"trailer:x-used\" }",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.reserve, Reserve::Header("x-units".parse().unwrap()));
+        assert_eq!(cost("fixed_window", "3"), Ok(None));
+        let c = cost(
+            "sliding_window",
+            "{ reserve: llm, settle: llm_usage, llm: { api: anthropic, cap_output: true } }",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.overspend(), None, "a true bound");
+    }
+
+    /// Why one function: one table, a row per mistake, each with the
+    /// field and message it must give.
+    #[test]
+    fn cost_mistakes_at_their_field() {
+        let cases = [
+            (
+                "concurrency",
+                "{ reserve: 5 }",
+                "limits.t.cost",
+                "concurrency takes no reserve/settle cost",
+            ),
+            (
+                "sliding_log",
+                "{ reserve: 5 }",
+                "limits.t.cost",
+                "sliding_log takes no reserve/settle cost",
+            ),
+            (
+                "fixed_window",
+                "{ settle: none }",
+                "limits.t.cost",
+                "missing field `reserve`",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: lots }",
+                "limits.t.cost.reserve",
+                "reserve is llm, a whole number",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: 0 }",
+                "limits.t.cost.reserve",
+                "at least 1",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: 20000 }",
+                "limits.t.cost",
+                "more than the limit's capacity",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: 5, settle: tokens }",
+                "limits.t.cost.settle",
+                "settle is llm_usage",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: llm }",
+                "limits.t.cost",
+                "missing field `llm`",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: 5, llm: { api: openai } }",
+                "limits.t.cost.llm",
+                "applies only with",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: llm, llm: {} }",
+                "limits.t.cost.llm",
+                "missing field `api`",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: llm, llm: { api: gemini } }",
+                "limits.t.cost.llm.api",
+                "unknown variant `gemini`",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: llm, llm: { api: anthropic, stream_usage: force } }",
+                "limits.t.cost.llm.stream_usage",
+                "applies to api: openai",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: llm, llm: { api: openai, bytes_per_token: 0 } }",
+                "limits.t.cost.llm.bytes_per_token",
+                "at least 1",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: 5, on_missing_usage: charge_zero }",
+                "limits.t.cost.on_missing_usage",
+                "applies only with a `settle`",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: 5, settle: response_bytes, settle_within: 0s }",
+                "limits.t.cost.settle_within",
+                "greater than 0",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: \"header:bad name\" }",
+                "limits.t.cost.reserve",
+                "not a valid header name",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: 5, refund: true }",
+                "limits.t.cost",
+                "unknown field `refund`",
+            ),
+        ];
+        for (algorithm, written, field, message) in cases {
+            let (f, m) = cost(algorithm, written).expect_err(written);
+            assert_eq!(f, field, "{written}: {m}");
+            assert!(m.contains(message), "{written}: {m}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! One type over every algorithm: [`AlgoParams`] and [`AlgoState`], so a
 //! store can keep and check any limit without knowing which one it is.
 
+use super::settle::Settled;
 use super::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
     Micros, Verdict,
@@ -42,6 +43,23 @@ pub enum AlgoState {
     LeakyBucket(leaky_bucket::State),
     /// `concurrency`.
     Concurrency(concurrency::State),
+}
+
+/// `$state` (an [`AlgoState`]) as algorithm `$variant`'s own state, or
+/// `$module`'s fresh one (a state of another algorithm counts as a fresh
+/// key), bound to `$s` in `$body`.
+macro_rules! own_state {
+    ($state:expr, $variant:ident, $module:ident, |$s:ident| $body:expr) => {{
+        let fresh;
+        let $s = match $state {
+            AlgoState::$variant(s) => s,
+            _ => {
+                fresh = $module::State::default();
+                &fresh
+            }
+        };
+        $body
+    }};
 }
 
 /// An algorithm's verdict with the state erased to [`AlgoState`].
@@ -109,17 +127,12 @@ impl AlgoParams {
     /// `concurrency`.
     pub fn check(&self, state: &AlgoState, now: Micros, cost: u64, lease: u64) -> AnyVerdict {
         macro_rules! run {
-            ($variant:ident, $module:ident, $p:expr, $call:expr) => {{
-                let fresh;
-                let s = match state {
-                    AlgoState::$variant(s) => s,
-                    _ => {
-                        fresh = $module::State::default();
-                        &fresh
-                    }
-                };
-                erase($call($p, s), AlgoState::$variant)
-            }};
+            ($variant:ident, $module:ident, $p:expr, $call:expr) => {
+                own_state!(state, $variant, $module, |s| erase(
+                    $call($p, s),
+                    AlgoState::$variant
+                ))
+            };
         }
         match self {
             AlgoParams::FixedWindow(p) => run!(FixedWindow, fixed_window, p, |p, s| {
@@ -148,5 +161,46 @@ impl AlgoParams {
     pub fn policy(&self) -> (u64, Micros) {
         let v = self.check(&self.fresh(), 0, 1, 0);
         (v.limit, v.window)
+    }
+}
+
+impl AlgoParams {
+    /// Whether this algorithm takes settlements (all but `sliding_log`
+    /// and `concurrency`).
+    pub fn settles(&self) -> bool {
+        !matches!(self, AlgoParams::SlidingLog(_) | AlgoParams::Concurrency(_))
+    }
+
+    /// Apply `delta` units to `state` at `now` for a request the store
+    /// decided at `at` (a state of another algorithm counts as a fresh
+    /// key): the module doc's rules. `None` for an algorithm that takes no
+    /// settlements.
+    pub fn settle(
+        &self,
+        state: &AlgoState,
+        at: Micros,
+        now: Micros,
+        delta: i64,
+    ) -> Option<Settled<AlgoState>> {
+        macro_rules! run {
+            ($variant:ident, $module:ident, $p:expr) => {{
+                let r = own_state!(state, $variant, $module, |s| {
+                    $module::settle($p, s, at, now, delta)
+                });
+                Some(Settled {
+                    state: AlgoState::$variant(r.state),
+                    ttl: r.ttl,
+                    applied: r.applied,
+                })
+            }};
+        }
+        match self {
+            AlgoParams::FixedWindow(p) => run!(FixedWindow, fixed_window, p),
+            AlgoParams::SlidingWindow(p) => run!(SlidingWindow, sliding_window, p),
+            AlgoParams::TokenBucket(p) => run!(TokenBucket, token_bucket, p),
+            AlgoParams::Gcra(p) => run!(Gcra, gcra, p),
+            AlgoParams::LeakyBucket(p) => run!(LeakyBucket, leaky_bucket, p),
+            AlgoParams::SlidingLog(_) | AlgoParams::Concurrency(_) => None,
+        }
     }
 }

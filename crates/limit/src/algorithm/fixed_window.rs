@@ -24,7 +24,17 @@
 //! the current one is kept (its units were all taken in the current window);
 //! any other is dropped. A lowered `limit` leaves `n > limit`: everything is
 //! rejected until the window ends.
+//!
+//! # Settlements ([`super::settle`])
+//!
+//! ```text
+//! now = max(now, at);  (start, end) = Window::bounds(now)
+//! n   = effective(now).n                      -- at's window while current, else the current one
+//! (n', applied) = shift(n, delta, 1, 0, MAX_LEVEL)
+//! state = {ws = start, n = n'};  ttl = end - now + linger if n' > 0 else 0
+//! ```
 
+use super::settle::{clamp_delta, shift, Settled, MAX_LEVEL};
 use super::{at_most, nonzero, Micros, ParamError, Verdict, DAY, MAX_COUNT, MAX_DURATION};
 
 /// The length of a window.
@@ -210,6 +220,24 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         },
         state: State { ws: start, n },
         ttl: if n > 0 { left + p.window.linger() } else { 0 },
+    }
+}
+
+/// Apply a settlement of `delta` units at `now` to a request decided at
+/// `at` (module doc, "Settlements").
+pub fn settle(p: &Params, state: &State, at: Micros, now: Micros, delta: i64) -> Settled<State> {
+    let now = now.max(at);
+    let (start, end) = p.window.bounds(now);
+    let n = effective(p, state, now).n;
+    let (n, applied) = shift(n, clamp_delta(delta), 1, 0, MAX_LEVEL);
+    Settled {
+        state: State { ws: start, n },
+        ttl: if n > 0 {
+            end - now + p.window.linger()
+        } else {
+            0
+        },
+        applied,
     }
 }
 

@@ -43,7 +43,16 @@
 //! in `tat` is redis-cell's "a missing key means `tat = now`" (its key
 //! expires when `tat` passes); the `min` only acts after the parameters
 //! changed (docs/operations.md), clamping a schedule longer than the new tolerance.
+//!
+//! # Settlements ([`super::settle`])
+//!
+//! ```text
+//! now  = max(now, at);  tat = effective(now).tat
+//! (tat', applied) = shift(tat, delta, T, now, now + tau + max_delay)
+//! ttl  = tat' - now
+//! ```
 
+use super::settle::{clamp_delta, shift, Settled};
 use super::{
     at_most, nonzero, ticks_to_next_unit, Micros, ParamError, Rate, Verdict, MAX_COUNT,
     MAX_DURATION,
@@ -165,6 +174,20 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         retry_after,
         state: State { tat: tat2 },
         ttl,
+    }
+}
+
+/// Apply a settlement of `delta` cells at `now` to a request decided at
+/// `at` (module doc, "Settlements").
+pub fn settle(p: &Params, state: &State, at: Micros, now: Micros, delta: i64) -> Settled<State> {
+    let now = now.max(at);
+    let tat = effective(p, state, now).tat;
+    let top = now.saturating_add(p.tolerance + p.max_delay);
+    let (tat, applied) = shift(tat, clamp_delta(delta), p.interval, now, top);
+    Settled {
+        state: State { tat },
+        ttl: tat - now,
+        applied,
     }
 }
 

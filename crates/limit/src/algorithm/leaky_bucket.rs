@@ -40,7 +40,16 @@
 //! `grows_after` (draft 11's `t`) is when enough has drained for
 //! `remaining` to grow by one; a bucket with nothing left to grow reports
 //! the time one unit takes to drain.
+//!
+//! # Settlements ([`super::settle`])
+//!
+//! ```text
+//! now = max(now, at);  s = effective(now)     -- lv drained to now
+//! (lv', applied) = shift(lv, delta, unit, 0, cap)
+//! state = {lv = lv', ts = s.ts, u = unit};  ttl = ceil(lv' / drain)
+//! ```
 
+use super::settle::{clamp_delta, shift, Settled};
 use super::{at_most, nonzero, Fluid, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION};
 
 /// Validated parameters of a `leaky_bucket` limit.
@@ -178,6 +187,19 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         retry_after,
         state: State { lv: lv2, ..s },
         ttl,
+    }
+}
+
+/// Apply a settlement of `delta` units at `now` to a request decided at
+/// `at` (module doc, "Settlements").
+pub fn settle(p: &Params, state: &State, at: Micros, now: Micros, delta: i64) -> Settled<State> {
+    let f = &p.fluid;
+    let s = effective(p, state, now.max(at));
+    let (lv, applied) = shift(s.lv, clamp_delta(delta), f.unit, 0, f.cap);
+    Settled {
+        state: State { lv, ..s },
+        ttl: f.time_to_drain(lv),
+        applied,
     }
 }
 

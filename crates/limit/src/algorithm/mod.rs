@@ -20,6 +20,10 @@
 //!   (all-or-nothing, docs/configuration/limits.md). A `cost` of 0 is treated as 1 (config
 //!   validation rejects it before it gets here).
 //!
+//! - `settle(p, state, at, now, delta) -> Settled<State>`: a cost limit's
+//!   estimate corrected once the response ends ([`settle`]: where and how
+//!   far), for every algorithm but `sliding_log` and `concurrency`.
+//!
 //! `concurrency` differs: `acquire` / `release` a lease instead of `check`.
 //!
 //! # Integer maths, mirrored in Lua
@@ -73,6 +77,7 @@ pub mod lockout;
 mod promise;
 #[cfg(test)]
 mod properties;
+pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;

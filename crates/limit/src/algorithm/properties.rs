@@ -10,10 +10,16 @@
 //! - the windows admit at most `limit` units per aligned window, the
 //!   buckets at most `burst` plus what the rate adds over any span (by the
 //!   time requests are forwarded, delays included), and no stored state
-//!   outlives what its algorithm needs.
+//!   outlives what its algorithm needs;
+//! - settlements ([`super::settle`]): any input is total and moves at most
+//!   `delta`, within the check's TTL bound, and a state with TTL 0 reads as
+//!   a fresh key; a refund never takes away what passes, an extra charge
+//!   never gives; a settlement undone by its opposite leaves the state as
+//!   it was.
 
 use proptest::prelude::*;
 
+use super::settle::clamp_delta;
 use super::testutil::{steps, T0};
 use super::{
     fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, AlgoParams,
@@ -280,6 +286,85 @@ proptest! {
                     "{} units in {} µs", units, span
                 );
             }
+        }
+    }
+}
+
+/// Requests of cost 1 that pass at `now` under `state`.
+fn available(params: &AlgoParams, state: &AlgoState, now: Micros) -> u64 {
+    let v = params.check(state, now, 1, 0);
+    v.remaining + u64::from(v.allowed)
+}
+
+proptest! {
+    #[test]
+    fn any_settlement_is_total_and_bounded(
+        (params, state) in any_params_and_state(),
+        at in 0u64..1 << 53,
+        now in 0u64..1 << 53,
+        delta: i64,
+    ) {
+        let Some(r) = params.settle(&state, at, now, delta) else {
+            prop_assert!(!params.settles());
+            return Ok(());
+        };
+        let d = clamp_delta(delta);
+        prop_assert!(r.applied.unsigned_abs() <= d.unsigned_abs());
+        prop_assert!(r.applied == 0 || (r.applied > 0) == (d > 0));
+        let t = now.max(at);
+        let v = params.check(&r.state, t, 1, 0);
+        prop_assert!(r.ttl <= ttl_bound(&params, v.window), "ttl {} for {:?}", r.ttl, v);
+        if r.ttl == 0 {
+            // (A bucket's `ts` ahead of the clock may differ: its level is 0.)
+            let fresh = params.check(&params.fresh(), t, 1, 0);
+            let figures = |v: &super::AnyVerdict| {
+                (v.allowed, v.delay, v.limit, v.window, v.remaining, v.reset_after,
+                 v.grows_after, v.retry_after, v.ttl)
+            };
+            prop_assert_eq!(figures(&v), figures(&fresh), "TTL 0: a fresh key");
+        }
+    }
+
+    #[test]
+    fn a_refund_never_takes_away_and_a_charge_never_gives(
+        params in small_params(true),
+        history in steps(3_000, 6, 60),
+        (gap, back) in (0u64..3_000, 0u64..10_000),
+        delta in -30i64..30,
+    ) {
+        let (state, now) = replay(&params, &history);
+        let now = now + gap;
+        let Some(r) = params.settle(&state, now - back, now, delta) else {
+            return Ok(());
+        };
+        let (before, after) = (available(&params, &state, now), available(&params, &r.state, now));
+        if delta < 0 {
+            prop_assert!(after >= before, "{} passed, {} after a refund", before, after);
+        } else {
+            prop_assert!(after <= before, "{} passed, {} after a charge", before, after);
+        }
+    }
+
+    #[test]
+    fn a_settlement_undone_leaves_the_state_as_it_was(
+        params in small_params(true),
+        history in steps(3_000, 6, 60),
+        (gap, back) in (0u64..3_000, 0u64..10_000),
+        k in 1i64..10,
+    ) {
+        let (state, now) = replay(&params, &history);
+        let (now, at) = (now + gap, now + gap - back);
+        let Some(charged) = params.settle(&state, at, now, k) else {
+            return Ok(());
+        };
+        // Only where all of it fitted (room for one more unit).
+        if params.settle(&state, at, now, k + 1).map(|r| r.applied) == Some(k + 1) {
+            prop_assert_eq!(charged.applied, k);
+            let undone = params.settle(&charged.state, at, now, -k).unwrap();
+            prop_assert_eq!(undone.applied, -k);
+            let untouched = params.settle(&state, at, now, 0).unwrap();
+            prop_assert_eq!(undone.state, untouched.state);
+            prop_assert_eq!(undone.ttl, untouched.ttl);
         }
     }
 }

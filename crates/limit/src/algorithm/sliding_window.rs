@@ -55,7 +55,18 @@
 //! Bounds: `w <= MAX_WINDOW` keeps `(w - e) * S + w` and `R * w` below
 //! 2^53; `limit <= MAX_COUNT` keeps `prev * S + (cur + cost) * S` below
 //! 2^53.
+//!
+//! # Settlements ([`super::settle`])
+//!
+//! ```text
+//! now = max(now, at);  s = effective(now)     -- start, cur, prev (each at most limit)
+//! charged = at - at % w
+//! (prev', applied) = shift(prev, delta, 1, 0, limit)   if charged + w == start  -- the previous window
+//! (cur', applied)  = shift(cur, delta, 1, 0, limit)    otherwise        -- the current one, or older: now
+//! ttl = 2w - e if cur' > 0, else w - e if prev' > 0, else 0
+//! ```
 
+use super::settle::{clamp_delta, shift, Settled};
 use super::{at_most, nonzero, Micros, ParamError, Verdict, DAY, MAX_COUNT};
 
 /// The fixed-point scale of the previous window's weight (thousandths).
@@ -206,6 +217,39 @@ fn retry(w: Micros, limit: u64, e: Micros, prev: u64, cur: u64, cost: u64) -> Mi
         _ => 0,
     };
     (w - e) + e2
+}
+
+/// Apply a settlement of `delta` units at `now` to a request decided at
+/// `at` (module doc, "Settlements").
+pub fn settle(p: &Params, state: &State, at: Micros, now: Micros, delta: i64) -> Settled<State> {
+    let now = now.max(at);
+    let (w, limit) = (p.window, p.limit);
+    let s = effective(p, state, now);
+    let delta = clamp_delta(delta);
+    let (mut cur, mut prev) = (s.cur, s.prev);
+    let applied;
+    if at - at % w + w == s.ws {
+        (prev, applied) = shift(prev, delta, 1, 0, limit);
+    } else {
+        (cur, applied) = shift(cur, delta, 1, 0, limit);
+    }
+    let e = now - s.ws;
+    let ttl = if cur > 0 {
+        2 * w - e
+    } else if prev > 0 {
+        w - e
+    } else {
+        0
+    };
+    Settled {
+        state: State {
+            ws: s.ws,
+            cur,
+            prev,
+        },
+        ttl,
+        applied,
+    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,16 @@
 //! rounding up to whole tokens; a burst change keeps the deficit, so a
 //! larger bucket gains the extra tokens at once, as a fresh key would have
 //! them.
+//!
+//! # Settlements ([`super::settle`])
+//!
+//! ```text
+//! now = max(now, at);  s = effective(now)     -- d refilled to now
+//! (d', applied) = shift(d, delta, unit, 0, cap + slack)   -- tokens out (delta > 0) or back
+//! state = {d = d', ts = s.ts, u = unit};  ttl = ceil(d' / drain)
+//! ```
 
+use super::settle::{clamp_delta, shift, Settled};
 use super::{at_most, nonzero, Fluid, Micros, ParamError, Rate, Verdict, MAX_COUNT, MAX_DURATION};
 
 /// Validated parameters of a `token_bucket` limit.
@@ -144,6 +153,19 @@ pub fn check(p: &Params, state: &State, now: Micros, cost: u64) -> Verdict<State
         retry_after,
         state: State { d, ..s },
         ttl,
+    }
+}
+
+/// Apply a settlement of `delta` tokens at `now` to a request decided at
+/// `at` (module doc, "Settlements").
+pub fn settle(p: &Params, state: &State, at: Micros, now: Micros, delta: i64) -> Settled<State> {
+    let f = &p.fluid;
+    let s = effective(p, state, now.max(at));
+    let (d, applied) = shift(s.d, clamp_delta(delta), f.unit, 0, f.cap + f.slack);
+    Settled {
+        state: State { d, ..s },
+        ttl: f.time_to_drain(d),
+        applied,
     }
 }
 

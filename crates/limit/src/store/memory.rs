@@ -8,6 +8,11 @@
 //! `decide` runs under them. Entries carry
 //! their expiry; an expired entry reads as a fresh key, and a sweeper removes
 //! expired entries and gives the memory back.
+//!
+//! Settlements ([`crate::settle`]) are applied under the key's shard too,
+//! and remembered until their deadline in the shard's set of markers
+//! (locked after the entries'), so a replay changes nothing; the sweeper
+//! drops markers whose deadline has passed.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -15,6 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::algorithm::any::AlgoState;
 use crate::decide::{decide, Loaded};
 use crate::quota::Quota;
+use crate::settle::{SettleOutcome, Settlement};
 use crate::{Check, LockState, Micros, Outcome, StoreKey};
 
 /// How many shards the map is split into (at most 64: a request's shards
@@ -39,9 +45,38 @@ impl Entry {
 
 type Shard = HashMap<StoreKey, Entry>;
 
+/// Stores `state` as `key`'s limit state for `ttl` (0: none), removing the
+/// entry if nothing of it is left alive.
+fn put_algo(shard: &mut Shard, key: &StoreKey, state: AlgoState, ttl: Micros, now: Micros) {
+    let entry = shard.entry(*key).or_insert(Entry {
+        algo: None,
+        algo_exp: 0,
+        lock: None,
+    });
+    entry.algo = (ttl > 0).then_some(state);
+    entry.algo_exp = if ttl > 0 { now.saturating_add(ttl) } else { 0 };
+    if entry.is_dead(now) {
+        shard.remove(key);
+    }
+}
+
+/// A settlement applied: until when a replay may still come (its
+/// deadline), and the units it applied.
+#[derive(Debug, Clone, Copy)]
+struct Marker {
+    until: Micros,
+    units: i64,
+}
+
+/// One shard's applied settlements, by (key, settlement id).
+type Markers = HashMap<(StoreKey, u64), Marker>;
+
 /// The in-memory store.
 pub struct MemoryStore {
     shards: Vec<Mutex<Shard>>,
+    /// The settlements applied, by the shard of their key; each shard's
+    /// locked after its entries, never before.
+    settled: Vec<Mutex<Markers>>,
     /// Keys' own values ([`Quota`]), set through the admin API; they never
     /// expire. Locked after a decision's shards, never before.
     quotas: Mutex<HashMap<StoreKey, Quota>>,
@@ -101,6 +136,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            settled: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             quotas: Mutex::new(HashMap::new()),
         }
     }
@@ -143,20 +179,19 @@ impl MemoryStore {
                 continue;
             }
             let g = &mut guards[guard_of(&check.key)];
-            let entry = g.entry(check.key).or_insert(Entry {
-                algo: None,
-                algo_exp: 0,
-                lock: None,
-            });
-            if let Some((state, ttl)) = write.algo {
-                entry.algo = (ttl > 0).then_some(state);
-                entry.algo_exp = if ttl > 0 { now.saturating_add(ttl) } else { 0 };
-            }
             if let Some((lock, ttl)) = write.lock {
+                let entry = g.entry(check.key).or_insert(Entry {
+                    algo: None,
+                    algo_exp: 0,
+                    lock: None,
+                });
                 entry.lock = (ttl > 0).then(|| Box::new((lock, now.saturating_add(ttl))));
+                if write.algo.is_none() && entry.is_dead(now) {
+                    g.remove(&check.key);
+                }
             }
-            if entry.is_dead(now) {
-                g.remove(&check.key);
+            if let Some((state, ttl)) = write.algo {
+                put_algo(g, &check.key, state, ttl, now);
             }
         }
         outcomes
@@ -209,6 +244,43 @@ impl MemoryStore {
         let checks = per_key.as_deref().unwrap_or(checks);
         let loaded = load(checks, &guards, shards, now);
         decide(checks, &loaded, now).0
+    }
+
+    /// Apply `s` at `now` (the rules of [`crate::settle`]): once per
+    /// (key, id) until its deadline, under the key's own values if it
+    /// reads them, atomically with any decision on the key.
+    pub fn settle(&self, s: &Settlement, now: Micros) -> SettleOutcome {
+        if !s.params.settles() {
+            return SettleOutcome::Unsupported;
+        }
+        let until = s.deadline();
+        if now >= until {
+            return SettleOutcome::Expired;
+        }
+        let shard = shard_of(&s.key);
+        let mut g = self.lock(shard);
+        let mut markers = lock_map(&self.settled[shard]);
+        if let Some(m) = markers.get(&(s.key, s.id)).filter(|m| m.until > now) {
+            return SettleOutcome::Replayed { units: m.units };
+        }
+        let params = if s.quota {
+            s.params.under(lock_map(&self.quotas).get(&s.key))
+        } else {
+            s.params.clone()
+        };
+        let fresh = params.fresh();
+        let state = g
+            .get(&s.key)
+            .filter(|e| e.algo_exp > now)
+            .and_then(|e| e.algo.as_ref())
+            .unwrap_or(&fresh);
+        let Some(settled) = params.settle(state, s.at, now, s.delta) else {
+            return SettleOutcome::Unsupported;
+        };
+        put_algo(&mut g, &s.key, settled.state, settled.ttl, now);
+        let units = settled.applied;
+        markers.insert((s.key, s.id), Marker { until, units });
+        SettleOutcome::Applied { units }
     }
 
     /// Give back a `concurrency` lease.
@@ -282,7 +354,18 @@ impl MemoryStore {
             if g.capacity() > 64 && g.len() < g.capacity() / 4 {
                 g.shrink_to_fit();
             }
+            drop(g);
+            let mut m = lock_map(&self.settled[shard]);
+            m.retain(|_, m| m.until > now);
+            if m.capacity() > 64 && m.len() < m.capacity() / 4 {
+                m.shrink_to_fit();
+            }
         }
+    }
+
+    /// Settlement markers held (expired ones not yet swept included).
+    pub fn settled_len(&self) -> usize {
+        self.settled.iter().map(|m| lock_map(m).len()).sum()
     }
 
     /// Entries held (expired ones not yet swept included).

@@ -51,6 +51,7 @@ use self::breaker::{Admission, Breaker};
 use self::coalesce::{Arrival, Queue, Waiting};
 use self::connect::{Conn, Source, CONNECT_TIMEOUT};
 use crate::quota::Quota;
+use crate::settle::{SettleOutcome, Settlement};
 use crate::store::{StoreBackend, StoreTls};
 use crate::{AlgoState, Check, LockState, Micros, Outcome, StoreKey};
 
@@ -164,6 +165,15 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchKeys<'_, R> {
     }
 }
 
+/// The marker of settlement `id` on one (limit, client):
+/// `<prefix>:{<32 hex>}:c:<16 hex of id>`, the key's hash tag (so one
+/// script call touches it with the state), set while a replay of the
+/// settlement may still come ([`crate::settle`]). Hex, never a client
+/// value.
+pub fn settled_key(prefix: &str, key: &StoreKey, id: u64) -> String {
+    tagged(prefix, key, &format!("c:{id:016x}"))
+}
+
 /// The label key of one (limit, client): `<prefix>:{<32 hex>}:n`, holding
 /// `"<limit>\t<display key>"` while a lockout runs, so every instance's
 /// `GET /lockouts` can name the client. The display key is a value, never
@@ -209,6 +219,7 @@ struct Functions {
     lockouts: String,
     refund: String,
     probe: String,
+    settle: String,
     /// How many times a call found the library missing and loaded it.
     loads: AtomicU64,
     /// Held while loading: the calls that find the library missing at once
@@ -226,6 +237,7 @@ impl Functions {
             lockouts: library.function("lockouts"),
             refund: library.function("refund"),
             probe: library.function("probe"),
+            settle: library.function("settle"),
             library,
             loads: AtomicU64::new(0),
             loading: tokio::sync::Mutex::new(()),
@@ -664,6 +676,28 @@ impl RedisStore {
             )
             .await?;
         Ok(matches!(reply, Value::Int(1)))
+    }
+
+    /// Apply the settlement `s` at `now` (`lua/settle.lua`): one call to
+    /// the key's slot, never coalesced, with the state key, the
+    /// settlement's marker ([`settled_key`]) and, if it reads the key's
+    /// own values, the quota key. Sent again after an unknown outcome, it
+    /// finds its marker and changes nothing.
+    pub async fn settle(&self, s: &Settlement, now: Micros) -> Result<SettleOutcome, StoreError> {
+        let prefix = &self.inner.prefix;
+        let mut names = vec![
+            tagged(prefix, &s.key, "s"),
+            settled_key(prefix, &s.key, s.id),
+        ];
+        if s.quota {
+            names.push(tagged(prefix, &s.key, "q"));
+        }
+        let args = wire::SettleArgs {
+            settlement: s,
+            now: self.inner.local_clock.then_some(now),
+        };
+        let reply = self.call(|f| &f.settle, names.len(), names, args).await?;
+        Ok(wire::settled(&reply)?)
     }
 
     /// The stored state of `check`'s (limit, client), for the admin API:

@@ -49,14 +49,14 @@ use crate::store::redis::{self as store, lua, wire, RedisStore, StoreError};
 use crate::{AlgoParams, AlgoState, Check, LockParams, LockState, Status, StoreKey};
 
 /// 2023-11-14T00:00:00Z.
-const T0: Micros = 1_699_920_000 * SECOND;
+pub(super) const T0: Micros = 1_699_920_000 * SECOND;
 
 /// The tests that time the store against its deadline run alone (a write
 /// lock; every other test holds a read lock), so that a scheduler starved
 /// by the property suites and other servers does not fail them.
-static CPU: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+pub(super) static CPU: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-fn runner(cases: u32) -> TestRunner {
+pub(super) fn runner(cases: u32) -> TestRunner {
     TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -66,7 +66,7 @@ fn runner(cases: u32) -> TestRunner {
 
 /// The gateway's library (`lua::Library`) with the tests' own entry points
 /// beside its own: every test runs the very code the gateway loads.
-fn test_library() -> &'static lua::Library {
+pub(super) fn test_library() -> &'static lua::Library {
     static LIBRARY: std::sync::OnceLock<lua::Library> = std::sync::OnceLock::new();
     LIBRARY.get_or_init(|| {
         let mut entries = lua::ENTRIES.to_vec();
@@ -76,6 +76,7 @@ fn test_library() -> &'static lua::Library {
             ("lock_probe", LOCK_ENTRY),
             ("dispatch_probe", DISPATCH_PROBE),
             ("refund_probe", REFUND_PROBE),
+            ("settle_probe", SETTLE_PROBE),
         ]);
         lua::Library::with_entries(&entries)
     })
@@ -85,18 +86,18 @@ fn test_library() -> &'static lua::Library {
 /// (`f.key(k).arg(a).invoke(conn)`): `FCALL`, loading the library first
 /// into a server that does not have it.
 #[derive(Clone)]
-struct Function {
+pub(super) struct Function {
     name: String,
 }
 
 impl Function {
-    fn of(entry: &str) -> Function {
+    pub(super) fn of(entry: &str) -> Function {
         Function {
             name: test_library().function(entry),
         }
     }
 
-    fn prepare_invoke(&self) -> Invocation {
+    pub(super) fn prepare_invoke(&self) -> Invocation {
         Invocation {
             function: self.name.clone(),
             keys: Vec::new(),
@@ -104,31 +105,31 @@ impl Function {
         }
     }
 
-    fn key(&self, k: impl redis::ToRedisArgs) -> Invocation {
+    pub(super) fn key(&self, k: impl redis::ToRedisArgs) -> Invocation {
         let mut inv = self.prepare_invoke();
         inv.key(k);
         inv
     }
 }
 
-struct Invocation {
+pub(super) struct Invocation {
     function: String,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 }
 
 impl Invocation {
-    fn key(&mut self, k: impl redis::ToRedisArgs) -> &mut Invocation {
+    pub(super) fn key(&mut self, k: impl redis::ToRedisArgs) -> &mut Invocation {
         self.keys.extend(k.to_redis_args());
         self
     }
 
-    fn arg(&mut self, a: impl redis::ToRedisArgs) -> &mut Invocation {
+    pub(super) fn arg(&mut self, a: impl redis::ToRedisArgs) -> &mut Invocation {
         self.args.extend(a.to_redis_args());
         self
     }
 
-    fn invoke<T: redis::FromRedisValue>(
+    pub(super) fn invoke<T: redis::FromRedisValue>(
         &self,
         conn: &mut redis::Connection,
     ) -> redis::RedisResult<T> {
@@ -193,6 +194,24 @@ local function release_probe(KEYS, ARGV)
 end
 "#;
 
+/// The per-test entry that runs one algorithm's `settle` on its own.
+const SETTLE_PROBE: &str = r#"
+-- test entry: one algorithm's settle, alone.
+-- KEYS[1]: the state key. ARGV: algo, at, now, delta, params...
+-- Return: applied, ttl, then the key's PTTL right after the write.
+local function settle_probe(KEYS, ARGV)
+  local a = ALGO[ARGV[1]]
+  local at, now, delta = int(ARGV[2], 'at'), int(ARGV[3], 'now'), tonumber(ARGV[4])
+  local p1, p2, p3, p4 = ints(ARGV, 5, a.nparams, a.what)
+  local new, ttl, applied = a.settle(redis.call('MGET', KEYS[1])[1], at, now, delta,
+    p1, p2, p3, p4)
+  put(KEYS[1], new, ttl)
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('PERSIST', KEYS[1])
+  return {applied, ttl, pttl}
+end
+"#;
+
 /// The Redis-side figures of one check, in the Rust verdict's terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Figures {
@@ -207,7 +226,7 @@ struct Figures {
     ttl: Micros,
 }
 
-fn ints(v: &Value) -> Vec<i64> {
+pub(super) fn ints(v: &Value) -> Vec<i64> {
     match v {
         Value::Array(items) => items
             .iter()
@@ -253,7 +272,7 @@ const PEXPIRE_RACE: Micros = 10_000;
 /// Checks the PTTL a key has right after a write with TTL `ttl`: deleted
 /// when `ttl` is 0, else at most `max_pttl(ttl)`. Returns whether the key
 /// is there.
-fn ttl_checked(pttl: i64, ttl: Micros) -> Result<bool, String> {
+pub(super) fn ttl_checked(pttl: i64, ttl: Micros) -> Result<bool, String> {
     match (ttl, pttl) {
         (0, -2) => Ok(false),
         (0, p) => Err(format!("a state with ttl 0 must be deleted, has pttl {p}")),
@@ -263,7 +282,7 @@ fn ttl_checked(pttl: i64, ttl: Micros) -> Result<bool, String> {
     }
 }
 
-fn fail(step: usize, e: String) -> TestCaseError {
+pub(super) fn fail(step: usize, e: String) -> TestCaseError {
     TestCaseError::fail(format!("step {step}: {e}"))
 }
 
@@ -285,7 +304,11 @@ fn packed(raw: &[u8], tag: u64, fields: usize) -> Vec<u64> {
 }
 
 /// The state stored under `key`, read with plain Redis commands.
-fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Option<AlgoState> {
+pub(super) fn raw_state(
+    conn: &mut redis::Connection,
+    key: &str,
+    params: &AlgoParams,
+) -> Option<AlgoState> {
     let kind: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
     if kind == "none" {
         return None;
@@ -367,7 +390,7 @@ fn raw_state(conn: &mut redis::Connection, key: &str, params: &AlgoParams) -> Op
 }
 
 /// Leases in a canonical order (a set in Redis, a Vec in Rust).
-fn canonical(s: Option<AlgoState>) -> Option<AlgoState> {
+pub(super) fn canonical(s: Option<AlgoState>) -> Option<AlgoState> {
     match s {
         Some(AlgoState::Concurrency(mut c)) => {
             c.leases.sort_by_key(|l| l.id);
@@ -382,7 +405,7 @@ fn canonical(s: Option<AlgoState>) -> Option<AlgoState> {
 const GRID: u64 = 100;
 
 /// A duration in `1..max`, on the [`GRID`] half of the time.
-fn dur(max: u64) -> impl Strategy<Value = u64> + Clone {
+pub(super) fn dur(max: u64) -> impl Strategy<Value = u64> + Clone {
     prop_oneof![1..max, (1..max / GRID).prop_map(|k| k * GRID)]
 }
 
@@ -421,7 +444,6 @@ fn conformance(
     start: Micros,
     trace: &[Step],
 ) -> Result<(), TestCaseError> {
-    let check = Function::of("algo_probe");
     let release = Function::of("release_probe");
     let key = "t:{00000000000000000000000000000000}:s";
     redis::cmd("FLUSHALL").query::<()>(conn).unwrap();
@@ -448,40 +470,56 @@ fn conformance(
             let kept = ttl_checked(r[1], rel.ttl).map_err(|e| fail(i, e))?;
             model = kept.then_some(AlgoState::Concurrency(rel.state));
         } else {
-            let mut inv = check.key(key);
-            inv.arg(wire::wire_name(p)).arg(now).arg(cost).arg(lease);
-            for v in wire::algo_params(p) {
-                inv.arg(v);
-            }
-            let r = ints(&inv.invoke::<Value>(conn).unwrap());
-            let fresh = p.fresh();
-            let v = p.check(model.as_ref().unwrap_or(&fresh), now, cost, lease);
-            let want = Figures {
-                allowed: v.allowed,
-                delay: v.delay,
-                limit: v.limit,
-                window: v.window,
-                remaining: v.remaining,
-                reset_after: v.reset_after,
-                grows_after: v.grows_after,
-                retry_after: v.retry_after,
-                ttl: v.ttl,
-            };
-            prop_assert_eq!(
-                figures(&r),
-                want,
-                "step {} at now {} cost {}",
-                i,
-                now - start,
-                cost
-            );
-            if v.allowed {
-                let kept = ttl_checked(r[9], v.ttl).map_err(|e| fail(i, e))?;
-                model = kept.then_some(v.state);
-            }
+            check_step(conn, key, p, (i, now, start), (cost, lease), &mut model)?;
         }
         let stored = canonical(raw_state(conn, key, params[0]));
         prop_assert_eq!(stored, canonical(model.clone()), "step {}: stored state", i);
+    }
+    Ok(())
+}
+
+/// Step `i` of a trace started at `start`: a request of `cost` (and
+/// `lease`) at `now` under `p`, through the algorithm's Lua file on `key`
+/// and through the Rust algorithm on `model`, which must agree; `model`
+/// becomes what is stored.
+pub(super) fn check_step(
+    conn: &mut redis::Connection,
+    key: &str,
+    p: &AlgoParams,
+    (i, now, start): (usize, Micros, Micros),
+    (cost, lease): (u64, u64),
+    model: &mut Option<AlgoState>,
+) -> Result<(), TestCaseError> {
+    let mut inv = Function::of("algo_probe").key(key);
+    inv.arg(wire::wire_name(p)).arg(now).arg(cost).arg(lease);
+    for v in wire::algo_params(p) {
+        inv.arg(v);
+    }
+    let r = ints(&inv.invoke::<Value>(conn).unwrap());
+    let fresh = p.fresh();
+    let v = p.check(model.as_ref().unwrap_or(&fresh), now, cost, lease);
+    let want = Figures {
+        allowed: v.allowed,
+        delay: v.delay,
+        limit: v.limit,
+        window: v.window,
+        remaining: v.remaining,
+        reset_after: v.reset_after,
+        grows_after: v.grows_after,
+        retry_after: v.retry_after,
+        ttl: v.ttl,
+    };
+    prop_assert_eq!(
+        figures(&r),
+        want,
+        "step {} at now {} cost {}",
+        i,
+        now - start,
+        cost
+    );
+    if v.allowed {
+        let kept = ttl_checked(r[9], v.ttl).map_err(|e| fail(i, e))?;
+        *model = kept.then_some(v.state);
     }
     Ok(())
 }
@@ -503,69 +541,8 @@ fn algorithm_suite<S>(
         .unwrap();
 }
 
-fn rate(count: u64, period: u64) -> Rate {
+pub(super) fn rate(count: u64, period: u64) -> Rate {
     Rate::new(count, period).unwrap()
-}
-
-#[test]
-fn fixed_window_matches_rust() {
-    let _busy = CPU.blocking_read();
-    let window = prop_oneof![
-        4 => (dur(5_000)).prop_map(Window::Fixed),
-        1 => Just(Window::Month),
-    ];
-    let one = (1u64..20, window)
-        .prop_map(|(l, w)| AlgoParams::FixedWindow(fixed_window::Params::new(l, w).unwrap()));
-    // Around a month boundary (a leap February into March), so calendar
-    // windows roll over too.
-    let march = days_from_civil(2024, 3, 1) * DAY;
-    algorithm_suite(
-        (one.clone(), one),
-        (0u64..100_000).prop_map(move |o| march - o),
-        steps(3_000, 8, false),
-    );
-}
-
-#[test]
-fn calendar_window_matches_rust() {
-    let _busy = CPU.blocking_read();
-    // Periods of unequal lengths (as calendar months and DST days are),
-    // the trace starting before the period, crossing into the next, and
-    // now and then past it.
-    let base = days_from_civil(2026, 3, 29) * DAY;
-    let one = (1u64..20, 1u64..4_000, 1u64..4_000).prop_map(move |(l, a, b)| {
-        let window = Window::Calendar {
-            start: base,
-            end: base + a,
-            next: base + a + b,
-        };
-        AlgoParams::FixedWindow(fixed_window::Params::new(l, window).unwrap())
-    });
-    algorithm_suite(
-        (one.clone(), one),
-        (0u64..2_000).prop_map(move |o| base + o),
-        steps(2_000, 8, false),
-    );
-}
-
-#[test]
-fn sliding_window_matches_rust() {
-    let _busy = CPU.blocking_read();
-    let one = (1u64..20, dur(50_000))
-        .prop_map(|(l, w)| AlgoParams::SlidingWindow(sliding_window::Params::new(l, w).unwrap()));
-    algorithm_suite(
-        (one.clone(), one),
-        0..50_000u64,
-        steps(20_000, 8, false).prop_map(|s| s),
-    )
-}
-
-#[test]
-fn sliding_log_matches_rust() {
-    let _busy = CPU.blocking_read();
-    let one = (1u64..20, dur(5_000))
-        .prop_map(|(l, w)| AlgoParams::SlidingLog(sliding_log::Params::new(l, w).unwrap()));
-    algorithm_suite((one.clone(), one), Just(T0), steps(1_500, 8, false))
 }
 
 fn bucket_params() -> impl Strategy<Value = (Rate, u64, Micros)> + Clone {
@@ -578,52 +555,142 @@ fn bucket_params() -> impl Strategy<Value = (Rate, u64, Micros)> + Clone {
         .prop_map(|(c, p, b, d)| (rate(c, p), b, d))
 }
 
+/// The trace suites' setting for the algorithm `name` (`calendar_window`
+/// is fixed_window over calendar periods): random params, the trace's
+/// start, and the longest gap between its steps.
+///
+/// Fixed windows start around a month boundary (a leap February into
+/// March), so calendar months roll over too; calendar periods are of
+/// unequal lengths (as months and DST days are), the trace starting
+/// before the period, crossing into the next, and now and then past it.
+pub(super) fn trace_setting(name: &str) -> (BoxedStrategy<AlgoParams>, BoxedStrategy<Micros>, i64) {
+    let bucket = bucket_params();
+    let t0 = Just(T0).boxed();
+    match name {
+        "fixed_window" => {
+            let window = prop_oneof![
+                4 => (dur(5_000)).prop_map(Window::Fixed),
+                1 => Just(Window::Month),
+            ];
+            let one = (1u64..20, window).prop_map(|(l, w)| {
+                AlgoParams::FixedWindow(fixed_window::Params::new(l, w).unwrap())
+            });
+            let march = days_from_civil(2024, 3, 1) * DAY;
+            let start = (0u64..100_000).prop_map(move |o| march - o);
+            (one.boxed(), start.boxed(), 3_000)
+        }
+        "calendar_window" => {
+            let base = days_from_civil(2026, 3, 29) * DAY;
+            let one = (1u64..20, 1u64..4_000, 1u64..4_000).prop_map(move |(l, a, b)| {
+                let window = Window::Calendar {
+                    start: base,
+                    end: base + a,
+                    next: base + a + b,
+                };
+                AlgoParams::FixedWindow(fixed_window::Params::new(l, window).unwrap())
+            });
+            let start = (0u64..2_000).prop_map(move |o| base + o);
+            (one.boxed(), start.boxed(), 2_000)
+        }
+        "sliding_window" => {
+            let one = (1u64..20, dur(50_000)).prop_map(|(l, w)| {
+                AlgoParams::SlidingWindow(sliding_window::Params::new(l, w).unwrap())
+            });
+            (one.boxed(), (0..50_000u64).boxed(), 20_000)
+        }
+        "sliding_log" => {
+            let one = (1u64..20, dur(5_000))
+                .prop_map(|(l, w)| AlgoParams::SlidingLog(sliding_log::Params::new(l, w).unwrap()));
+            (one.boxed(), t0, 1_500)
+        }
+        "token_bucket" => {
+            let one = bucket.prop_filter_map("exact params", |(r, b, d)| {
+                token_bucket::Params::new(r, b, d)
+                    .ok()
+                    .map(AlgoParams::TokenBucket)
+            });
+            (one.boxed(), t0, 1_000)
+        }
+        "leaky_bucket" => {
+            let one = bucket.prop_filter_map("exact params", |(r, b, d)| {
+                leaky_bucket::Params::new(r, b, d)
+                    .ok()
+                    .map(AlgoParams::LeakyBucket)
+            });
+            (one.boxed(), t0, 1_000)
+        }
+        "gcra" => {
+            let one = (
+                1u64..5,
+                1u64..2_000,
+                1u64..20,
+                prop_oneof![Just(0u64), dur(3_000)],
+            )
+                .prop_filter_map("exact params", |(c, interval, b, d)| {
+                    gcra::Params::new(rate(c, c * interval), b, d)
+                        .ok()
+                        .map(AlgoParams::Gcra)
+                });
+            (one.boxed(), t0, 1_000)
+        }
+        "concurrency" => {
+            let one = (1u64..6, dur(3_000)).prop_map(|(l, lease)| {
+                AlgoParams::Concurrency(concurrency::Params::new(l, lease).unwrap())
+            });
+            (one.boxed(), t0, 500)
+        }
+        other => panic!("no trace setting for {other}"),
+    }
+}
+
+/// [`algorithm_suite`] over [`trace_setting`]`(name)`, costs up to 8 (1
+/// and releases for concurrency).
+fn matches_rust(name: &str) {
+    let _busy = CPU.blocking_read();
+    let (one, start, gap) = trace_setting(name);
+    let lease = name == "concurrency";
+    let cost = if lease { 1 } else { 8 };
+    algorithm_suite((one.clone(), one), start, steps(gap, cost, lease));
+}
+
+#[test]
+fn fixed_window_matches_rust() {
+    matches_rust("fixed_window");
+}
+
+#[test]
+fn calendar_window_matches_rust() {
+    matches_rust("calendar_window");
+}
+
+#[test]
+fn sliding_window_matches_rust() {
+    matches_rust("sliding_window");
+}
+
+#[test]
+fn sliding_log_matches_rust() {
+    matches_rust("sliding_log");
+}
+
 #[test]
 fn token_bucket_matches_rust() {
-    let _busy = CPU.blocking_read();
-    let one = bucket_params().prop_filter_map("exact params", |(r, b, d)| {
-        token_bucket::Params::new(r, b, d)
-            .ok()
-            .map(AlgoParams::TokenBucket)
-    });
-    algorithm_suite((one.clone(), one), Just(T0), steps(1_000, 8, false))
+    matches_rust("token_bucket");
 }
 
 #[test]
 fn gcra_matches_rust() {
-    let _busy = CPU.blocking_read();
-    let one = (
-        1u64..5,
-        1u64..2_000,
-        1u64..20,
-        prop_oneof![Just(0u64), dur(3_000)],
-    )
-        .prop_filter_map("exact params", |(c, interval, b, d)| {
-            gcra::Params::new(rate(c, c * interval), b, d)
-                .ok()
-                .map(AlgoParams::Gcra)
-        });
-    algorithm_suite((one.clone(), one), Just(T0), steps(1_000, 8, false))
+    matches_rust("gcra");
 }
 
 #[test]
 fn leaky_bucket_matches_rust() {
-    let _busy = CPU.blocking_read();
-    let one = bucket_params().prop_filter_map("exact params", |(r, b, d)| {
-        leaky_bucket::Params::new(r, b, d)
-            .ok()
-            .map(AlgoParams::LeakyBucket)
-    });
-    algorithm_suite((one.clone(), one), Just(T0), steps(1_000, 8, false))
+    matches_rust("leaky_bucket");
 }
 
 #[test]
 fn concurrency_matches_rust() {
-    let _busy = CPU.blocking_read();
-    let one = (1u64..6, dur(3_000)).prop_map(|(l, lease)| {
-        AlgoParams::Concurrency(concurrency::Params::new(l, lease).unwrap())
-    });
-    algorithm_suite((one.clone(), one), Just(T0), steps(500, 1, true))
+    matches_rust("concurrency");
 }
 
 /// The per-test entry that runs `lockout.lua` on its own: one strike.
@@ -868,7 +935,7 @@ fn another_algorithms_state_counts_as_fresh() {
 }
 
 /// A check with the key `[limit, client, 0, ...]`.
-fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
+pub(super) fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Check {
     let mut key = [0u8; 16];
     key[0] = limit;
     key[1] = client;
@@ -1647,7 +1714,7 @@ fn take(
 }
 
 /// The state stored for `c` under the prefix `t`.
-fn state_of(conn: &mut redis::Connection, c: &Check) -> Option<AlgoState> {
+pub(super) fn state_of(conn: &mut redis::Connection, c: &Check) -> Option<AlgoState> {
     canonical(raw_state(conn, &store::keys("t", &c.key).0, &c.params))
 }
 
@@ -2173,13 +2240,13 @@ fn one_refund_call_gives_back_every_check_it_names() {
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 
-fn fixed(limit: u64, window: Micros) -> AlgoParams {
+pub(super) fn fixed(limit: u64, window: Micros) -> AlgoParams {
     AlgoParams::FixedWindow(fixed_window::Params::new(limit, Window::Fixed(window)).unwrap())
 }
 
 /// A store with the test clock and a generous deadline (the functional
 /// tests run beside CPU-heavy ones).
-fn local_store(server: &RedisServer) -> RedisStore {
+pub(super) fn local_store(server: &RedisServer) -> RedisStore {
     RedisStore::new(&server.url(), "tg", Duration::from_secs(2), true).unwrap()
 }
 

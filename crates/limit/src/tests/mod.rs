@@ -1,4 +1,6 @@
 //! Tests that need the crate's internals and real `redis-server`s: the Lua
-//! scripts against the Rust maths, and the Redis store around them.
+//! scripts against the Rust maths, and the Redis store around them
+//! ([`lua`]); settlements on both stores ([`settle`]).
 
 mod lua;
+mod settle;

@@ -234,6 +234,7 @@ fn not_decided(_c: &Check) -> Outcome {
         reset: 0,
         grows_after: 0,
         retry_after: 0,
+        at: 0,
     }
 }
 

@@ -178,6 +178,7 @@ mod tests {
             reset: 1,
             grows_after: 1,
             retry_after: 0,
+            at: 0,
         }
     }
 

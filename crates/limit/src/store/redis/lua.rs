@@ -42,17 +42,21 @@ pub const LOCKOUTS: &str = lua_file!("lockouts");
 pub const REFUND: &str = lua_file!("refund");
 /// Entry: the decision a request would get now, writing nothing.
 pub const PROBE: &str = lua_file!("probe");
+/// Entry: apply a cost limit's settlement, once.
+pub const SETTLE: &str = lua_file!("settle");
 
 /// The gateway's entry points, `(name, source)`: each file defines
-/// `local function <name>(KEYS, ARGV)`. `refund` uses `dispatch`'s spec
-/// parser and `probe` its `check_one`, so they come after it.
-pub const ENTRIES: [(&str, &str); 6] = [
+/// `local function <name>(KEYS, ARGV)`. `refund` and `settle` use
+/// `dispatch`'s spec parser and `probe` its `check_one`, so they come
+/// after it.
+pub const ENTRIES: [(&str, &str); 7] = [
     ("dispatch", DISPATCH),
     ("release", RELEASE),
     ("inspect", INSPECT),
     ("lockouts", LOCKOUTS),
     ("refund", REFUND),
     ("probe", PROBE),
+    ("settle", SETTLE),
 ];
 
 /// The entries registered with the `no-writes` flag: Redis refuses any

@@ -23,9 +23,11 @@
 
 use redis::{RedisWrite, ToRedisArgs, Value};
 
+use crate::algorithm::settle::clamp_delta;
 use crate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
 };
+use crate::settle::{SettleOutcome, Settlement};
 use crate::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Status, StoreKey};
 
 /// A reply the store cannot read (a script and the gateway out of step, or
@@ -216,6 +218,7 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
             reset: v[6],
             retry_after: v[7],
             grows_after: v[8],
+            at: now,
         });
     }
     Ok((out, now))
@@ -261,6 +264,57 @@ impl ToRedisArgs for RefundArgs<'_> {
                 out.write_arg(n.format(c.lease).as_bytes());
             }
         }
+    }
+}
+
+/// `settle.lua`'s `ARGV`: `at`, the clock, the check's spec (as dispatch
+/// sends it, cost 1), `delta` (signed, clamped to `±2^52`), and
+/// `settle_within`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SettleArgs<'a> {
+    /// The settlement.
+    pub settlement: &'a Settlement,
+    /// The gateway's clock, or `None` for Redis `TIME`.
+    pub now: Option<Micros>,
+}
+
+impl ToRedisArgs for SettleArgs<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let s = self.settlement;
+        let mut n = itoa::Buffer::new();
+        out.write_arg(n.format(s.at).as_bytes());
+        match self.now {
+            Some(now) => out.write_arg(n.format(now).as_bytes()),
+            None => out.write_arg(b""),
+        }
+        // Writing to the command's buffer cannot fail.
+        let _ = write_spec(&s.as_check(), &mut out.writer_for_next_arg());
+        out.write_arg(n.format(clamp_delta(s.delta)).as_bytes());
+        out.write_arg(n.format(s.settle_within).as_bytes());
+    }
+}
+
+/// `settle.lua`'s reply: `{code, units}`, code 1 applied, 2 replayed, 3
+/// expired.
+pub(crate) fn settled(reply: &Value) -> Result<SettleOutcome, ReplyError> {
+    let items = array(reply)?;
+    let [code, units] = items else {
+        return Err(ReplyError(format!(
+            "settle: {} values, expected 2",
+            items.len()
+        )));
+    };
+    let Value::Int(units) = *units else {
+        return Err(ReplyError(format!("settle: units {units:?}")));
+    };
+    match int(code)? {
+        1 => Ok(SettleOutcome::Applied { units }),
+        2 => Ok(SettleOutcome::Replayed { units }),
+        3 => Ok(SettleOutcome::Expired),
+        c => Err(ReplyError(format!("settle: unknown outcome {c}"))),
     }
 }
 

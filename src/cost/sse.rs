@@ -1,0 +1,283 @@
+//! A streaming reader of Server-Sent Events (the WHATWG `text/event-stream`
+//! format) that streams each event's `data` into a [`JsonScan`] and says
+//! where each event ends, without holding any of the stream.
+//!
+//! Lines end with CRLF, LF or CR; a blank line ends an event; a line
+//! starting with `:` is a comment; an event's `data` lines are joined with
+//! LF (so JSON split over several `data:` lines reads as one document);
+//! other fields (`event`, `id`, `retry`) are skipped: the APIs read here
+//! repeat the event's type inside its data.
+
+use super::json_scan::{JsonScan, Path};
+
+/// The longest field name compared (`data`); longer names are skipped.
+const NAME_LIMIT: usize = 4;
+
+/// Where the reader is within a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// At the start of a line.
+    Start,
+    /// Reading the field name.
+    Name,
+    /// Just after the colon: one space is skipped.
+    Colon,
+    /// Reading the value (streamed to the scanner when `data`).
+    Value,
+}
+
+/// What one [`SseEvents::feed`] call read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fed {
+    /// Bytes of the input read (always at least one of a non-empty input).
+    pub(crate) consumed: usize,
+    /// Of those, how many at the start finished the previous event's last
+    /// line ending (the LF of a CRLF whose CR ended that event): 0 or 1.
+    pub(crate) lead: usize,
+    /// An event ended with the last byte read: its data's captures are in
+    /// [`SseEvents::scan`] until the next call.
+    pub(crate) ended: bool,
+}
+
+/// The reader; see the module doc.
+#[derive(Debug)]
+pub(crate) struct SseEvents {
+    line: Line,
+    name: [u8; NAME_LIMIT],
+    name_len: usize,
+    /// The name fits in `name` (else it is no field read here).
+    name_ok: bool,
+    /// The last byte was a CR ending a line (a following LF is its pair).
+    after_cr: bool,
+    /// That CR ended an event.
+    cr_ended_event: bool,
+    /// `data` lines of the current event so far.
+    data_lines: u32,
+    /// The current event's data, scanned.
+    scan: JsonScan,
+    /// The previous call ended an event: start a new one first.
+    ended: bool,
+}
+
+impl SseEvents {
+    /// A reader capturing `paths` of each event's data.
+    pub(crate) fn new(paths: &'static [Path]) -> SseEvents {
+        SseEvents {
+            line: Line::Start,
+            name: [0; NAME_LIMIT],
+            name_len: 0,
+            name_ok: true,
+            after_cr: false,
+            cr_ended_event: false,
+            data_lines: 0,
+            scan: JsonScan::new(paths),
+            ended: false,
+        }
+    }
+
+    /// The scanned data of the current event (or of the one just ended).
+    pub(crate) fn scan(&self) -> &JsonScan {
+        &self.scan
+    }
+
+    /// Whether an event with data has started and not ended: at the end
+    /// of the stream, the event a closing blank line never ended.
+    pub(crate) fn unterminated(&self) -> bool {
+        !self.ended && self.data_lines > 0
+    }
+
+    /// Bytes of the stream held: the scanner's buffers.
+    pub(crate) fn buffered(&self) -> usize {
+        self.scan.buffered()
+    }
+
+    /// Reads `input` up to the end of the next event, or all of it.
+    pub(crate) fn feed(&mut self, input: &[u8]) -> Fed {
+        if self.ended {
+            self.ended = false;
+            self.data_lines = 0;
+            self.scan.reset();
+        }
+        let mut i = 0;
+        let mut lead = 0;
+        if self.after_cr && self.cr_ended_event && input.first() == Some(&b'\n') {
+            self.after_cr = false;
+            i = 1;
+            lead = 1;
+        }
+        while i < input.len() {
+            let b = input[i];
+            if self.after_cr {
+                self.after_cr = false;
+                if b == b'\n' {
+                    i += 1;
+                    continue;
+                }
+            }
+            if b == b'\r' || b == b'\n' {
+                i += 1;
+                self.after_cr = b == b'\r';
+                let blank = self.line_ends();
+                self.cr_ended_event = blank && self.after_cr;
+                if blank {
+                    if self.after_cr && input.get(i) == Some(&b'\n') {
+                        self.after_cr = false;
+                        i += 1;
+                    }
+                    self.ended = true;
+                    return Fed {
+                        consumed: i,
+                        lead,
+                        ended: true,
+                    };
+                }
+                continue;
+            }
+            i += self.within_line(&input[i..]);
+        }
+        Fed {
+            consumed: i,
+            lead,
+            ended: false,
+        }
+    }
+
+    /// Reads bytes of a line up to (not including) its end; returns how
+    /// many (at least one).
+    fn within_line(&mut self, rest: &[u8]) -> usize {
+        let b = rest[0];
+        match self.line {
+            Line::Start | Line::Name if b == b':' => {
+                self.line = Line::Colon;
+                1
+            }
+            Line::Start | Line::Name => {
+                self.line = Line::Name;
+                if self.name_len < NAME_LIMIT {
+                    self.name[self.name_len] = b;
+                    self.name_len += 1;
+                } else {
+                    self.name_ok = false;
+                }
+                1
+            }
+            Line::Colon => {
+                self.line = Line::Value;
+                self.data_starts();
+                if b == b' ' {
+                    1
+                } else {
+                    self.value(rest)
+                }
+            }
+            Line::Value => self.value(rest),
+        }
+    }
+
+    /// The value's bytes up to the line's end, streamed when `data`.
+    fn value(&mut self, rest: &[u8]) -> usize {
+        let n = rest
+            .iter()
+            .position(|&c| c == b'\r' || c == b'\n')
+            .unwrap_or(rest.len());
+        if self.is_data() {
+            self.scan.feed(&rest[..n]);
+        }
+        n
+    }
+
+    fn is_data(&self) -> bool {
+        self.name_ok && &self.name[..self.name_len] == b"data"
+    }
+
+    /// A `data` value starts: later lines are joined with LF.
+    fn data_starts(&mut self) {
+        if self.is_data() {
+            if self.data_lines > 0 {
+                self.scan.feed(b"\n");
+            }
+            self.data_lines += 1;
+        }
+    }
+
+    /// A line ended; returns whether it was blank (the event ends).
+    fn line_ends(&mut self) -> bool {
+        match self.line {
+            Line::Start => return true,
+            // A field without a colon: `data` alone is an empty data line.
+            Line::Name => self.data_starts(),
+            Line::Colon | Line::Value => {}
+        }
+        self.line = Line::Start;
+        self.name_len = 0;
+        self.name_ok = true;
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PATHS: &[Path] = &[&["n"]];
+
+    /// Every event's captured `n` (as text, `-` when none), feeding `input`
+    /// in pieces cut at `cuts`.
+    fn events(input: &[u8], cuts: &[usize]) -> Vec<String> {
+        let mut sse = SseEvents::new(PATHS);
+        let mut out = Vec::new();
+        let mut bounds = vec![0];
+        bounds.extend(cuts.iter().copied());
+        bounds.push(input.len());
+        for w in bounds.windows(2) {
+            let mut piece = &input[w[0]..w[1]];
+            while !piece.is_empty() {
+                let fed = sse.feed(piece);
+                assert!(fed.consumed > 0);
+                if fed.ended {
+                    out.push(
+                        sse.scan()
+                            .value(0)
+                            .map(|v| String::from_utf8(v.to_vec()).unwrap())
+                            .unwrap_or_else(|| "-".into()),
+                    );
+                }
+                piece = &piece[fed.consumed..];
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn line_endings_comments_fields_and_multi_line_data() {
+        let input = b": comment\r\nevent: x\r\ndata: {\"n\":1}\r\n\r\n\
+            data:{\"n\"\ndata: :2}\n\n\
+            id: 7\rdata: {\"n\":3}\r\r\
+            data\ndata: {\"n\":4}\n\n\
+            datax: {\"n\":5}\n\n\
+            data: {\"n\":\"a\ndata: b\"}\n\n";
+        let want = ["1", "2", "3", "4", "-", "\"a\nb\""];
+        assert_eq!(events(input, &[]), want);
+        for cut in 0..input.len() {
+            assert_eq!(events(input, &[cut]), want, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn the_lf_of_a_crlf_ending_an_event_is_reported_as_its_tail() {
+        let mut sse = SseEvents::new(PATHS);
+        let fed = sse.feed(b"data: {\"n\":1}\r\n\r");
+        assert_eq!((fed.consumed, fed.lead, fed.ended), (16, 0, true));
+        let fed = sse.feed(b"\ndata: x");
+        assert_eq!((fed.consumed, fed.lead, fed.ended), (8, 1, false));
+        assert!(sse.unterminated());
+        // A CRLF inside an event is not a tail.
+        let mut sse = SseEvents::new(PATHS);
+        sse.feed(b"data: 1\r");
+        assert_eq!(sse.feed(b"\n").lead, 0);
+        // A CRLF in one piece is consumed with the event.
+        let mut sse = SseEvents::new(PATHS);
+        let fed = sse.feed(b"data: 1\r\n\r\ndata");
+        assert_eq!((fed.consumed, fed.ended), (11, true));
+    }
+}

@@ -1,0 +1,266 @@
+//! Cost limits (docs/configuration/cost.md), through the real binary and a
+//! mock LLM upstream (tests/common/llm.rs): an estimate charged at
+//! admission, atomically with the route's other limits, and settled from
+//! the response's usage once it ends; exact under concurrency on the
+//! memory store, Redis and a Redis Cluster.
+
+mod common;
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use http::Method;
+use serde_json::Value;
+
+use common::client::{self, Resp};
+use common::cluster::RedisCluster;
+use common::llm::MockLlm;
+use common::redis::RedisServer;
+use common::{config, config_with_store, eventually, Gateway};
+
+/// A streaming chat request of exactly 100 bytes asking for 50 output
+/// tokens: with `bytes_per_token: 1`, an estimate of 150.
+fn body_100() -> String {
+    let head =
+        r#"{"model":"m","stream":true,"max_tokens":50,"messages":[{"role":"user","content":""#;
+    let tail = r#""}]}"#;
+    let pad = 100 - head.len() - tail.len();
+    let body = format!("{head}{}{tail}", "x".repeat(pad));
+    assert_eq!(body.len(), 100);
+    body
+}
+
+/// The route `/v1/` to `llm` with a 10,000-token hourly budget per
+/// `x-tenant`, `extra` lines under its `cost:`, and a requests limit
+/// (1,000 a minute) and a concurrency limit beside it.
+fn budget(llm: &MockLlm, cost_extra: &str) -> String {
+    format!(
+        r#"
+upstreams:
+  llm: {{ targets: ["{}"] }}
+limits:
+  tokens:
+    algorithm: fixed_window
+    limit: 10000
+    window: 1h
+    key: "header:x-tenant"
+    cost:
+      reserve: llm
+      settle: llm_usage
+      llm: {{ api: openai, bytes_per_token: 1, stream_usage: force }}
+{cost_extra}
+  requests: {{ algorithm: fixed_window, limit: 1000, window: 1m, key: "header:x-tenant" }}
+  in_flight: {{ algorithm: concurrency, limit: 1000, key: "header:x-tenant" }}
+routes:
+  - {{ name: llm, match: {{ path: /v1/ }}, upstream: llm, limits: [tokens, requests, in_flight] }}
+"#,
+        llm.url()
+    )
+}
+
+/// A chat request of `tenant` with mock headers.
+async fn chat(gw: &Gateway, tenant: &str, mock: &[(&str, &str)]) -> Resp {
+    let mut req = client::req(Method::POST, gw.addr(), "/v1/chat/completions")
+        .header("content-type", "application/json")
+        .header("x-tenant", tenant);
+    for (k, v) in mock {
+        req = req.header(*k, *v);
+    }
+    client::send(&client::h1(), req.body(client::full(body_100())).unwrap()).await
+}
+
+/// `GET /limits/{limit}/{key}`'s remaining figure.
+async fn remaining(gw: &Gateway, limit: &str, key: &str) -> u64 {
+    gw.admin_get(&format!("/limits/{limit}/{key}")).await.json()["remaining"]
+        .as_u64()
+        .unwrap()
+}
+
+/// 200 concurrent streams estimated at 150 each on a 10,000 budget,
+/// usage `usage` each: exactly 66 admitted; after the streams end the
+/// budget holds `usage` x 66; the route's other limits counted the
+/// admitted only.
+async fn exactly_66_of_200(gw: &Gateway, llm: &MockLlm, tenant: &str, usage: (&str, &str)) {
+    let mock = [
+        ("x-mock-input-tokens", usage.0),
+        ("x-mock-output-tokens", usage.1),
+        ("x-mock-hold", "1"),
+    ];
+    let held = join_all((0..200).map(|_| {
+        let gw = &*gw;
+        async move { chat(gw, tenant, &mock).await }
+    }));
+    // The admitted streams wait on the mock until released: all 200 are
+    // decided while the 66 are in flight.
+    let released = async {
+        let t0 = std::time::Instant::now();
+        while llm.open_streams() != 66 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "66 streams open: {} open, {} started, {} requests seen",
+                llm.open_streams(),
+                llm.started_streams(),
+                llm.count()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Every rejection has been answered by now or will be: give the
+        // stragglers a moment, then let the streams finish.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        llm.release();
+    };
+    let (answers, ()) = tokio::join!(held, released);
+    let ok = answers.iter().filter(|r| r.status == 200).count();
+    let rejected: Vec<&Resp> = answers.iter().filter(|r| r.status == 429).collect();
+    assert_eq!((ok, rejected.len()), (66, 134));
+    for r in &rejected {
+        assert_eq!(r.json()["limit"], "tokens", "{}", r.text());
+    }
+    let used = 66 * (usage.0.parse::<u64>().unwrap() + usage.1.parse::<u64>().unwrap());
+    let t0 = std::time::Instant::now();
+    loop {
+        let left = remaining(gw, "tokens", tenant).await;
+        if left == 10_000 - used {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the settlements: {left} left, expected {}",
+            10_000 - used
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The other limits took only the admitted requests.
+    assert_eq!(remaining(gw, "requests", tenant).await, 1000 - 66);
+}
+
+/// A gateway on `store` (memory when `None`) in front of a fresh mock.
+async fn gateway(store: Option<&str>, cost_extra: &str) -> (Gateway, MockLlm) {
+    let llm = MockLlm::start().await;
+    let text = budget(&llm, cost_extra);
+    let gw = match store {
+        Some(store) => Gateway::start(&config_with_store(store, &text)).await,
+        None => Gateway::start(&config(&text)).await,
+    };
+    (gw, llm)
+}
+
+async fn budget_is_exact(store: Option<&str>) {
+    // Usage 150 each: 9,900 used.
+    let (gw, llm) = gateway(store, "").await;
+    exactly_66_of_200(&gw, &llm, "acme", ("100", "50")).await;
+    // Usage 30 each: 1,980 used, and what was freed admits more (a mock
+    // of its own: the first one lets every stream run now).
+    let (gw, llm) = gateway(store, "").await;
+    exactly_66_of_200(&gw, &llm, "beta", ("10", "20")).await;
+    let mut later = 0;
+    for _ in 0..60 {
+        if chat(
+            &gw,
+            "beta",
+            &[
+                ("x-mock-input-tokens", "100"),
+                ("x-mock-output-tokens", "50"),
+            ],
+        )
+        .await
+        .status
+            == 200
+        {
+            later += 1;
+        }
+    }
+    // 8,020 left: 53 more at 150 each (settled as they end).
+    assert_eq!(later, 53);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_budget_is_exact_on_the_memory_store() {
+    budget_is_exact(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_budget_is_exact_on_redis() {
+    let redis = RedisServer::start();
+    budget_is_exact(Some(&format!(
+        "{{ backend: redis, url: \"{}\", prefix: cost, timeout: 5s, on_error: deny }}",
+        redis.url()
+    )))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_budget_is_exact_on_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let store = format!(
+        "{{ backend: redis_cluster, urls: {}, prefix: costc, timeout: 5s, on_error: deny }}",
+        cluster.seeds_yaml()
+    );
+    budget_is_exact(Some(&store)).await;
+}
+
+#[tokio::test]
+async fn upstream_errors_refund_and_missing_usage_keeps_the_estimate() {
+    let llm = MockLlm::start().await;
+    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    // 500 before any body: refunded.
+    let r = chat(&gw, "e1", &[("x-mock-status", "500")]).await;
+    assert_eq!(r.status, 500);
+    eventually(Duration::from_secs(5), "the refund", || async {
+        (remaining(&gw, "tokens", "e1").await == 10_000).then_some(())
+    })
+    .await;
+    // No usage in the stream: the estimate stays.
+    let r = chat(&gw, "e2", &[("x-mock-omit-usage", "1")]).await;
+    assert_eq!(r.status, 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(remaining(&gw, "tokens", "e2").await, 10_000 - 150);
+    let series = "tollgate_cost_settlements_total{limit=\"tokens\",outcome=\"missing_usage\"}";
+    assert_eq!(gw.metric(series).await, Some(1.0));
+}
+
+#[tokio::test]
+async fn an_estimate_above_the_budget_is_rejected_at_once() {
+    let llm = MockLlm::start().await;
+    let text = budget(&llm, "").replace("limit: 10000", "limit: 120");
+    let gw = Gateway::start(&config(&text)).await;
+    let r = chat(&gw, "big", &[]).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(llm.count(), 0);
+    assert_eq!(
+        remaining(&gw, "requests", "big").await,
+        1000,
+        "no burned units"
+    );
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_an_llm_request_is_400() {
+    let llm = MockLlm::start().await;
+    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    for body in ["[1,2]", "{\"messages\": []}", "not json"] {
+        let req = client::req(Method::POST, gw.addr(), "/v1/chat/completions")
+            .header("x-tenant", "t")
+            .body(client::full(body.to_owned()))
+            .unwrap();
+        let r = client::send(&client::h1(), req).await;
+        r.assert_error(400, "invalid_llm_request");
+    }
+    assert_eq!(llm.count(), 0);
+}
+
+#[tokio::test]
+async fn headers_show_the_budget_left_after_the_estimate_in_tokens() {
+    let llm = MockLlm::start().await;
+    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    let r = chat(&gw, "h", &[]).await;
+    assert_eq!(r.status, 200);
+    let policy = r.header("ratelimit-policy").unwrap();
+    assert!(
+        policy.contains("\"tokens\";q=10000;w=3600;tollgate-unit=\"tokens\""),
+        "{policy}"
+    );
+    let state = r.header("ratelimit").unwrap();
+    assert!(state.contains("\"tokens\";r=9850;"), "{state}");
+    let _: Value = Value::Null;
+}
