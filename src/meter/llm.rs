@@ -40,10 +40,7 @@ pub type Read = (Vec<Option<u64>>, Bytes, Seen);
 /// (by index; under its own `llm` settings), the body to forward (the
 /// first limit with an `llm` block decides the rewrites), and what the
 /// response's reading needs. `None` when no limit has an `llm` block.
-pub fn read(
-    limits: &[Arc<Policy>],
-    body: &Bytes,
-) -> Result<Option<Read>, GatewayError> {
+pub fn read(limits: &[Arc<Policy>], body: &Bytes) -> Result<Option<Read>, GatewayError> {
     let Some(first) = limits.iter().find_map(|p| with_llm(p).map(|(_, l)| l)) else {
         return Ok(None);
     };
