@@ -394,7 +394,7 @@ proptest! {
         max in proptest::option::of(0u64..5000),
         options in proptest::option::of(Just(r#"{"include_obfuscation":true}"#)),
     ) {
-        let reserved = ["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens"];
+        let reserved = ["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens", "n"];
         let mut parts = vec![r#""model":"m""#.to_string(), r#""messages":[]"#.to_string(), r#""stream":true"#.to_string()];
         let mut seen = std::collections::BTreeSet::new();
         for (k, v) in &members {
