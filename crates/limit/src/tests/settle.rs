@@ -528,3 +528,90 @@ async fn settle_retrying_through_a_stalled_redis_applies_it_once() {
     assert_eq!(done.units(), -120, "{done:?}");
     assert_eq!(used(&l, &c).await, 30);
 }
+
+/// A refund may let in what a cached rejection turned away: the
+/// settlement drops the key from the deny cache. And a cached rejection
+/// answers only requests of its own cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_drops_the_keys_cached_rejection() {
+    on_both_stores(async |l, _clock, name| {
+        let c = budget(10);
+        let big = Check {
+            cost: 9_900,
+            ..c.clone()
+        };
+        let f = admit(&l, &big).await;
+        // 100 left: the estimate of 150 is turned away, then by the cache.
+        assert!(matches!(
+            l.decide(vec![c.clone()]).await,
+            Decision::Reject { .. }
+        ));
+        assert!(
+            l.cached(std::slice::from_ref(&c)).is_some(),
+            "{name}: cached"
+        );
+        let small = Check {
+            cost: 100,
+            ..c.clone()
+        };
+        assert!(l.cached(&[small]).is_none(), "{name}: another cost");
+        // The big request used 9,000: 1,000 left, and the cache knows.
+        let refund = f.settlement(&big, -900, 1, WITHIN).unwrap();
+        l.settle(refund).await.unwrap();
+        assert!(l.cached(std::slice::from_ref(&c)).is_none(), "{name}");
+        assert!(
+            matches!(l.decide(vec![c]).await, Decision::Allow { .. }),
+            "{name}"
+        );
+    })
+    .await;
+}
+
+/// On Redis a refund reaches the other instances' deny caches too, as a
+/// reset does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_drops_the_other_instances_cached_rejections() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let a = limiter(StoreBackend::Redis { url: server.url() }, &clock);
+    let b = limiter(StoreBackend::Redis { url: server.url() }, &clock);
+    // Both instances listen on the reset channel.
+    let mut conn = server.connection();
+    let listening = std::time::Instant::now();
+    loop {
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("tg:reset")
+            .query(&mut conn)
+            .unwrap();
+        if n == 2 {
+            break;
+        }
+        assert!(
+            listening.elapsed() < Duration::from_secs(5),
+            "{n} subscribers"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = budget(11);
+    let big = Check {
+        cost: 9_900,
+        ..c.clone()
+    };
+    let f = admit(&a, &big).await;
+    assert!(matches!(
+        b.decide(vec![c.clone()]).await,
+        Decision::Reject { .. }
+    ));
+    assert!(b.cached(std::slice::from_ref(&c)).is_some());
+    a.settle(f.settlement(&big, -900, 1, WITHIN).unwrap())
+        .await
+        .unwrap();
+    let told = std::time::Instant::now();
+    while b.cached(std::slice::from_ref(&c)).is_some() {
+        assert!(told.elapsed() < Duration::from_secs(5), "b still caches it");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(b.decide(vec![c]).await, Decision::Allow { .. }));
+}
