@@ -466,11 +466,10 @@ impl Limiter {
 
     /// The local deny cache: no store call when every limit of the request
     /// is known to reject this client under these very parameters (and
-    /// cost). The
-    /// store would answer the same: a locked limit strikes nothing, the
-    /// others have no lockout, and the verdict picks the longest wait
-    /// either way. One limit not cached (it might reject with a longer
-    /// wait, or strike) and the store decides.
+    /// cost). The store would answer the same: a locked limit strikes
+    /// nothing, the others have no lockout, and the verdict picks the
+    /// longest wait either way. One limit not cached (it might reject with
+    /// a longer wait, or strike) and the store decides.
     fn cached_at(&self, checks: &[Check], now: Micros) -> Option<Decision> {
         if self.deny.is_empty() {
             return None;

@@ -11,7 +11,9 @@
 //!   has a TTL, a marker lives until the deadline and no longer, memory
 //!   markers are swept; a decision the memory store made (`on_error:
 //!   local`) is settled there; `settle_retrying` through a stalled Redis
-//!   applies it once.
+//!   applies it once; a refund drops the key's cached rejections, on
+//!   every instance;
+//! - `settle.lua` refuses malformed calls before writing anything.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -614,4 +616,64 @@ async fn a_refund_drops_the_other_instances_cached_rejections() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(matches!(b.decide(vec![c]).await, Decision::Allow { .. }));
+}
+
+/// `settle.lua` refuses malformed calls with a clear error, before it
+/// writes anything.
+#[test]
+fn settle_argument_errors_are_clear_and_change_nothing() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    let key = "t:{00000000000000000000000000000000}";
+    let (state, marker) = (format!("{key}:s"), format!("{key}:c:0000000000000001"));
+    let spec = "fixed_window 0 1 10 1000000";
+    let t0 = T0.to_string();
+    let call = |conn: &mut redis::Connection, keys: &[&str], args: &[&str]| -> String {
+        let mut inv = Function::of("settle").prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(*a);
+        }
+        match inv.invoke::<Value>(conn) {
+            Err(e) => e.to_string(),
+            Ok(v) => panic!("accepted: {v:?}"),
+        }
+    };
+    let cases: [(&[&str], &[&str], &str); 6] = [
+        (
+            &[&state, &marker],
+            &[&t0, "", spec, "-1"],
+            "expected 5 ARGV",
+        ),
+        (
+            &[&state, &marker],
+            &[&t0, "", spec, "1.5", "9"],
+            "settle: delta",
+        ),
+        (
+            &[&state, &marker],
+            &[&t0, "", spec, "-9007199254740992", "9"],
+            "settle: delta",
+        ),
+        (&[&state], &[&t0, "", spec, "-1", "9"], "expected 2 KEYS"),
+        (
+            &[&state, &marker],
+            &[&t0, "", "fixed_window 4 1 10 1000000", "-1", "9"],
+            "expected 3 KEYS (the state key, the marker, the quota key)",
+        ),
+        (
+            &[&state, &marker],
+            &[&t0, "", "sliding_log 0 1 10 1000000", "-1", "9"],
+            "sliding_log takes no settlements",
+        ),
+    ];
+    for (keys, args, want) in cases {
+        let e = call(conn, keys, args);
+        assert!(e.contains(want), "{e}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(conn).unwrap();
+    assert!(keys.is_empty(), "written: {keys:?}");
 }
