@@ -3,8 +3,8 @@
 //! made by `redis-cli --cluster create`): exactness over three gateways for
 //! every algorithm, all-or-nothing across slots (the refund), probes that
 //! ask every slot and write nothing, lockouts, resets and inspection,
-//! `FUNCTION FLUSH` on a node, and a master killed or failed over under
-//! load.
+//! `FUNCTION FLUSH` on a node, a master killed or failed over under load,
+//! and a cost settlement's one call to its key's slot.
 //!
 //! The tests that do not break the cluster share one (each with its own
 //! key prefix); the failover test makes its own.
@@ -818,4 +818,100 @@ async fn a_concurrency_slot_whose_refund_fails_is_released_once_the_cluster_answ
         "conc free again {:?} after the cluster came back: {seen:?}",
         resumed.elapsed()
     );
+}
+
+// ---------------------------------------------------------------------------
+// Cost settlements: one call to the key's slot
+// ---------------------------------------------------------------------------
+
+/// A cost limit's settlement on the cluster (`tollgate_limit`'s
+/// `Limiter::settle`) is one call to its key's slot: the state, the
+/// settlement's marker and, for a per-key check, the quota key share the
+/// key's hash tag, so the call reaches the master that owns them, applies
+/// once, and a replay changes nothing. Two keys on different masters,
+/// decided in one request, each settle on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_is_one_call_to_its_keys_slot() {
+    use tollgate_limit::algorithm::{fixed_window, AlgoParams, SECOND};
+    use tollgate_limit::key::KeyHasher;
+    use tollgate_limit::quota::Quota;
+    use tollgate_limit::store::redis::{keys, settled_key};
+    use tollgate_limit::store::StoreBackend;
+    use tollgate_limit::{AlgoState, Check, Decision, Limiter, SettleOutcome, StoreConfig};
+
+    let cluster = shared();
+    let config = StoreConfig {
+        prefix: "st".into(),
+        timeout: Duration::from_secs(3),
+        ..StoreConfig::with_backend(StoreBackend::Cluster {
+            seeds: cluster.seeds(),
+        })
+    };
+    let limiter = Limiter::new(&config).unwrap();
+    let window = fixed_window::Window::Fixed(3600 * SECOND);
+    let params = AlgoParams::FixedWindow(fixed_window::Params::new(10_000, window).unwrap());
+    // Two tenants whose keys live on different masters.
+    let owner = |key: &tollgate_limit::StoreKey| {
+        let state = keys("st", key).0;
+        let slot = info(cluster.masters()[0], &["CLUSTER", "KEYSLOT", &state])
+            .and_then(|s| s.parse().ok())
+            .expect("KEYSLOT");
+        cluster.owner_index(slot)
+    };
+    let tenant = |i: usize| {
+        KeyHasher::new(b"tokens")
+            .value(format!("tenant-{i}").as_bytes())
+            .finish()
+    };
+    let a = tenant(0);
+    let b = (1..50)
+        .map(tenant)
+        .find(|k| owner(k) != owner(&a))
+        .expect("a tenant on another master");
+    let a_check = Check::new("tokens".into(), a, params.clone()).cost(150);
+    let b_check = Check::new("tokens".into(), b, params).cost(150).per_key();
+    let own = Quota {
+        limit: Some(20_000),
+        ..Quota::default()
+    };
+    limiter.set_quota(&b, Some(own)).await.unwrap();
+
+    let Decision::Allow { figures, .. } =
+        limiter.decide(vec![a_check.clone(), b_check.clone()]).await
+    else {
+        panic!("allowed")
+    };
+    let within = 15 * 60 * SECOND;
+    let refund = figures[0].settlement(&a_check, -120, 1, within).unwrap();
+    let charge = figures[1].settlement(&b_check, 300, 1, within).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(limiter.settle(refund.clone()).await.unwrap());
+    }
+    seen.push(limiter.settle(charge).await.unwrap());
+    assert_eq!(
+        seen,
+        [
+            SettleOutcome::Applied { units: -120 },
+            SettleOutcome::Replayed { units: -120 },
+            SettleOutcome::Replayed { units: -120 },
+            SettleOutcome::Applied { units: 300 },
+        ]
+    );
+    for (check, used) in [(&a_check, 30), (&b_check, 450)] {
+        match limiter.inspect(check).await.unwrap().0 {
+            Some(AlgoState::FixedWindow(s)) => assert_eq!(s.n, used),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Each marker sits with its key's state on the master of its slot,
+    // with a TTL.
+    for key in [a, b] {
+        let master = &cluster.nodes[owner(&key)];
+        let marker = settled_key("st", &key, 1);
+        let pttl: i64 = info(master, &["PTTL", &marker])
+            .and_then(|p| p.parse().ok())
+            .expect("PTTL");
+        assert!(0 < pttl && pttl <= 900_000, "{marker}: {pttl}");
+    }
 }

@@ -150,6 +150,9 @@ pub struct Cached {
     figure: Figure,
     /// The parameters it was decided under.
     params: AlgoParams,
+    /// The request's cost: a rejection says nothing of a request of
+    /// another cost (a cost limit charges each its own estimate).
+    cost: u64,
 }
 
 /// The rejection the deny cache gives when every check of `plan` is cached
@@ -462,11 +465,11 @@ impl Limiter {
     }
 
     /// The local deny cache: no store call when every limit of the request
-    /// is known to reject this client under these very parameters. The
-    /// store would answer the same: a locked limit strikes nothing, the
-    /// others have no lockout, and the verdict picks the longest wait
-    /// either way. One limit not cached (it might reject with a longer
-    /// wait, or strike) and the store decides.
+    /// is known to reject this client under these very parameters (and
+    /// cost). The store would answer the same: a locked limit strikes
+    /// nothing, the others have no lockout, and the verdict picks the
+    /// longest wait either way. One limit not cached (it might reject with
+    /// a longer wait, or strike) and the store decides.
     fn cached_at(&self, checks: &[Check], now: Micros) -> Option<Decision> {
         if self.deny.is_empty() {
             return None;
@@ -474,7 +477,9 @@ impl Limiter {
         let mut hits = Vec::with_capacity(checks.len());
         for check in checks {
             match self.deny.get_with(&check.key, now) {
-                Some((until, locked, cached)) if cached.params == check.params => {
+                Some((until, locked, cached))
+                    if cached.params == check.params && cached.cost == check.cost =>
+                {
                     hits.push((until, locked, cached));
                 }
                 _ => return None,
@@ -552,6 +557,7 @@ impl Limiter {
                         local,
                     },
                     params: check.params.clone(),
+                    cost: check.cost,
                 };
                 self.deny.insert_with(
                     check.key,
@@ -653,9 +659,11 @@ impl Limiter {
     /// call to its key's slot (the memory store's when it decided the
     /// request, [`Settlement::local`]), applied once per
     /// [`Settlement::id`] and only until `at + settle_within`. A `delta` of
-    /// 0 changes nothing and calls nothing. A store error is returned, not
-    /// `on_error`'s business: the units were taken there, so nowhere else
-    /// can settle them; [`Limiter::settle_retrying`] sends it again.
+    /// 0 changes nothing and calls nothing. A refund drops the key's
+    /// cached rejection on every instance (on Redis, told through the
+    /// reset channel). A store error is returned, not `on_error`'s
+    /// business: the units were taken there, so nowhere else can settle
+    /// them; [`Limiter::settle_retrying`] sends it again.
     pub async fn settle(&self, s: Settlement) -> Result<SettleOutcome, StoreError> {
         if !s.params.settles() {
             return Ok(SettleOutcome::Unsupported);
@@ -664,10 +672,23 @@ impl Limiter {
             return Ok(SettleOutcome::Applied { units: 0 });
         }
         let now = self.clock.now();
-        match &self.backend {
-            Backend::Redis(redis) if !s.local => redis.settle(&s, now).await,
-            _ => Ok(self.local.settle(&s, now)),
+        let (outcome, redis) = match &self.backend {
+            Backend::Redis(redis) if !s.local => (redis.settle(&s, now).await?, Some(redis)),
+            _ => (self.local.settle(&s, now), None),
+        };
+        if outcome.units() < 0 {
+            // Units came back (now, or in a call whose answer was lost): a
+            // rejection cached for this key may no longer hold, here or on
+            // the other instances (told as of a reset, whose subscribers
+            // drop their entry).
+            self.deny.remove(&s.key);
+            if let Some(redis) = redis {
+                if let Err(error) = redis.publish_reset(&s.key).await {
+                    tracing::debug!(%error, "refund not told to the other instances");
+                }
+            }
         }
+        Ok(outcome)
     }
 
     /// [`Limiter::settle`], sent again while the store cannot answer (a

@@ -29,6 +29,37 @@
 //! again while the store cannot answer, until that deadline: the marker
 //! makes a retry after an unknown outcome (a timeout) safe. It never
 //! blocks a response: the caller runs it in a task of its own.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tollgate_limit::algorithm::{fixed_window, AlgoParams, SECOND};
+//! use tollgate_limit::key::KeyHasher;
+//! use tollgate_limit::{Check, Decision, Limiter, SettleOutcome, StoreConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = Limiter::new(&StoreConfig::memory())?;
+//! // 10,000 tokens an hour per tenant.
+//! let window = fixed_window::Window::Fixed(3600 * SECOND);
+//! let tokens = AlgoParams::FixedWindow(fixed_window::Params::new(10_000, window)?);
+//! let key = KeyHasher::new(b"tokens").value(b"tenant-7").finish();
+//! // Admission charges the estimate: 150 tokens.
+//! let check = Check::new(Arc::from("tokens"), key, tokens).cost(150);
+//! let Decision::Allow { figures, .. } = limiter.decide(vec![check.clone()]).await else {
+//!     panic!("admitted");
+//! };
+//! // The response used 30: give back 120, once, within 15 minutes.
+//! let settlement = figures[0]
+//!     .settlement(&check, 30 - 150, 0x5eed, 15 * 60 * SECOND)
+//!     .expect("its units were taken");
+//! let done = tokio::spawn({
+//!     let limiter = limiter.clone();
+//!     async move { limiter.settle_retrying(settlement).await }
+//! });
+//! assert_eq!(done.await??, SettleOutcome::Applied { units: -120 });
+//! # Ok(())
+//! # }
+//! ```
 
 use std::sync::Arc;
 

@@ -11,7 +11,9 @@
 //!   has a TTL, a marker lives until the deadline and no longer, memory
 //!   markers are swept; a decision the memory store made (`on_error:
 //!   local`) is settled there; `settle_retrying` through a stalled Redis
-//!   applies it once.
+//!   applies it once; a refund drops the key's cached rejections, on
+//!   every instance;
+//! - `settle.lua` refuses malformed calls before writing anything.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -527,4 +529,151 @@ async fn settle_retrying_through_a_stalled_redis_applies_it_once() {
         .unwrap();
     assert_eq!(done.units(), -120, "{done:?}");
     assert_eq!(used(&l, &c).await, 30);
+}
+
+/// A refund may let in what a cached rejection turned away: the
+/// settlement drops the key from the deny cache. And a cached rejection
+/// answers only requests of its own cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_drops_the_keys_cached_rejection() {
+    on_both_stores(async |l, _clock, name| {
+        let c = budget(10);
+        let big = Check {
+            cost: 9_900,
+            ..c.clone()
+        };
+        let f = admit(&l, &big).await;
+        // 100 left: the estimate of 150 is turned away, then by the cache.
+        assert!(matches!(
+            l.decide(vec![c.clone()]).await,
+            Decision::Reject { .. }
+        ));
+        assert!(
+            l.cached(std::slice::from_ref(&c)).is_some(),
+            "{name}: cached"
+        );
+        let small = Check {
+            cost: 100,
+            ..c.clone()
+        };
+        assert!(l.cached(&[small]).is_none(), "{name}: another cost");
+        // The big request used 9,000: 1,000 left, and the cache knows.
+        let refund = f.settlement(&big, -900, 1, WITHIN).unwrap();
+        l.settle(refund).await.unwrap();
+        assert!(l.cached(std::slice::from_ref(&c)).is_none(), "{name}");
+        assert!(
+            matches!(l.decide(vec![c]).await, Decision::Allow { .. }),
+            "{name}"
+        );
+    })
+    .await;
+}
+
+/// On Redis a refund reaches the other instances' deny caches too, as a
+/// reset does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_drops_the_other_instances_cached_rejections() {
+    let _busy = CPU.read().await;
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let a = limiter(StoreBackend::Redis { url: server.url() }, &clock);
+    let b = limiter(StoreBackend::Redis { url: server.url() }, &clock);
+    // Both instances listen on the reset channel.
+    let mut conn = server.connection();
+    let listening = std::time::Instant::now();
+    loop {
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("tg:reset")
+            .query(&mut conn)
+            .unwrap();
+        if n == 2 {
+            break;
+        }
+        assert!(
+            listening.elapsed() < Duration::from_secs(5),
+            "{n} subscribers"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = budget(11);
+    let big = Check {
+        cost: 9_900,
+        ..c.clone()
+    };
+    let f = admit(&a, &big).await;
+    assert!(matches!(
+        b.decide(vec![c.clone()]).await,
+        Decision::Reject { .. }
+    ));
+    assert!(b.cached(std::slice::from_ref(&c)).is_some());
+    a.settle(f.settlement(&big, -900, 1, WITHIN).unwrap())
+        .await
+        .unwrap();
+    let told = std::time::Instant::now();
+    while b.cached(std::slice::from_ref(&c)).is_some() {
+        assert!(told.elapsed() < Duration::from_secs(5), "b still caches it");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(b.decide(vec![c]).await, Decision::Allow { .. }));
+}
+
+/// `settle.lua` refuses malformed calls with a clear error, before it
+/// writes anything.
+#[test]
+fn settle_argument_errors_are_clear_and_change_nothing() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let conn = &mut server.connection();
+    let key = "t:{00000000000000000000000000000000}";
+    let (state, marker) = (format!("{key}:s"), format!("{key}:c:0000000000000001"));
+    let spec = "fixed_window 0 1 10 1000000";
+    let t0 = T0.to_string();
+    let call = |conn: &mut redis::Connection, keys: &[&str], args: &[&str]| -> String {
+        let mut inv = Function::of("settle").prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(*a);
+        }
+        match inv.invoke::<Value>(conn) {
+            Err(e) => e.to_string(),
+            Ok(v) => panic!("accepted: {v:?}"),
+        }
+    };
+    let cases: [(&[&str], &[&str], &str); 6] = [
+        (
+            &[&state, &marker],
+            &[&t0, "", spec, "-1"],
+            "expected 5 ARGV",
+        ),
+        (
+            &[&state, &marker],
+            &[&t0, "", spec, "1.5", "9"],
+            "settle: delta",
+        ),
+        (
+            &[&state, &marker],
+            &[&t0, "", spec, "-9007199254740992", "9"],
+            "settle: delta",
+        ),
+        (&[&state], &[&t0, "", spec, "-1", "9"], "expected 2 KEYS"),
+        (
+            &[&state, &marker],
+            &[&t0, "", "fixed_window 4 1 10 1000000", "-1", "9"],
+            "expected 3 KEYS (the state key, the marker, the quota key)",
+        ),
+        (
+            &[&state, &marker],
+            &[&t0, "", "sliding_log 0 1 10 1000000", "-1", "9"],
+            "sliding_log takes no settlements",
+        ),
+    ];
+    for (keys, args, want) in cases {
+        let e = call(conn, keys, args);
+        assert!(e.contains(want), "{e}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(conn).unwrap();
+    assert!(keys.is_empty(), "written: {keys:?}");
 }
