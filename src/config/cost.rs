@@ -139,6 +139,8 @@ impl CostConfig {
         match (&self.reserve, &self.settle, &self.llm) {
             (_, Settle::None, _) => None,
             (Reserve::Llm, Settle::LlmUsage, Some(l)) if l.cap_output && l.bytes_per_token == 1 => {
+                // Assuming the whole prompt is in the body (docs say when
+                // it is not).
                 None
             }
             (Reserve::Llm, Settle::LlmUsage, Some(l)) if !l.cap_output => Some(format!(
