@@ -264,3 +264,119 @@ async fn headers_show_the_budget_left_after_the_estimate_in_tokens() {
     assert!(state.contains("\"tokens\";r=9850;"), "{state}");
     let _: Value = Value::Null;
 }
+
+// ---------------------------------------------------------------------------
+// Bytes: settle: response_bytes
+// ---------------------------------------------------------------------------
+
+/// A megabyte an hour per `x-tenant`, each download reserving 100,000
+/// bytes and settling to what it sent.
+fn bytes_budget(echo: &common::Echo) -> String {
+    format!(
+        r#"
+upstreams:
+  files: {{ targets: ["http://{}"] }}
+limits:
+  bytes:
+    algorithm: fixed_window
+    limit: 1000000
+    window: 1h
+    key: "header:x-tenant"
+    cost: {{ reserve: 100000, settle: response_bytes }}
+routes:
+  - {{ name: files, match: {{ path: /download/ }}, upstream: files, limits: [bytes] }}
+"#,
+        echo.addr()
+    )
+}
+
+#[tokio::test]
+async fn downloads_are_charged_their_bytes_even_abandoned() {
+    use tokio::io::AsyncReadExt;
+    let echo = common::Echo::start("files").await;
+    let gw = Gateway::start(&config(&bytes_budget(&echo))).await;
+    // 250,000 bytes: the 100,000 reserved, then 150,000 more.
+    let r = client::get_with(gw.addr(), "/download/250000", &[("x-tenant", "dl")]).await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (200, 250_000));
+    let policy = r.header("ratelimit-policy").unwrap();
+    assert!(
+        policy.contains("\"bytes\";q=1000000;w=3600;qu=\"content-bytes\""),
+        "{policy}"
+    );
+    assert!(r
+        .header("ratelimit")
+        .unwrap()
+        .contains("\"bytes\";r=900000;"));
+    let t0 = std::time::Instant::now();
+    while remaining(&gw, "bytes", "dl").await != 750_000 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the settlement");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // 8 MB asked, 64 KiB read, then the client goes: charged what was
+    // sent, more than it read and far less than the file.
+    let mut conn = common::raw::connect(gw.addr()).await;
+    conn.write(b"GET /download/8000000 HTTP/1.1\r\nhost: h\r\nx-tenant: gone\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let mut read = 0;
+    while read < 65_536 {
+        let n = conn.stream.read(&mut buf[read..]).await.unwrap();
+        assert!(n > 0);
+        read += n;
+    }
+    drop(conn);
+    let t0 = std::time::Instant::now();
+    let used = loop {
+        let used = 1_000_000 - remaining(&gw, "bytes", "gone").await;
+        if used != 100_000 {
+            break used;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the abandoned download's settlement"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!((60_000..4_000_000).contains(&used), "charged {used}");
+    // Both sent more than they reserved.
+    let series = "tollgate_cost_settlements_total{limit=\"bytes\",outcome=\"extra\"}";
+    assert_eq!(gw.metric(series).await, Some(2.0));
+}
+
+#[tokio::test]
+async fn the_forced_usage_chunk_never_reaches_the_client_and_output_is_capped() {
+    let llm = MockLlm::start().await;
+    let extra =
+        "      llm: { api: openai, bytes_per_token: 1, stream_usage: force, cap_output: true }";
+    let text = budget(&llm, "").replace(
+        "      llm: { api: openai, bytes_per_token: 1, stream_usage: force }",
+        extra,
+    );
+    let gw = Gateway::start(&config(&text)).await;
+    // No max_tokens in the request: the default 1024 is reserved, and set.
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let req = client::req(Method::POST, gw.addr(), "/v1/chat/completions")
+        .header("x-tenant", "cap")
+        .header("x-mock-input-tokens", "7")
+        .header("x-mock-output-tokens", "5")
+        .body(client::full(body.to_owned()))
+        .unwrap();
+    let r = client::send(&client::h1(), req).await;
+    assert_eq!(r.status, 200);
+    let seen = llm.last().unwrap().json();
+    assert_eq!(seen["max_completion_tokens"], 1024, "{seen}");
+    assert_eq!(seen["stream_options"]["include_usage"], true, "{seen}");
+    let text = r.text();
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert!(
+        !text.contains("\"choices\":[]"),
+        "the usage chunk reached the client: {text}"
+    );
+    // Settled from the usage the gateway asked for: 12 tokens.
+    let t0 = std::time::Instant::now();
+    while remaining(&gw, "tokens", "cap").await != 10_000 - 12 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the settlement");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
