@@ -22,7 +22,7 @@ use tollgate_limit::{Figure, Micros, Status};
 use crate::body::{self, Body};
 use crate::config::template::Values;
 use crate::config::{LimitResponse, ResponseFormat};
-use crate::limit::headers::add_limit_headers;
+use crate::limit::headers::add_route_limit_headers;
 
 /// An error the gateway answers itself.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -122,6 +122,9 @@ pub struct Rejection {
     pub retry_after: Micros,
     /// Every limit's figures, for the rate-limit headers.
     pub figures: Vec<Figure>,
+    /// The route's limits, whose cost limits' units the headers name
+    /// (empty where none counts tokens or bytes).
+    pub limits: Vec<Arc<crate::limit::policy::Policy>>,
     /// The route's `limit_response`.
     pub answer: Arc<LimitResponse>,
 }
@@ -426,7 +429,12 @@ impl Rejection {
         let h = response.headers_mut();
         h.insert(RETRY_AFTER, HeaderValue::from(secs));
         h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        add_limit_headers(&mut response, self.answer.headers, &self.figures);
+        add_route_limit_headers(
+            &mut response,
+            self.answer.headers,
+            &self.figures,
+            &self.limits,
+        );
         response
     }
 }
@@ -565,6 +573,7 @@ mod tests {
                 key: [0; 16],
                 local: false,
             }],
+            limits: Vec::new(),
             answer: Arc::new(answer),
         }))
     }
@@ -845,6 +854,7 @@ mod tests {
                 limit: "l".into(),
                 retry_after: outcome.retry_after,
                 figures: vec![Figure { name: "l".into(), outcome, concurrency: false, key: [0; 16], local: false }],
+                limits: Vec::new(),
                 answer: Arc::new(LimitResponse { headers: HeaderStyle::Both, ..LimitResponse::default() }),
             }));
             let r = error.response(&HeaderValue::from_static("x"), false);

@@ -329,6 +329,7 @@ fn rejection(decision: Decision, route: &RouteRuntime) -> GatewayError {
             limit,
             retry_after,
             figures,
+            limits: route.limits.clone(),
             answer: route.limit_response.clone(),
         })),
         _ => GatewayError::LimiterUnavailable(Some(Box::new(Unavailable {

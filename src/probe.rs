@@ -285,6 +285,7 @@ fn limited(
         limit: route.limits[index].name.clone(),
         retry_after,
         figures: Vec::new(),
+        limits: Vec::new(),
         answer: route.limit_response.clone(),
     }))
 }

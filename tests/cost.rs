@@ -226,6 +226,16 @@ async fn an_estimate_above_the_budget_is_rejected_at_once() {
     let gw = Gateway::start(&config(&text)).await;
     let r = chat(&gw, "big", &[]).await;
     assert_eq!(r.status, 429, "{}", r.text());
+    let policy = r.header("ratelimit-policy").unwrap();
+    assert!(
+        policy.contains("\"tokens\";q=120;w=3600;tollgate-unit=\"tokens\""),
+        "{policy}"
+    );
+    assert_eq!(
+        r.header("retry-after"),
+        Some("3600"),
+        "never fits: the window"
+    );
     assert_eq!(llm.count(), 0);
     assert_eq!(
         remaining(&gw, "requests", "big").await,
@@ -379,4 +389,93 @@ async fn the_forced_usage_chunk_never_reaches_the_client_and_output_is_capped() 
         assert!(t0.elapsed() < Duration::from_secs(5), "the settlement");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// `cap_output: false`, estimate 100 (a 50-byte body and 50 output
+/// tokens), actual 250: the budget may be overspent by at most the
+/// requests in flight x 150, then rejects until the window ends.
+#[tokio::test]
+async fn without_cap_output_overspend_is_bounded_by_what_was_in_flight() {
+    let llm = MockLlm::start().await;
+    // 50 bytes, no max field: default_max_output 50 makes 100.
+    let text = budget(&llm, "")
+        .replace("limit: 10000", "limit: 1000")
+        .replace(
+            "bytes_per_token: 1, stream_usage: force",
+            "bytes_per_token: 1, stream_usage: force, default_max_output: 50",
+        );
+    let gw = Gateway::start(&config(&text)).await;
+    let body = r#"{"model":"m","stream":true,"messages":[]}"#;
+    let body = format!("{body}{}", " ".repeat(50 - body.len()));
+    assert_eq!(body.len(), 50);
+    let send = || {
+        let gw = &gw;
+        let body = body.clone();
+        async move {
+            let req = client::req(Method::POST, gw.addr(), "/v1/chat/completions")
+                .header("x-tenant", "over")
+                .header("x-mock-input-tokens", "50")
+                .header("x-mock-output-tokens", "200")
+                .header("x-mock-hold", "1")
+                .body(client::full(body))
+                .unwrap();
+            client::send(&client::h1(), req).await
+        }
+    };
+    // 10 in flight at once: 10 x 100 = the whole budget.
+    let (answers, ()) = tokio::join!(join_all((0..12).map(|_| send())), async {
+        let t0 = std::time::Instant::now();
+        while llm.open_streams() < 10 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "10 open");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        llm.release();
+    });
+    let ok = answers.iter().filter(|r| r.status == 200).count();
+    assert_eq!(ok, 10);
+    // Each settles 150 more: 2,500 used of 1,000, overspent by exactly
+    // (in flight) x 150.
+    let t0 = std::time::Instant::now();
+    loop {
+        let j = gw.admin_get("/limits/tokens/over").await.json();
+        if j["remaining"] == 0 && j["quota"] == 1000 {
+            let series = "tollgate_cost_units_total{limit=\"tokens\",phase=\"settled\"}";
+            if gw.metric(series).await == Some(2500.0) {
+                break;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "settled: {j}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Then every request waits for the window.
+    let r = send().await;
+    assert_eq!(r.status, 429);
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_stream_keeps_the_estimate() {
+    use tokio::io::AsyncReadExt;
+    let llm = MockLlm::start().await;
+    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    let body = body_100();
+    let mut conn = common::raw::connect(gw.addr()).await;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: h\r\nx-tenant: gone\r\nx-mock-hold: 1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write(head.as_bytes()).await.unwrap();
+    // The head and the first event, then the client goes.
+    let mut buf = vec![0u8; 4096];
+    let n = conn.stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    drop(conn);
+    let series = "tollgate_cost_settlements_total{limit=\"tokens\",outcome=\"missing_usage\"}";
+    let t0 = std::time::Instant::now();
+    while gw.metric(series).await != Some(1.0) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the settlement");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(remaining(&gw, "tokens", "gone").await, 10_000 - 150);
+    llm.release();
 }

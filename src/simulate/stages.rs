@@ -219,6 +219,7 @@ fn failure_rejection(
         limit: policy.name.clone(),
         retry_after,
         figures: Vec::new(),
+        limits: Vec::new(),
         answer: route.limit_response.clone(),
     }))
 }
