@@ -479,3 +479,52 @@ async fn a_client_gone_mid_stream_keeps_the_estimate() {
     assert_eq!(remaining(&gw, "tokens", "gone").await, 10_000 - 150);
     llm.release();
 }
+
+/// The gateway killed (SIGKILL) with 50 streams in flight: their
+/// estimates stay charged, nothing else is written, and every key keeps
+/// a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl() {
+    let redis = RedisServer::start();
+    let store = format!(
+        "{{ backend: redis, url: \"{}\", prefix: kill, timeout: 5s, on_error: deny }}",
+        redis.url()
+    );
+    let (gw, llm) = gateway(Some(&store), "").await;
+    let streams: Vec<_> = (0..50)
+        .map(|_| {
+            let addr = gw.addr();
+            tokio::spawn(async move {
+                let req = client::req(Method::POST, addr, "/v1/chat/completions")
+                    .header("x-tenant", "k")
+                    .header("x-mock-hold", "1")
+                    .body(client::full(body_100()))
+                    .unwrap();
+                client::try_send(&client::h1(), req).await
+            })
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    while llm.open_streams() < 50 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "50 open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-9", &gw.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for s in streams {
+        let _ = s.await;
+    }
+    llm.release();
+    let keys = redis.keys().await;
+    assert!(!keys.is_empty());
+    for k in &keys {
+        assert!(redis.pttl(k).await > 0, "{k} has no TTL");
+        assert!(!k.contains(":c:"), "a settlement marker: {k}");
+    }
+    // A new gateway on the same store reads 50 x 150 used.
+    let (gw, _llm) = gateway(Some(&store), "").await;
+    assert_eq!(remaining(&gw, "tokens", "k").await, 10_000 - 50 * 150);
+}
