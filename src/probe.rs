@@ -161,6 +161,8 @@ impl Probe {
             headers: headers
                 .map(|(n, v)| (Cow::Borrowed(n.as_str()), Cow::Borrowed(v.as_str())))
                 .collect(),
+            cost: None,
+            usage: None,
         })
     }
 }

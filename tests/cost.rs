@@ -528,3 +528,55 @@ async fn a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl() 
     let (gw, _llm) = gateway(Some(&store), "").await;
     assert_eq!(remaining(&gw, "tokens", "k").await, 10_000 - 50 * 150);
 }
+
+/// `simulate` reads `cost` (the estimate) and `usage` (what the response
+/// said) from its lines and settles at once on its virtual clock: twelve
+/// requests reserving 400 and settling to 100 on a 1,000 budget admit 7
+/// (without settling, 2 would pass).
+#[test]
+fn simulate_reserves_and_settles() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cost-simulate");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("gateway.yaml");
+    std::fs::write(
+        &cfg,
+        "limits:\n  tokens:\n    algorithm: fixed_window\n    limit: 1000\n    window: 1h\n    cost: { reserve: llm, settle: llm_usage, llm: { api: openai } }\nroutes:\n  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [tokens] }\n",
+    )
+    .unwrap();
+    let run = |lines: String| {
+        let log = dir.join("requests.log");
+        std::fs::write(&log, lines).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "simulate",
+                "-c",
+                cfg.to_str().unwrap(),
+                log.to_str().unwrap(),
+                "--json",
+            ])
+            .env_remove("TOLLGATE_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let l = &doc["limits"][0];
+        (
+            l["allowed"].as_u64().unwrap(),
+            l["rejected"].as_u64().unwrap(),
+        )
+    };
+    let line = |i: u64, usage: &str| {
+        format!("{{\"ts\":{},\"client\":\"192.0.2.1\",\"method\":\"POST\",\"path\":\"/\",\"cost\":400{usage}}}\n", 1_700_000_000 + i)
+    };
+    assert_eq!(
+        run((0..12).map(|i| line(i, ",\"usage\":100")).collect()),
+        (7, 5)
+    );
+    // No usage: the estimate stays (on_missing_usage: keep_estimate).
+    assert_eq!(run((0..12).map(|i| line(i, "")).collect()), (2, 10));
+}

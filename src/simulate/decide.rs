@@ -103,6 +103,7 @@ impl Simulator {
                         client.addr,
                         identity.as_ref(),
                         now,
+                        (r.cost, r.usage),
                     )),
                     Err(refused) => Outcome::Unauthenticated {
                         route,
@@ -142,6 +143,7 @@ impl Simulator {
         client: IpAddr,
         identity: Option<&Identity>,
         now: Micros,
+        (cost, usage): (Option<u64>, Option<u64>),
     ) -> Routed {
         let prefix = self.runtime.config.server.ipv6_prefix;
         let mut view = request_view(&self.req, client, &route, prefix);
@@ -165,11 +167,20 @@ impl Simulator {
                 };
             }
         };
+        let mut plan = plan;
+        for (check, &i) in plan.checks.iter_mut().zip(&plan.applied) {
+            if let Some(metered) = &route.limits[i].metered {
+                check.cost = estimate(metered, cost);
+            }
+        }
         let outcomes = if plan.checks.is_empty() {
             Vec::new()
         } else {
             self.store.decide(&plan.checks, now)
         };
+        if matches!(verdict(&outcomes), Verdict::Allow { .. }) {
+            self.settle(&route, &plan.checks, &plan.applied, &outcomes, usage, now);
+        }
         let verdict = match verdict(&outcomes) {
             Verdict::Allow {
                 delay,
@@ -208,6 +219,59 @@ impl Simulator {
             verdict,
             limits,
         }
+    }
+}
+
+impl Simulator {
+    /// Each admitted cost check settled at once, from the line's `usage`
+    /// (`on_missing_usage` without one), as the gateway settles when a
+    /// response ends.
+    fn settle(
+        &mut self,
+        route: &RouteRuntime,
+        checks: &[tollgate_limit::Check],
+        applied: &[usize],
+        outcomes: &[tollgate_limit::Outcome],
+        usage: Option<u64>,
+        now: Micros,
+    ) {
+        for ((check, &i), outcome) in checks.iter().zip(applied).zip(outcomes) {
+            let Some(metered) = &route.limits[i].metered else {
+                continue;
+            };
+            if metered.settle == crate::config::Settle::None {
+                continue;
+            }
+            // The line's `usage` is what the response said, whatever the
+            // limit reads it from.
+            let actual = usage.unwrap_or(match metered.on_missing_usage {
+                crate::config::OnMissingUsage::KeepEstimate => check.cost,
+                crate::config::OnMissingUsage::ChargeZero => 0,
+            });
+            let delta = i64::try_from(actual).unwrap_or(i64::MAX)
+                - i64::try_from(check.cost).unwrap_or(i64::MAX);
+            let within = u64::try_from(metered.settle_within.as_micros()).unwrap_or(u64::MAX);
+            self.next_lease += 1;
+            if let Some(s) = tollgate_limit::Settlement::new(
+                check,
+                (outcome, true),
+                delta,
+                self.next_lease,
+                within,
+            ) {
+                self.store.settle(&s, now);
+            }
+        }
+    }
+}
+
+/// A line's estimate for a cost limit: its `cost`, else a constant
+/// `reserve`, else 1 (the simulation has no body to read).
+fn estimate(metered: &crate::config::CostConfig, cost: Option<u64>) -> u64 {
+    match (cost, &metered.reserve) {
+        (Some(n), _) => n.max(1),
+        (None, crate::config::Reserve::Units(n)) => *n,
+        (None, _) => 1,
     }
 }
 

@@ -52,6 +52,11 @@ pub struct Request<'a> {
     pub host: Option<Cow<'a, str>>,
     /// Header lines, in order.
     pub headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    /// `cost`: the estimate every cost limit charges it (the simulation
+    /// has no bodies; docs/simulation.md).
+    pub cost: Option<u64>,
+    /// `usage`: what its response said it cost, for the settlement.
+    pub usage: Option<u64>,
 }
 
 /// The fields of both formats; which are present says which format it is.
@@ -73,6 +78,10 @@ struct Raw<'a> {
     host: Option<Str<'a>>,
     #[serde(default, borrow)]
     headers: Option<Headers<'a>>,
+    #[serde(default)]
+    cost: Option<u64>,
+    #[serde(default)]
+    usage: Option<u64>,
 }
 
 /// A string, borrowed from the line unless it holds an escape. (serde's own
@@ -220,6 +229,8 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
         path,
         host,
         headers,
+        cost: raw.cost,
+        usage: raw.usage,
     }))
 }
 
