@@ -110,7 +110,7 @@ pub fn check(path: &Path) -> Result<String, RunError> {
         .filter_map(|l| Some((&l.name, l.metered.as_ref()?)))
         .map(|(name, cost)| match cost.overspend() {
             None => format!(
-                "cost: {name}: the estimate is a true bound: the budget is never overspent\n"
+                "cost: {name}: the estimate is a true bound: the budget is never overspent (for requests whose whole prompt is in their body)\n"
             ),
             Some(why) => format!("cost: {name}: {why}\n"),
         })

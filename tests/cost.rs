@@ -580,3 +580,47 @@ fn simulate_reserves_and_settles() {
     // No usage: the estimate stays (on_missing_usage: keep_estimate).
     assert_eq!(run((0..12).map(|i| line(i, "")).collect()), (2, 10));
 }
+
+/// `tollgate check` says, for each cost limit, whether its estimate is a
+/// true bound or which overspend bound applies.
+#[test]
+fn check_says_which_estimates_are_bounds() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cost-check");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("gateway.yaml");
+    std::fs::write(
+        &cfg,
+        "limits:
+  bound: { algorithm: fixed_window, limit: 1000, window: 1h, cost: { reserve: llm, settle: llm_usage, llm: { api: openai, cap_output: true } } }
+  uncapped: { algorithm: fixed_window, limit: 1000, window: 1h, cost: { reserve: llm, settle: llm_usage, llm: { api: openai } } }
+  coarse: { algorithm: token_bucket, rate: 100/s, cost: { reserve: llm, settle: llm_usage, llm: { api: anthropic, cap_output: true, bytes_per_token: 4 } } }
+  bytes: { algorithm: fixed_window, limit: 100000, window: 1h, cost: { reserve: 1000, settle: response_bytes } }
+routes:
+  - { name: r, match: { path: / }, respond: { status: 200 }, limits: [bound, uncapped, coarse, bytes] }
+",
+    )
+    .unwrap();
+    let (code, out, err) =
+        common::gateway::run_cli(&["check", "-c", cfg.to_str().unwrap()], &[], None);
+    assert_eq!(code, 0, "{err}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("cost: {name}: ")))
+            .unwrap_or_else(|| panic!("no line for {name}: {out}"))
+            .to_owned()
+    };
+    assert!(
+        line("bound").contains("the estimate is a true bound"),
+        "{out}"
+    );
+    assert!(line("uncapped").contains("without cap_output"), "{out}");
+    assert!(line("coarse").contains("bytes_per_token: 4"), "{out}");
+    assert!(
+        line("bytes").contains("may settle to more than its reserve"),
+        "{out}"
+    );
+    for name in ["uncapped", "coarse", "bytes"] {
+        assert!(line(name).contains("sum, over requests in flight, of (actual - estimate)"));
+    }
+}
