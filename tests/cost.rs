@@ -535,35 +535,10 @@ async fn a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl() 
 /// (without settling, 2 would pass).
 #[test]
 fn simulate_reserves_and_settles() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cost-simulate");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("gateway.yaml");
-    std::fs::write(
-        &cfg,
-        "limits:\n  tokens:\n    algorithm: fixed_window\n    limit: 1000\n    window: 1h\n    cost: { reserve: llm, settle: llm_usage, llm: { api: openai } }\nroutes:\n  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [tokens] }\n",
-    )
-    .unwrap();
+    let dir = common::simulate::scratch("cost-simulate");
+    let config = "limits:\n  tokens:\n    algorithm: fixed_window\n    limit: 1000\n    window: 1h\n    cost: { reserve: llm, settle: llm_usage, llm: { api: openai } }\nroutes:\n  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [tokens] }\n";
     let run = |lines: String| {
-        let log = dir.join("requests.log");
-        std::fs::write(&log, lines).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "simulate",
-                "-c",
-                cfg.to_str().unwrap(),
-                log.to_str().unwrap(),
-                "--json",
-            ])
-            .env_remove("TOLLGATE_CONFIG")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let doc = common::simulate::report(&dir, config, &lines);
         let l = &doc["limits"][0];
         (
             l["allowed"].as_u64().unwrap(),
@@ -585,9 +560,7 @@ fn simulate_reserves_and_settles() {
 /// true bound or which overspend bound applies.
 #[test]
 fn check_says_which_estimates_are_bounds() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cost-check");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::simulate::scratch("cost-check");
     let cfg = dir.join("gateway.yaml");
     std::fs::write(
         &cfg,

@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -16,59 +14,28 @@ use sha2::{Digest, Sha256};
 
 use common::client;
 use common::redis::RedisServer;
-use common::{config, config_with_store, Gateway};
+use common::{config, config_with_store, simulate, Gateway};
 
 const DAY: u64 = 86_400;
-
-/// A scratch directory for one test.
-fn dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("quotas-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// `simulate --json` of `window` (a calendar window, limit 1 unless
 /// `limit` says) over requests at `times` (RFC 3339), from one client:
 /// whether each was allowed, in order.
 fn replay(name: &str, limit: u64, window: &str, times: &[&str]) -> Vec<bool> {
-    let d = dir(name);
-    let cfg = d.join("gateway.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "limits:\n  q: {{ algorithm: fixed_window, limit: {limit}, window: {window} }}\nroutes:\n  - {{ name: api, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [q] }}\n"
-        ),
-    )
-    .unwrap();
+    let d = simulate::scratch(&format!("quotas-{name}"));
+    let config = format!(
+        "limits:\n  q: {{ algorithm: fixed_window, limit: {limit}, window: {window} }}\nroutes:\n  - {{ name: api, match: {{ path: / }}, respond: {{ status: 200 }}, limits: [q] }}\n"
+    );
     // One request per line, and one run per prefix: the last request's
     // verdict is the difference of two runs' counts.
     let mut allowed = Vec::new();
     let mut before = 0;
     for n in 1..=times.len() {
-        let log = d.join("requests.log");
         let text: String = times[..n]
             .iter()
             .map(|t| format!("{{\"ts\":\"{t}\",\"client\":\"192.0.2.1\",\"method\":\"GET\",\"path\":\"/\"}}\n"))
             .collect();
-        std::fs::write(&log, text).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "simulate",
-                "-c",
-                cfg.to_str().unwrap(),
-                log.to_str().unwrap(),
-                "--json",
-            ])
-            .env_remove("TOLLGATE_CONFIG")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let doc = simulate::report(&d, &config, &text);
         let limit = &doc["limits"][0];
         assert_eq!(limit["name"], "q");
         let now = limit["allowed"].as_u64().unwrap();
@@ -702,36 +669,11 @@ routes:
 
 #[test]
 fn simulate_says_store_values_are_not_simulated() {
-    let d = dir("simulate-per-key");
-    let cfg = d.join("gateway.yaml");
-    std::fs::write(
-        &cfg,
-        "limits:\n  q: { algorithm: fixed_window, limit: { default: 2, from: store }, window: 1h }\nroutes:\n  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [q] }\n",
-    )
-    .unwrap();
-    let log = d.join("requests.log");
-    std::fs::write(
-        &log,
-        "{\"ts\":1700000000,\"client\":\"192.0.2.1\",\"method\":\"GET\",\"path\":\"/\"}\n"
-            .repeat(3),
-    )
-    .unwrap();
-    let run = |json: bool| {
-        let mut args = vec![
-            "simulate",
-            "-c",
-            cfg.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ];
-        if json {
-            args.push("--json");
-        }
-        Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(args)
-            .env_remove("TOLLGATE_CONFIG")
-            .output()
-            .unwrap()
-    };
+    let d = simulate::scratch("quotas-simulate-per-key");
+    let config = "limits:\n  q: { algorithm: fixed_window, limit: { default: 2, from: store }, window: 1h }\nroutes:\n  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [q] }\n";
+    let log = "{\"ts\":1700000000,\"client\":\"192.0.2.1\",\"method\":\"GET\",\"path\":\"/\"}\n"
+        .repeat(3);
+    let run = |json: bool| simulate::simulate(&d, config, &log, json);
     let doc: Value = serde_json::from_slice(&run(true).stdout).unwrap();
     let q = &doc["limits"][0];
     assert_eq!(

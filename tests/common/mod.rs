@@ -25,6 +25,7 @@ pub mod pattern;
 pub mod pki;
 pub mod raw;
 pub mod redis;
+pub mod simulate;
 pub mod upstream;
 
 use std::future::Future;
