@@ -184,8 +184,8 @@ async fn route_request(
 ) -> Result<Response<Reply>, GatewayError> {
     let route = admit(&req, ctx)?;
     authenticate(&req, &route, ctx).await?;
-    let (req, reserve) = reserve_costs(req, &route, ctx).await?;
-    let figures = decide_limits(&req, &route, ctx, &reserve).await?;
+    let (req, mut reserve) = reserve_costs(req, &route, ctx).await?;
+    let figures = decide_limits(&req, &route, ctx, &mut reserve).await?;
     admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
     let mut response = match &route.action {
         Action::Respond {
@@ -245,7 +245,7 @@ async fn decide_limits<B>(
     req: &Request<B>,
     route: &RouteRuntime,
     ctx: &mut Ctx<'_>,
-    reserve: &[Option<u64>],
+    reserve: &mut limit::Estimates,
 ) -> Result<Vec<Figure>, GatewayError> {
     if route.limits.is_empty() {
         return Ok(Vec::new());
@@ -254,7 +254,7 @@ async fn decide_limits<B>(
     let metrics = &ctx.shared.metrics;
     let limiter = &ctx.rt.limiter;
     let (decision, reserved) =
-        limit::decide_reserving(limiter, &route.limits, &view, metrics, reserve).await;
+        limit::decide_reserving(limiter, &route.limits, &view, metrics, reserve).await?;
     let meters: Vec<meter::Meter> = match &decision {
         Decision::Allow { figures, .. } => reserved
             .into_iter()
@@ -1011,19 +1011,21 @@ enum ReqBody {
 }
 
 /// Stage: the estimates of the route's cost limits, by index in its
-/// limits (docs/configuration/cost.md). A route one of whose limits needs
+/// limits (docs/configuration/cost.md); an estimate's error answers the
+/// request if its limit applies ([`limit::decide_reserving`]), while an
+/// LLM body that cannot be read answers it here. A route one of whose limits needs
 /// the request body reads it whole first: up to `max_body_bytes` (413
 /// beyond), within `timeouts.body_read`.
 async fn reserve_costs(
     req: Request<Incoming>,
     route: &RouteRuntime,
     ctx: &mut Ctx<'_>,
-) -> Result<(Request<ReqBody>, Vec<Option<u64>>), GatewayError> {
+) -> Result<(Request<ReqBody>, Vec<Option<Result<u64, GatewayError>>>), GatewayError> {
     if !meter::reserve::any(&route.limits) {
         return Ok((req.map(ReqBody::Streaming), Vec::new()));
     }
     if !meter::reserve::needs_body(&route.limits) {
-        let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, &[])?;
+        let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, &[]);
         return Ok((req.map(ReqBody::Streaming), estimates));
     }
     let (mut parts, incoming) = req.into_parts();
@@ -1058,7 +1060,7 @@ async fn reserve_costs(
         }
         None => (Vec::new(), bytes),
     };
-    let estimates = meter::reserve::estimates(&route.limits, &parts.headers, Some(&bytes), &llm)?;
+    let estimates = meter::reserve::estimates(&route.limits, &parts.headers, Some(&bytes), &llm);
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts
         .headers
@@ -1123,12 +1125,12 @@ routes:
         assert_eq!(&*route.name, "api");
         assert_eq!(ctx.record.path.as_str(), "/api/v1");
         for _ in 0..2 {
-            let figures = decide_limits(&req, &route, &mut ctx, &[])
+            let figures = decide_limits(&req, &route, &mut ctx, &mut [])
                 .await
                 .expect("allowed");
             assert_eq!(figures.len(), 1);
         }
-        match decide_limits(&req, &route, &mut ctx, &[]).await {
+        match decide_limits(&req, &route, &mut ctx, &mut []).await {
             Err(GatewayError::Limited(r)) => {
                 assert_eq!((&*r.limit, r.locked_out), ("two", false));
                 assert_eq!(ctx.record.decision, DecisionKind::Rejected);

@@ -259,6 +259,62 @@ async fn a_body_that_is_not_an_llm_request_is_400() {
     assert_eq!(llm.count(), 0);
 }
 
+/// A budget charged the number in `x-cost`, exempting `x-internal: yes`,
+/// beside a request limit.
+const HEADER_BUDGET: &str = r#"
+limits:
+  units:
+    algorithm: token_bucket
+    rate: 1/h
+    burst: 20
+    key: "header:x-tenant"
+    exempt: ["header:x-internal=yes"]
+    cost: { reserve: "header:x-cost", settle: none }
+  requests: { algorithm: fixed_window, limit: 100, window: 1h, key: "header:x-tenant" }
+routes:
+  - name: units
+    match: { path: /units }
+    respond: { status: 200, body: "ok\n" }
+    limits: [requests, units]
+"#;
+
+#[tokio::test]
+async fn a_header_estimate_is_charged_and_its_absence_is_400_where_it_applies() {
+    let gw = Gateway::start(&config(HEADER_BUDGET)).await;
+    let send = |headers: &'static [(&'static str, &'static str)]| {
+        client::get_with(gw.addr(), "/units", headers)
+    };
+    let r = send(&[("x-tenant", "a"), ("x-cost", "7")]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("ratelimit").unwrap().contains("\"units\";r=13;"));
+    for bad in ["", "x", "-1", "1.5"] {
+        let headers: &'static [(&str, &str)] = match bad {
+            "" => &[("x-tenant", "a")],
+            "x" => &[("x-tenant", "a"), ("x-cost", "x")],
+            "-1" => &[("x-tenant", "a"), ("x-cost", "-1")],
+            _ => &[("x-tenant", "a"), ("x-cost", "1.5")],
+        };
+        send(headers).await.assert_error(400, "invalid_cost");
+    }
+    // Exempt from the cost limit: no estimate needed.
+    let r = send(&[("x-tenant", "a"), ("x-internal", "yes")]).await;
+    assert_eq!(r.status, 200);
+    // 13 left: 14 does not fit and burns nothing; 13 does.
+    let r = send(&[("x-tenant", "a"), ("x-cost", "14")]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["limit"], "units");
+    assert_eq!(
+        send(&[("x-tenant", "a"), ("x-cost", "13")]).await.status,
+        200
+    );
+    assert_eq!(remaining(&gw, "units", "a").await, 0);
+    assert_eq!(
+        remaining(&gw, "requests", "a").await,
+        97,
+        "three requests got past the estimates: 7, exempt, 13"
+    );
+}
+
 #[tokio::test]
 async fn headers_show_the_budget_left_after_the_estimate_in_tokens() {
     let llm = MockLlm::start().await;

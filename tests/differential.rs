@@ -11,7 +11,10 @@
 //! `X-Forwarded-For`, and consumers (docs/configuration/consumers.md): API
 //! keys in the header or the query, HS256 tokens good and bad, both at
 //! once, plans a route does not let through, limits keyed on the consumer,
-//! tenant and a claim, and `failure_limit` with a lockout. Each request is written byte for byte on its own
+//! tenant and a claim, and `failure_limit` with a lockout; and cost
+//! limits (docs/configuration/cost.md) charging the number in a request
+//! header, missing or malformed in some (400 `invalid_cost` where the
+//! limit applies). Each request is written byte for byte on its own
 //! connection from its peer address, one at a time, and the gateway's answer
 //! is recorded (status, the JSON `error` and `limit`, whether the echo
 //! upstream answered, and the route from the access log). The same requests,
@@ -155,7 +158,30 @@ limits:
     window: 5d
     key: [tenant, "claim:region"]
     on_missing_key: skip
+  tokens:
+    algorithm: token_bucket
+    rate: 1/500d
+    burst: 20
+    key: client_ip
+    exempt: ["header:x-internal=yes"]
+    cost: { reserve: "header:x-cost", settle: none }
+  tokens_user:
+    algorithm: gcra
+    rate: 1/60d
+    burst: 12
+    key: "header:x-user"
+    on_missing_key: skip
+    cost: { reserve: "header:x-cost", settle: none }
+  tokens_requests:
+    algorithm: sliding_log
+    limit: 9
+    window: 6d
+    key: client_ip
 routes:
+  - name: tokens
+    match: { path: /tokens, methods: [GET, POST] }
+    upstream: echo
+    limits: [tokens_requests, tokens, tokens_user]
   - name: account
     match: { path: /account }
     upstream: echo
@@ -503,7 +529,8 @@ impl Gen {
             (12, Gen::search),
             (8, Gen::hosted),
             (10, Gen::junk),
-            (22, Gen::account),
+            (20, Gen::account),
+            (12, Gen::tokens),
         ]);
         let mut req = family(self);
         self.client(&mut req);
@@ -653,6 +680,29 @@ impl Gen {
         ]);
         let query = self.rng.pick(SEARCH_QUERIES);
         self.base(method, format!("{path}{query}"))
+    }
+
+    /// `/tokens`: two cost limits charging the number in `x-cost` (one
+    /// with an exemption, one keyed on a header that may be missing),
+    /// beside a request limit; the header missing or not a whole number
+    /// (400 `invalid_cost` where a cost limit applies), estimates above a
+    /// limit's capacity. Never HEAD: a refusal's `error` is in the body.
+    fn tokens(&mut self) -> Req {
+        let method = self.rng.weighted(&[(60, "POST"), (40, "GET")]);
+        let path = self
+            .rng
+            .weighted(&[(85, "/tokens"), (10, "//tokens"), (5, "/tokens/x")]);
+        let mut req = self.base(method, path.to_owned());
+        self.maybe_header(
+            &mut req,
+            "x-cost",
+            &[
+                "1", "3", "6", "10", "4", "", "0", " 5 ", "x", "25", "-1", "7",
+            ],
+        );
+        self.maybe_header(&mut req, "x-user", &["gina", "hal", "", ""]);
+        self.maybe_header(&mut req, "x-internal", &["yes", "", "", "", ""]);
+        req
     }
 
     /// Routes chosen by Host: `admin.example.com` (a `route` key) and
@@ -1139,6 +1189,7 @@ fn tally(reqs: &[Req], observed: &[Observed]) -> BTreeMap<&'static str, usize> {
             (false, Some("method_not_allowed")) => "method_not_allowed",
             (false, Some("unauthorized")) => "unauthorized",
             (false, Some("invalid_credentials")) => "invalid_credentials",
+            (false, Some("invalid_cost")) => "invalid_cost",
             (false, Some(_)) => "other",
         };
         *counts.entry(kind).or_default() += 1;
@@ -1168,6 +1219,14 @@ fn tally(reqs: &[Req], observed: &[Observed]) -> BTreeMap<&'static str, usize> {
             gw.upstream && req.target.starts_with("/account"),
         );
         also("HEAD", req.method == "HEAD");
+        also(
+            "limited by a cost limit",
+            matches!(gw.limit.as_deref(), Some("tokens" | "tokens_user")),
+        );
+        also(
+            "passed with a cost",
+            gw.upstream && req.target.contains("tokens") && req.header("x-cost").is_some(),
+        );
         also(
             "XFF from the trusted peer",
             req.peer == TRUSTED_PEER && req.header("x-forwarded-for").is_some(),
@@ -1200,6 +1259,9 @@ fn thin(counts: &BTreeMap<&'static str, usize>) -> Vec<String> {
         ("refused by failure_limit", 5),
         ("limited per consumer or tenant", 5),
         ("passed with a consumer", 10),
+        ("invalid_cost", 3),
+        ("limited by a cost limit", 8),
+        ("passed with a cost", 10),
     ];
     minimum
         .iter()

@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 use tollgate_limit::{Decision, Limiter, Observer, Request};
 
+use crate::error::GatewayError;
+
 pub mod calendar;
 pub mod headers;
 pub mod key;
@@ -38,47 +40,92 @@ pub async fn decide(
     view: &RequestView<'_>,
     observer: &dyn Observer,
 ) -> Decision {
-    decide_reserving(limiter, limits, view, observer, &[])
-        .await
-        .0
+    match planned(limiter, limits, view) {
+        Ok(plan) => {
+            decide_planned(limiter, limits, view, observer, plan.checks, &plan.applied).await
+        }
+        Err(rejected) => rejected,
+    }
 }
 
-/// [`decide`], each limit `i` with `reserve[i] = Some(units)` charging
-/// that estimate instead of its `cost` (docs/configuration/cost.md): an
+/// A cost limit's estimate for one request, by the limit's index among the
+/// route's limits (docs/configuration/cost.md): `None` for a limit without
+/// `cost:`, else the units to charge or why the request has no estimate.
+pub type Estimates = [Option<Result<u64, GatewayError>>];
+
+/// [`decide`], each limit `i` that applies charging its estimate
+/// `reserve[i]` instead of its `cost` (docs/configuration/cost.md): an
 /// estimate above the limit's capacity is rejected at once, never capped.
-/// Also gives back those limits' checks as decided (index in `limits`,
-/// check), for their settlement when the response ends.
+/// An applied limit whose estimate is an error answers the request with
+/// that error (taken out of `reserve`) and decides nothing; a limit that
+/// does not apply (exempt, skipped) needs no estimate. Also gives back the
+/// estimated limits' checks as decided (index in `limits`, check), for
+/// their settlement when the response ends.
 pub async fn decide_reserving(
     limiter: &Arc<Limiter>,
     limits: &[Arc<Policy>],
     view: &RequestView<'_>,
     observer: &dyn Observer,
-    reserve: &[Option<u64>],
-) -> (Decision, Vec<(usize, tollgate_limit::Check)>) {
-    let plan = match plan::plan(limits, view, limiter.now(), || fastrand::u64(1..)) {
+    reserve: &mut Estimates,
+) -> Result<(Decision, Vec<(usize, tollgate_limit::Check)>), GatewayError> {
+    let plan = match planned(limiter, limits, view) {
         Ok(plan) => plan,
-        Err(denied) => {
-            let rejected = Decision::Reject {
-                locked_out: false,
-                limit: denied.policy.name.clone(),
-                retry_after: 0,
-                figures: Vec::new(),
-            };
-            return (rejected, Vec::new());
-        }
+        Err(rejected) => return Ok((rejected, Vec::new())),
     };
-    let plan::Plan {
-        mut checks,
-        applied,
-        ..
-    } = plan;
+    let (mut checks, applied) = (plan.checks, plan.applied);
+    let reserved = reserve_estimates(&mut checks, &applied, reserve)?;
+    let decision = decide_planned(limiter, limits, view, observer, checks, &applied).await;
+    Ok((decision, reserved))
+}
+
+/// Each applied check with an estimate charges it (at least 1); the
+/// checks charged so (limit index, check), or the first applied limit's
+/// estimate error.
+fn reserve_estimates(
+    checks: &mut [tollgate_limit::Check],
+    applied: &[usize],
+    reserve: &mut Estimates,
+) -> Result<Vec<(usize, tollgate_limit::Check)>, GatewayError> {
     let mut reserved = Vec::new();
-    for (check, &i) in checks.iter_mut().zip(&applied) {
-        if let Some(Some(units)) = reserve.get(i) {
-            check.cost = (*units).max(1);
-            reserved.push((i, check.clone()));
+    for (check, &i) in checks.iter_mut().zip(applied) {
+        match reserve.get_mut(i).and_then(Option::take) {
+            None => {}
+            Some(Ok(units)) => {
+                check.cost = units.max(1);
+                reserved.push((i, check.clone()));
+            }
+            Some(Err(invalid)) => return Err(invalid),
         }
     }
+    Ok(reserved)
+}
+
+/// The request's plan, or the rejection of a limit whose key is missing
+/// with `on_missing_key: deny`.
+fn planned<'p>(
+    limiter: &Limiter,
+    limits: &'p [Arc<Policy>],
+    view: &RequestView<'_>,
+) -> Result<plan::Plan<'p>, Decision> {
+    plan::plan(limits, view, limiter.now(), || fastrand::u64(1..)).map_err(|denied| {
+        Decision::Reject {
+            locked_out: false,
+            limit: denied.policy.name.clone(),
+            retry_after: 0,
+            figures: Vec::new(),
+        }
+    })
+}
+
+/// The limiter's decision on `checks` (limit `limits[applied[i]]` each).
+async fn decide_planned(
+    limiter: &Arc<Limiter>,
+    limits: &[Arc<Policy>],
+    view: &RequestView<'_>,
+    observer: &dyn Observer,
+    checks: Vec<tollgate_limit::Check>,
+    applied: &[usize],
+) -> Decision {
     // The same walk that gave each key, so a key always has a display form.
     let describe = |i: usize| limits[applied[i]].display_key(view);
     let request = Request {
@@ -86,7 +133,7 @@ pub async fn decide_reserving(
         observer,
         describe: &describe,
     };
-    (limiter.decide(request).await, reserved)
+    limiter.decide(request).await
 }
 
 /// The deny cache's answer for `failure_limit` (docs/configuration/consumers.md)

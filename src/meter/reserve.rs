@@ -31,41 +31,46 @@ pub fn any(limits: &[Arc<Policy>]) -> bool {
 /// a `cost:` spec) for a request with `headers` and, when
 /// [`needs_body`], its whole `body`; `llm[i]` is limit `i`'s estimate of
 /// the body as an LLM request ([`super::llm::read`]), for `reserve: llm`.
+/// A limit's error (no number in its header) answers the request only if
+/// that limit applies to it ([`crate::limit::decide_reserving`]).
 pub fn estimates(
     limits: &[Arc<Policy>],
     headers: &HeaderMap,
     body: Option<&[u8]>,
     llm: &[Option<u64>],
-) -> Result<Vec<Option<u64>>, GatewayError> {
+) -> Vec<Option<Result<u64, GatewayError>>> {
     limits
         .iter()
         .enumerate()
-        .map(|(i, p)| match &p.metered {
-            None => Ok(None),
-            Some(cost) => estimate(cost, headers, body, llm.get(i).copied().flatten()).map(Some),
+        .map(|(i, p)| {
+            let cost = p.metered.as_ref()?;
+            let estimate = from_head(cost, headers).unwrap_or_else(|| match cost.reserve {
+                Reserve::RequestBytes => Ok(body.map_or(0, |b| b.len() as u64)),
+                _ => llm.get(i).copied().flatten().ok_or_else(|| {
+                    GatewayError::InvalidLlmRequest(
+                        "the request body was not read as an LLM request".into(),
+                    )
+                }),
+            });
+            Some(estimate)
         })
         .collect()
 }
 
-/// One limit's estimate.
-fn estimate(
-    cost: &CostConfig,
-    headers: &HeaderMap,
-    body: Option<&[u8]>,
-    llm: Option<u64>,
-) -> Result<u64, GatewayError> {
+/// The estimate of a limit whose `reserve` needs only the request head: a
+/// constant, or the whole number in a header (`invalid_cost` when there is
+/// none); `None` for the estimates read from the body. `tollgate simulate`
+/// takes these from a log line's headers the same way.
+pub fn from_head(cost: &CostConfig, headers: &HeaderMap) -> Option<Result<u64, GatewayError>> {
     match &cost.reserve {
-        Reserve::Units(n) => Ok(*n),
-        Reserve::Header(name) => headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .ok_or_else(|| GatewayError::InvalidCost(name.clone())),
-        Reserve::RequestBytes => Ok(body.map_or(0, |b| b.len() as u64)),
-        Reserve::Llm => llm.ok_or_else(|| {
-            GatewayError::InvalidLlmRequest(
-                "the request body was not read as an LLM request".into(),
-            )
-        }),
+        Reserve::Units(n) => Some(Ok(*n)),
+        Reserve::Header(name) => Some(
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| GatewayError::InvalidCost(name.clone())),
+        ),
+        Reserve::RequestBytes | Reserve::Llm => None,
     }
 }

@@ -29,9 +29,10 @@ pub(super) struct Replayed {
 pub(super) enum Outcome {
     /// Answered before any route, or by none (`NoRoute`).
     Refused(GatewayError),
-    /// Matched a route whose authentication refused it (401, 403, 503, or
-    /// 429 from `failure_limit`); its limits decided nothing.
-    Unauthenticated {
+    /// Matched a route that refused it before its limits decided: its
+    /// authentication (401, 403, 503, or 429 from `failure_limit`), or a
+    /// cost limit's estimate (400 `invalid_cost`).
+    RouteRefused {
         route: Arc<RouteRuntime>,
         error: GatewayError,
     },
@@ -98,14 +99,17 @@ impl Simulator {
             Ok(route) => {
                 let (rt, req) = (&self.runtime, &self.req);
                 match stages::authenticate(rt, &route, req, client.addr, now, &mut self.store) {
-                    Ok(identity) => Outcome::Routed(self.decide_limits(
-                        route,
+                    Ok(identity) => match self.decide_limits(
+                        route.clone(),
                         client.addr,
                         identity.as_ref(),
                         now,
                         (r.cost, r.usage),
-                    )),
-                    Err(refused) => Outcome::Unauthenticated {
+                    ) {
+                        Ok(routed) => Outcome::Routed(routed),
+                        Err(error) => Outcome::RouteRefused { route, error },
+                    },
+                    Err(refused) => Outcome::RouteRefused {
                         route,
                         error: refused.error,
                     },
@@ -136,7 +140,8 @@ impl Simulator {
 
     /// The route's limits, as the limiter plans them, decided by the memory
     /// store in one all-or-nothing step; leases are held for zero time
-    /// (see the module doc).
+    /// (see the module doc). An applied cost limit without an estimate
+    /// (no number in its `reserve` header) refuses the request instead.
     fn decide_limits(
         &mut self,
         route: Arc<RouteRuntime>,
@@ -144,7 +149,7 @@ impl Simulator {
         identity: Option<&Identity>,
         now: Micros,
         (cost, usage): (Option<u64>, Option<u64>),
-    ) -> Routed {
+    ) -> Result<Routed, GatewayError> {
         let prefix = self.runtime.config.server.ipv6_prefix;
         let mut view = request_view(&self.req, client, &route, prefix);
         view.identity = identity.map(|i| i as &dyn crate::limit::key::Consumer);
@@ -157,20 +162,20 @@ impl Simulator {
             Ok(plan) => plan,
             Err(denied) => {
                 let index = denied.index;
-                return Routed {
+                return Ok(Routed {
                     route,
                     verdict: RouteVerdict::Rejected {
                         index,
                         locked_out: false,
                     },
                     limits: vec![(index, LimitPart::MissingKey)],
-                };
+                });
             }
         };
         let mut plan = plan;
         for (check, &i) in plan.checks.iter_mut().zip(&plan.applied) {
             if let Some(metered) = &route.limits[i].metered {
-                check.cost = estimate(metered, cost);
+                check.cost = estimate(metered, cost, self.req.headers())?.max(1);
             }
         }
         let outcomes = if plan.checks.is_empty() {
@@ -214,11 +219,11 @@ impl Simulator {
             (plan.applied[i], part)
         });
         let limits = not_applied.chain(decided).collect();
-        Routed {
+        Ok(Routed {
             route,
             verdict,
             limits,
-        }
+        })
     }
 }
 
@@ -265,14 +270,28 @@ impl Simulator {
     }
 }
 
-/// A line's estimate for a cost limit: its `cost`, else a constant
-/// `reserve`, else 1 (the simulation has no body to read).
-fn estimate(metered: &crate::config::CostConfig, cost: Option<u64>) -> u64 {
-    match (cost, &metered.reserve) {
-        (Some(n), _) => n.max(1),
-        (None, crate::config::Reserve::Units(n)) => *n,
-        (None, _) => 1,
+/// A line's estimate for a cost limit: its `cost`, else what the gateway
+/// takes from the request head (a constant, a header's number, or
+/// `invalid_cost`), else its `content-length` for `request_bytes` (the
+/// body's length when the body was whole), else 1 (`llm`: the simulation
+/// has no body to read).
+fn estimate(
+    metered: &crate::config::CostConfig,
+    cost: Option<u64>,
+    headers: &http::HeaderMap,
+) -> Result<u64, GatewayError> {
+    if let Some(n) = cost {
+        return Ok(n);
     }
+    crate::meter::reserve::from_head(metered, headers).unwrap_or_else(|| {
+        Ok(match metered.reserve {
+            crate::config::Reserve::RequestBytes => headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0),
+            _ => 1,
+        })
+    })
 }
 
 impl Replayed {
@@ -280,7 +299,7 @@ impl Replayed {
     pub(super) fn answer(&self, line: u64) -> Answer {
         let routed = match &self.outcome {
             Outcome::Refused(error) => return Answer::refused(line, error),
-            Outcome::Unauthenticated { route, error } => {
+            Outcome::RouteRefused { route, error } => {
                 let mut answer = Answer::refused(line, error);
                 answer.route = Some(route.name.to_string());
                 if let GatewayError::Limited(r) = error {

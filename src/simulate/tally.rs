@@ -196,9 +196,9 @@ impl Tally {
         self.requests += 1;
         match &replayed.outcome {
             Outcome::Refused(error) => self.refusal(error, replayed.client),
-            Outcome::Unauthenticated { route, .. } => {
-                // Refused by the route's authentication: a request of the
-                // route that its limits never saw.
+            Outcome::RouteRefused { route, .. } => {
+                // Refused by the route's authentication or a cost estimate:
+                // a request of the route that its limits never saw.
                 self.refused += 1;
                 let stats = &mut self.routes[route.index];
                 stats.counts.requests += 1;
