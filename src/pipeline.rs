@@ -800,7 +800,7 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
 /// with an error, or an upstream 5xx, is an upstream error (no response
 /// body of the upstream's reached the client): `on_upstream_error`.
 fn metered(
-    response: Response<Reply>,
+    mut response: Response<Reply>,
     meters: Vec<meter::Meter>,
     tap: Option<Box<dyn meter::body::Tap>>,
     limiter: Arc<tollgate_limit::Limiter>,
@@ -809,6 +809,11 @@ fn metered(
 ) -> Response<Body> {
     let status = response.status();
     let local = matches!(response.body(), Reply::Local(_));
+    if tap.as_ref().is_some_and(|t| t.filters()) {
+        // The usage chunk the gateway asked for is taken out: the
+        // upstream's length no longer holds (HTTP/1.1 goes chunked).
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+    }
     let reading = meter::reading::Reading {
         headers: response.headers().clone(),
         upstream_error: status.is_server_error() || (local && status.is_client_error()),

@@ -421,29 +421,39 @@ async fn the_forced_usage_chunk_never_reaches_the_client_and_output_is_capped() 
     );
     let gw = Gateway::start(&config(&text)).await;
     // No max_tokens in the request: the default 1024 is reserved, and set.
+    // The stream chunked, then with a content-length (which the removed
+    // chunk makes wrong: the gateway must drop it).
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let req = client::req(Method::POST, gw.addr(), "/v1/chat/completions")
-        .header("x-tenant", "cap")
-        .header("x-mock-input-tokens", "7")
-        .header("x-mock-output-tokens", "5")
-        .body(client::full(body.to_owned()))
-        .unwrap();
-    let r = client::send(&client::h1(), req).await;
-    assert_eq!(r.status, 200);
-    let seen = llm.last().unwrap().json();
-    assert_eq!(seen["max_completion_tokens"], 1024, "{seen}");
-    assert_eq!(seen["stream_options"]["include_usage"], true, "{seen}");
-    let text = r.text();
-    assert!(text.contains("data: [DONE]"), "{text}");
-    assert!(
-        !text.contains("\"choices\":[]"),
-        "the usage chunk reached the client: {text}"
-    );
-    // Settled from the usage the gateway asked for: 12 tokens.
-    let t0 = std::time::Instant::now();
-    while remaining(&gw, "tokens", "cap").await != 10_000 - 12 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "the settlement");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for (i, framing) in ["chunked", "content-length"].into_iter().enumerate() {
+        let mut req = client::req(Method::POST, gw.addr(), "/v1/chat/completions")
+            .header("x-tenant", "cap")
+            .header("x-mock-input-tokens", "7")
+            .header("x-mock-output-tokens", "5");
+        if framing == "content-length" {
+            req = req.header("x-mock-content-length", "1");
+        }
+        let r = client::send(
+            &client::h1(),
+            req.body(client::full(body.to_owned())).unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{framing}");
+        assert_eq!(r.header("content-length"), None, "{framing}");
+        let seen = llm.last().unwrap().json();
+        assert_eq!(seen["max_completion_tokens"], 1024, "{seen}");
+        assert_eq!(seen["stream_options"]["include_usage"], true, "{seen}");
+        let text = r.text();
+        assert!(text.ends_with("data: [DONE]\n\n"), "{framing}: {text}");
+        assert!(
+            !text.contains("\"choices\":[]"),
+            "the usage chunk reached the client: {text}"
+        );
+        // Settled from the usage the gateway asked for: 12 tokens each.
+        let t0 = std::time::Instant::now();
+        while remaining(&gw, "tokens", "cap").await != 10_000 - 12 * (i as u64 + 1) {
+            assert!(t0.elapsed() < Duration::from_secs(5), "the settlement");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

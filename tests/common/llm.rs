@@ -27,6 +27,7 @@
 //! | `x-mock-events: N` | content deltas in the stream (or pieces of the JSON text) | 3 |
 //! | `x-mock-abort-after: N` | cut the stream (no last chunk) after N events | none |
 //! | `x-mock-hold: 1` | after the first event, wait for [`MockLlm::release`] | none |
+//! | `x-mock-content-length: 1` | an SSE stream with a `content-length` (some servers buffer it) | chunked |
 //!
 //! The mock records each request (path, headers, body: to check what the
 //! gateway rewrote) and counts response streams: open now, the most open at
@@ -210,6 +211,8 @@ struct Plan {
     chunk_delay: Duration,
     abort_after: Option<usize>,
     hold: bool,
+    /// The stream's length in a `content-length`.
+    content_length: bool,
 }
 
 fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
@@ -234,6 +237,7 @@ impl Plan {
             chunk_delay: Duration::from_millis(header_u64(h, "x-mock-chunk-delay-ms").unwrap_or(0)),
             abort_after: header_u64(h, "x-mock-abort-after").map(|n| n as usize),
             hold: h.contains_key("x-mock-hold"),
+            content_length: h.contains_key("x-mock-content-length"),
         }
     }
 
@@ -545,6 +549,8 @@ fn sse_response(
     plan: Plan,
     events: Vec<Bytes>,
 ) -> Response<Body> {
+    let length: usize = events.iter().map(Bytes::len).sum();
+    let content_length = plan.content_length;
     let (tx, rx) = mpsc::channel(1);
     st.started.fetch_add(1, Ordering::SeqCst);
     let open = st.open.fetch_add(1, Ordering::SeqCst) + 1;
@@ -561,6 +567,9 @@ fn sse_response(
         HeaderValue::from_static("text/event-stream; charset=utf-8"),
     );
     h.insert("cache-control", HeaderValue::from_static("no-cache"));
+    if content_length {
+        h.insert("content-length", HeaderValue::from(length));
+    }
     resp
 }
 
