@@ -7,8 +7,19 @@
 //! LF (so JSON split over several `data:` lines reads as one document);
 //! other fields (`event`, `id`, `retry`) are skipped: the APIs read here
 //! repeat the event's type inside its data.
+//!
+//! A reader made with [`SseEvents::only_with`] a needle scans only the
+//! events whose data spells it: the data of an event is held (up to
+//! [`HOLD_LIMIT`] bytes) and scanned at its end if the needle is in it, so
+//! the content deltas that make up nearly all of an LLM stream are only
+//! searched, not lexed (every value the usage readers want sits under a
+//! `"usage"` key). An event longer than the limit streams through the
+//! scanner as it comes.
 
 use super::json_scan::{JsonScan, Path};
+
+/// The most bytes of an event's data held before it is scanned.
+pub(crate) const HOLD_LIMIT: usize = 4096;
 
 /// The longest field name compared (`data`); longer names are skipped.
 const NAME_LIMIT: usize = 4;
@@ -55,6 +66,13 @@ pub(crate) struct SseEvents {
     data_lines: u32,
     /// The current event's data, scanned.
     scan: JsonScan,
+    /// Scan only events whose data has this (see the module doc).
+    needle: Option<&'static [u8]>,
+    /// The current event's data not scanned yet.
+    held: Vec<u8>,
+    /// The current event outgrew [`HOLD_LIMIT`]: its data goes straight
+    /// to the scanner.
+    streaming: bool,
     /// The previous call ended an event: start a new one first.
     ended: bool,
 }
@@ -71,7 +89,19 @@ impl SseEvents {
             cr_ended_event: false,
             data_lines: 0,
             scan: JsonScan::new(paths),
+            needle: None,
+            held: Vec::new(),
+            streaming: false,
             ended: false,
+        }
+    }
+
+    /// A reader capturing `paths` of the events whose data has `needle`
+    /// (the others' captures are all absent).
+    pub(crate) fn only_with(paths: &'static [Path], needle: &'static [u8]) -> SseEvents {
+        SseEvents {
+            needle: Some(needle),
+            ..SseEvents::new(paths)
         }
     }
 
@@ -80,15 +110,47 @@ impl SseEvents {
         &self.scan
     }
 
-    /// Whether an event with data has started and not ended: at the end
-    /// of the stream, the event a closing blank line never ended.
-    pub(crate) fn unterminated(&self) -> bool {
-        !self.ended && self.data_lines > 0
+    /// At the end of the stream: the scanned data of the event a closing
+    /// blank line never ended, if one had started.
+    pub(crate) fn unterminated(&mut self) -> Option<&JsonScan> {
+        if self.ended || self.data_lines == 0 {
+            return None;
+        }
+        self.event_ends();
+        Some(&self.scan)
     }
 
-    /// Bytes of the stream held: the scanner's buffers.
+    /// Bytes of the stream held: the scanner's buffers and the current
+    /// event's data not scanned yet.
     pub(crate) fn buffered(&self) -> usize {
-        self.scan.buffered()
+        self.scan.buffered() + self.held.capacity()
+    }
+
+    /// Some of the current event's data.
+    fn data(&mut self, bytes: &[u8]) {
+        if self.streaming || self.needle.is_none() {
+            self.scan.feed(bytes);
+        } else if self.held.len() + bytes.len() <= HOLD_LIMIT {
+            self.held.extend_from_slice(bytes);
+        } else {
+            self.streaming = true;
+            self.scan.feed(&self.held);
+            self.held.clear();
+            self.scan.feed(bytes);
+        }
+    }
+
+    /// The current event ended: its held data scanned if it has the
+    /// needle.
+    fn event_ends(&mut self) {
+        let wanted = self
+            .needle
+            .is_some_and(|n| memchr::memmem::find(&self.held, n).is_some());
+        if !self.streaming && wanted {
+            self.scan.feed(&self.held);
+        }
+        self.held.clear();
+        self.streaming = false;
     }
 
     /// Reads `input` up to the end of the next event, or all of it.
@@ -97,6 +159,8 @@ impl SseEvents {
             self.ended = false;
             self.data_lines = 0;
             self.scan.reset();
+            self.held.clear();
+            self.streaming = false;
         }
         let mut i = 0;
         let mut lead = 0;
@@ -124,6 +188,7 @@ impl SseEvents {
                         self.after_cr = false;
                         i += 1;
                     }
+                    self.event_ends();
                     self.ended = true;
                     return Fed {
                         consumed: i,
@@ -176,12 +241,9 @@ impl SseEvents {
 
     /// The value's bytes up to the line's end, streamed when `data`.
     fn value(&mut self, rest: &[u8]) -> usize {
-        let n = rest
-            .iter()
-            .position(|&c| c == b'\r' || c == b'\n')
-            .unwrap_or(rest.len());
+        let n = memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len());
         if self.is_data() {
-            self.scan.feed(&rest[..n]);
+            self.data(&rest[..n]);
         }
         n
     }
@@ -194,7 +256,7 @@ impl SseEvents {
     fn data_starts(&mut self) {
         if self.is_data() {
             if self.data_lines > 0 {
-                self.scan.feed(b"\n");
+                self.data(b"\n");
             }
             self.data_lines += 1;
         }
@@ -224,7 +286,11 @@ mod tests {
     /// Every event's captured `n` (as text, `-` when none), feeding `input`
     /// in pieces cut at `cuts`.
     fn events(input: &[u8], cuts: &[usize]) -> Vec<String> {
-        let mut sse = SseEvents::new(PATHS);
+        events_of(SseEvents::new(PATHS), input, cuts)
+    }
+
+    /// [`events`] read by `sse`.
+    fn events_of(mut sse: SseEvents, input: &[u8], cuts: &[usize]) -> Vec<String> {
         let mut out = Vec::new();
         let mut bounds = vec![0];
         bounds.extend(cuts.iter().copied());
@@ -270,7 +336,7 @@ mod tests {
         assert_eq!((fed.consumed, fed.lead, fed.ended), (16, 0, true));
         let fed = sse.feed(b"\ndata: x");
         assert_eq!((fed.consumed, fed.lead, fed.ended), (8, 1, false));
-        assert!(sse.unterminated());
+        assert!(sse.unterminated().is_some());
         // A CRLF inside an event is not a tail.
         let mut sse = SseEvents::new(PATHS);
         sse.feed(b"data: 1\r");
@@ -279,5 +345,26 @@ mod tests {
         let mut sse = SseEvents::new(PATHS);
         let fed = sse.feed(b"data: 1\r\n\r\ndata");
         assert_eq!((fed.consumed, fed.ended), (11, true));
+    }
+
+    #[test]
+    fn only_events_with_the_needle_are_scanned_however_cut_or_long() {
+        let long = "x".repeat(HOLD_LIMIT);
+        let input = format!(
+            "data: {{\"n\":1}}\n\ndata: {{\"n\":2,\"k\":0}}\n\n\
+             data: {{\"t\":\"{long}\",\n\
+             data: \"n\":3,\"k\":1}}\n\ndata: {{\"k\":2,\"n\":4}}\n\n"
+        );
+        let input = input.as_bytes();
+        let want = ["-", "2", "3", "4"];
+        let reader = || SseEvents::only_with(PATHS, b"\"k\"");
+        assert_eq!(events_of(reader(), input, &[]), want);
+        for cut in (0..input.len()).step_by(7) {
+            assert_eq!(events_of(reader(), input, &[cut]), want, "cut at {cut}");
+        }
+        // Held: at most the limit, however long the event.
+        let mut sse = reader();
+        sse.feed(input);
+        assert!(sse.held.capacity() <= 2 * HOLD_LIMIT);
     }
 }

@@ -57,6 +57,10 @@ const MESSAGE_USAGE: usize = 3;
 /// A chat chunk's `choices` (for the usage-only chunk).
 pub(crate) const CHOICES: usize = 4;
 
+/// What every value read from an event sits under, as written: events
+/// without it are not scanned (see `sse`).
+const NEEDLE: &[u8] = b"\"usage\"";
+
 /// Tokens an LLM response reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
@@ -245,7 +249,7 @@ impl Framing {
         *self = if chunk[at] == b'{' {
             Framing::Json(JsonScan::new(paths))
         } else {
-            Framing::Sse(SseEvents::new(paths))
+            Framing::Sse(SseEvents::only_with(paths, NEEDLE))
         };
         Some(at)
     }
@@ -311,12 +315,12 @@ impl UsageReader {
     /// The body ended (or was cut short): the usage it reported, if any.
     /// An event that no blank line ended is still read.
     pub fn finish(mut self) -> Option<Usage> {
-        match &self.framing {
+        match &mut self.framing {
             Framing::Unknown => {}
             Framing::Json(scan) => self.tally.body(scan),
             Framing::Sse(sse) => {
-                if sse.unterminated() {
-                    self.tally.event(sse.scan());
+                if let Some(scan) = sse.unterminated() {
+                    self.tally.event(scan);
                 }
             }
         }

@@ -143,23 +143,25 @@ impl UsageChunkFilter {
     /// ended.
     pub fn finish(&mut self) -> Bytes {
         let held = Bytes::from(std::mem::take(&mut self.held));
-        match &self.framing {
+        match &mut self.framing {
             Framing::Unknown => held,
             Framing::Json(scan) => {
                 self.tally.body(scan);
                 held
             }
-            Framing::Sse(sse) if sse.unterminated() => {
-                let remove = !self.overflowed && is_usage_only_chunk(sse.scan());
-                self.tally.event(sse.scan());
-                if remove {
-                    self.removed += 1;
-                    Bytes::new()
-                } else {
-                    held
+            Framing::Sse(sse) => match sse.unterminated() {
+                Some(scan) => {
+                    let remove = !self.overflowed && is_usage_only_chunk(scan);
+                    self.tally.event(scan);
+                    if remove {
+                        self.removed += 1;
+                        Bytes::new()
+                    } else {
+                        held
+                    }
                 }
-            }
-            Framing::Sse(_) => held,
+                None => held,
+            },
         }
     }
 
