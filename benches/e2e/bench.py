@@ -202,9 +202,12 @@ def report(results_path):
     w(f"- tools: {meta['tools']}")
     present = [(n, l) for n, l in scenarios if any(k[0] == n for k in by)]
     cores_only = not present and all(k[0].startswith("cores-") for k in by) and bool(by)
-    tls_only = not present and not cores_only
+    llm_only = not present and all(k[0].startswith("llm-") for k in by) and bool(by)
+    tls_only = not present and not cores_only and not llm_only
     idle_only = tls_only and not by  # --only idle: no timed figure at all
-    if cores_only:
+    if llm_only:
+        load = "the SSE upstream and clients (examples/sse_bench.rs)"
+    elif cores_only:
         load = "wrk, the upstream nginx and Redis"
     elif idle_only:
         load = "the connection helper (python3) and the upstream nginx"
@@ -225,7 +228,7 @@ def report(results_path):
       "(this benchmark itself keeps about one core busy)")
     if idle_only:
         pass
-    elif tls_only or cores_only:
+    elif tls_only or cores_only or llm_only:
         w(f"- durations: {meta['dur']} s per figure")
     else:
         w(f"- durations: {meta['dur']} s per throughput figure, {meta['rate_dur']} s per fixed-rate figure")
@@ -236,6 +239,7 @@ def report(results_path):
         mem_table(w, meta)
     cores_table(w, meta, by)
     tls_tables(w, meta, by, m, total)
+    llm_tables(w, meta, by, m)
     notes = meta.get("notes", [])
     if notes:
         w("Observations during this run:")
@@ -490,6 +494,72 @@ def mem_table(w, meta):
     for row in mem["rows"]:
         w(f"| {row['label']} | {fmt(row['before_kb'] / 1024, 1)} | {fmt(row['after_kb'] / 1024, 1)} | "
           f"{fmt(row['per10k_kb'] / 1024, 1)} | {fmt(row['per10k_kb'] * 1024 / 10000)} | {row['failed']} |")
+    w("")
+
+
+def llm_tables(w, meta, by, m):
+    """Issue 26: SSE through a route with an `llm` cost limit and without."""
+    if not any(k[0].startswith("llm-") for k in by):
+        return
+    plain, cost = "llm-plain", "llm-cost"
+    pace = meta.get("sse_pace", "?")
+
+    def rps(n, ph):
+        return m(n, ph, "rps")
+
+    def ms(n, ph, f):
+        x = m(n, ph, f)
+        return None if x is None else x / 1000
+
+    def yes(ok):
+        return "met" if ok else "**not met**"
+
+    w(f"#### LLM streaming: SSE through an `llm` cost limit (reserve + settle from the usage) vs the same route without it")
+    w("")
+    w("| row | request limit | + `llm` cost limit | ratio | target |")
+    w("|---|---:|---:|---:|---|")
+    for ph, label in [("sse64", "req/s, as fast as it goes (64 conns, the stream in one write)"),
+                      ("ssepaced", f"req/s, 256 streams, chunks {pace} ms apart")]:
+        a, b = rps(plain, ph), rps(cost, ph)
+        r = None if not a or b is None else b / a
+        w(f"| {label} | {fmt(a)} | {fmt(b)} | {fmt(r, 2)} | >= 0.9: {yes(r is not None and r >= 0.9)} |")
+    a, b = m(plain, "sse64", "cpu_per_10k"), m(cost, "sse64", "cpu_per_10k")
+    if a and b:
+        w(f"| proxy CPU per request (µs), as fast as it goes | {fmt(a * 100, 1)} | {fmt(b * 100, 1)} | "
+          f"{fmt(b / a, 2)} | - |")
+    rate = meta.get("sse_rate", "?")
+    for f, label in [("ttfb_p50_us", "p50"), ("ttfb_p99_us", "p99"), ("p99_us", "p99 to the last byte")]:
+        a, b = ms(plain, "rate_sse", f), ms(cost, "rate_sse", f)
+        added = None if a is None or b is None else b - a
+        target = f"added <= 1 ms: {yes(added is not None and added <= 1)}" if f == "ttfb_p99_us" else "-"
+        name = f"time to first byte {label}" if f.startswith("ttfb") else label
+        w(f"| {name} (ms) at {rate} req/s, chunks {pace} ms apart | {fmt(a, 3)} | {fmt(b, 3)} | "
+          f"+{fmt(added, 3)} ms | {target} |")
+    late = sum(m(n, "rate_sse", "late") or 0 for n in (plain, cost))
+    w("")
+    if meta.get("llm_settlements"):
+        w(f"Settlements on the cost route (`tollgate_cost_settlements_total`): {meta['llm_settlements']}; "
+          f"requests sent a whole interval late at the fixed rate: {late}.")
+        w("")
+    mem = meta.get("llm_mem")
+    if not mem:
+        return
+    rows = {r["name"]: r for r in mem["rows"]}
+    n = mem["n"]
+    w(f"#### {n:,} open SSE streams: gateway RSS (fresh processes; each stream has its first chunk, the upstream holds the rest)")
+    w("")
+    w("| route | RSS idle MiB | RSS with the streams MiB | growth per stream KiB | failed |")
+    w("|---|---:|---:|---:|---:|")
+    for name, label in [(plain, "request limit"), (cost, "+ `llm` cost limit")]:
+        r = rows.get(name)
+        if r:
+            w(f"| {label} | {fmt(r['before_kb'] / 1024, 1)} | {fmt(r['after_kb'] / 1024, 1)} | "
+              f"{fmt(r['growth_kb'] / n, 1)} | {r['failed']} |")
+    if plain in rows and cost in rows:
+        extra = (rows[cost]["growth_kb"] - rows[plain]["growth_kb"]) / n
+        w("")
+        w(f"The metering's own cost: {fmt(extra, 1)} KiB per open stream beyond the connections' "
+          f"(target: within 64 KiB: {yes(extra <= 64)}).")
     w("")
 
 
