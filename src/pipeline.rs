@@ -245,7 +245,7 @@ async fn decide_limits<B>(
     req: &Request<B>,
     route: &RouteRuntime,
     ctx: &mut Ctx<'_>,
-    reserve: &mut limit::Estimates,
+    reserve: &mut limit::Estimates<GatewayError>,
 ) -> Result<Vec<Figure>, GatewayError> {
     if route.limits.is_empty() {
         return Ok(Vec::new());

@@ -138,11 +138,49 @@ async fn exactly_66_of_200(gw: &Gateway, llm: &MockLlm, tenant: &str, usage: (&s
 async fn gateway(store: Option<&str>, cost_extra: &str) -> (Gateway, MockLlm) {
     let llm = MockLlm::start().await;
     let text = budget(&llm, cost_extra);
-    let gw = match store {
-        Some(store) => Gateway::start(&config_with_store(store, &text)).await,
-        None => Gateway::start(&config(&text)).await,
-    };
-    (gw, llm)
+    (gateway_with(store, &text).await, llm)
+}
+
+/// A gateway with the config `text` on `store` (memory when `None`).
+async fn gateway_with(store: Option<&str>, text: &str) -> Gateway {
+    match store {
+        Some(store) => Gateway::start(&config_with_store(store, text)).await,
+        None => Gateway::start(&config(text)).await,
+    }
+}
+
+/// Runs `case` on the memory store, on a Redis, and on a 3-master Redis
+/// Cluster (the route's three limits on different slots), one after the
+/// other; the store is printed first, for a failure's output.
+async fn on_every_store<F, Fut>(case: F)
+where
+    F: Fn(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    eprintln!("store: memory");
+    case(None).await;
+    let redis = RedisServer::start();
+    eprintln!("store: redis");
+    case(Some(redis_store(&redis))).await;
+    let cluster = RedisCluster::start();
+    eprintln!("store: redis_cluster");
+    case(Some(cluster_store(&cluster))).await;
+}
+
+/// The `store:` of `redis` (a timeout long enough for a loaded machine).
+fn redis_store(redis: &RedisServer) -> String {
+    format!(
+        "{{ backend: redis, url: \"{}\", prefix: cost, timeout: 5s, on_error: deny }}",
+        redis.url()
+    )
+}
+
+/// The `store:` of `cluster`.
+fn cluster_store(cluster: &RedisCluster) -> String {
+    format!(
+        "{{ backend: redis_cluster, urls: {}, prefix: costc, timeout: 5s, on_error: deny }}",
+        cluster.seeds_yaml()
+    )
 }
 
 async fn budget_is_exact(store: Option<&str>) {
@@ -182,27 +220,22 @@ async fn a_token_budget_is_exact_on_the_memory_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_token_budget_is_exact_on_redis() {
     let redis = RedisServer::start();
-    budget_is_exact(Some(&format!(
-        "{{ backend: redis, url: \"{}\", prefix: cost, timeout: 5s, on_error: deny }}",
-        redis.url()
-    )))
-    .await;
+    budget_is_exact(Some(&redis_store(&redis))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_token_budget_is_exact_on_redis_cluster() {
     let cluster = RedisCluster::start();
-    let store = format!(
-        "{{ backend: redis_cluster, urls: {}, prefix: costc, timeout: 5s, on_error: deny }}",
-        cluster.seeds_yaml()
-    );
-    budget_is_exact(Some(&store)).await;
+    budget_is_exact(Some(&cluster_store(&cluster))).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_errors_refund_and_missing_usage_keeps_the_estimate() {
-    let llm = MockLlm::start().await;
-    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    on_every_store(upstream_errors_and_missing_usage).await;
+}
+
+async fn upstream_errors_and_missing_usage(store: Option<String>) {
+    let (gw, _llm) = gateway(store.as_deref(), "").await;
     // 500 before any body: refunded.
     let r = chat(&gw, "e1", &[("x-mock-status", "500")]).await;
     assert_eq!(r.status, 500);
@@ -219,11 +252,15 @@ async fn upstream_errors_refund_and_missing_usage_keeps_the_estimate() {
     assert_eq!(gw.metric(series).await, Some(1.0));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_estimate_above_the_budget_is_rejected_at_once() {
+    on_every_store(an_estimate_above_the_budget).await;
+}
+
+async fn an_estimate_above_the_budget(store: Option<String>) {
     let llm = MockLlm::start().await;
     let text = budget(&llm, "").replace("limit: 10000", "limit: 120");
-    let gw = Gateway::start(&config(&text)).await;
+    let gw = gateway_with(store.as_deref(), &text).await;
     let r = chat(&gw, "big", &[]).await;
     assert_eq!(r.status, 429, "{}", r.text());
     let policy = r.header("ratelimit-policy").unwrap();
@@ -460,8 +497,12 @@ async fn the_forced_usage_chunk_never_reaches_the_client_and_output_is_capped() 
 /// `cap_output: false`, estimate 100 (a 50-byte body and 50 output
 /// tokens), actual 250: the budget may be overspent by at most the
 /// requests in flight x 150, then rejects until the window ends.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_cap_output_overspend_is_bounded_by_what_was_in_flight() {
+    on_every_store(overspend_without_cap_output).await;
+}
+
+async fn overspend_without_cap_output(store: Option<String>) {
     let llm = MockLlm::start().await;
     // 50 bytes, no max field: default_max_output 50 makes 100.
     let text = budget(&llm, "")
@@ -470,7 +511,7 @@ async fn without_cap_output_overspend_is_bounded_by_what_was_in_flight() {
             "bytes_per_token: 1, stream_usage: force",
             "bytes_per_token: 1, stream_usage: force, default_max_output: 50",
         );
-    let gw = Gateway::start(&config(&text)).await;
+    let gw = gateway_with(store.as_deref(), &text).await;
     let body = r#"{"model":"m","stream":true,"messages":[]}"#;
     let body = format!("{body}{}", " ".repeat(50 - body.len()));
     assert_eq!(body.len(), 50);
@@ -519,11 +560,14 @@ async fn without_cap_output_overspend_is_bounded_by_what_was_in_flight() {
     assert_eq!(r.status, 429);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_mid_stream_keeps_the_estimate() {
+    on_every_store(client_gone_mid_stream).await;
+}
+
+async fn client_gone_mid_stream(store: Option<String>) {
     use tokio::io::AsyncReadExt;
-    let llm = MockLlm::start().await;
-    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    let (gw, llm) = gateway(store.as_deref(), "").await;
     let body = body_100();
     let mut conn = common::raw::connect(gw.addr()).await;
     let head = format!(

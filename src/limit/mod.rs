@@ -18,8 +18,6 @@ use std::sync::Arc;
 
 use tollgate_limit::{Decision, Limiter, Observer, Request};
 
-use crate::error::GatewayError;
-
 pub mod calendar;
 pub mod headers;
 pub mod key;
@@ -50,8 +48,9 @@ pub async fn decide(
 
 /// A cost limit's estimate for one request, by the limit's index among the
 /// route's limits (docs/configuration/cost.md): `None` for a limit without
-/// `cost:`, else the units to charge or why the request has no estimate.
-pub type Estimates = [Option<Result<u64, GatewayError>>];
+/// `cost:`, else the units to charge or why the request has none (`E`:
+/// the error it is answered with).
+pub type Estimates<E> = [Option<Result<u64, E>>];
 
 /// [`decide`], each limit `i` that applies charging its estimate
 /// `reserve[i]` instead of its `cost` (docs/configuration/cost.md): an
@@ -61,13 +60,13 @@ pub type Estimates = [Option<Result<u64, GatewayError>>];
 /// does not apply (exempt, skipped) needs no estimate. Also gives back the
 /// estimated limits' checks as decided (index in `limits`, check), for
 /// their settlement when the response ends.
-pub async fn decide_reserving(
+pub async fn decide_reserving<E>(
     limiter: &Arc<Limiter>,
     limits: &[Arc<Policy>],
     view: &RequestView<'_>,
     observer: &dyn Observer,
-    reserve: &mut Estimates,
-) -> Result<(Decision, Vec<(usize, tollgate_limit::Check)>), GatewayError> {
+    reserve: &mut Estimates<E>,
+) -> Result<(Decision, Vec<(usize, tollgate_limit::Check)>), E> {
     let plan = match planned(limiter, limits, view) {
         Ok(plan) => plan,
         Err(rejected) => return Ok((rejected, Vec::new())),
@@ -81,11 +80,11 @@ pub async fn decide_reserving(
 /// Each applied check with an estimate charges it (at least 1); the
 /// checks charged so (limit index, check), or the first applied limit's
 /// estimate error.
-fn reserve_estimates(
+fn reserve_estimates<E>(
     checks: &mut [tollgate_limit::Check],
     applied: &[usize],
-    reserve: &mut Estimates,
-) -> Result<Vec<(usize, tollgate_limit::Check)>, GatewayError> {
+    reserve: &mut Estimates<E>,
+) -> Result<Vec<(usize, tollgate_limit::Check)>, E> {
     let mut reserved = Vec::new();
     for (check, &i) in checks.iter_mut().zip(applied) {
         match reserve.get_mut(i).and_then(Option::take) {
