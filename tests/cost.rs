@@ -590,17 +590,22 @@ async fn client_gone_mid_stream(store: Option<String>) {
     llm.release();
 }
 
-/// The gateway killed (SIGKILL) with 50 streams in flight: their
+/// The gateway killed (SIGKILL) with 50 streams in flight, on Redis and
+/// on a Redis Cluster (on the memory store the state dies with it): their
 /// estimates stay charged, nothing else is written, and every key keeps
 /// a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl() {
     let redis = RedisServer::start();
-    let store = format!(
-        "{{ backend: redis, url: \"{}\", prefix: kill, timeout: 5s, on_error: deny }}",
-        redis.url()
-    );
-    let (gw, llm) = gateway(Some(&store), "").await;
+    killed_with_streams_in_flight(&redis_store(&redis), &[&redis]).await;
+    let cluster = RedisCluster::start();
+    killed_with_streams_in_flight(&cluster_store(&cluster), &cluster.masters()).await;
+}
+
+/// [`a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl`]
+/// on `store`, whose keys are on `servers`.
+async fn killed_with_streams_in_flight(store: &str, servers: &[&RedisServer]) {
+    let (gw, llm) = gateway(Some(store), "").await;
     let streams: Vec<_> = (0..50)
         .map(|_| {
             let addr = gw.addr();
@@ -628,14 +633,17 @@ async fn a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl() 
         let _ = s.await;
     }
     llm.release();
-    let keys = redis.keys().await;
-    assert!(!keys.is_empty());
-    for k in &keys {
-        assert!(redis.pttl(k).await > 0, "{k} has no TTL");
-        assert!(!k.contains(":c:"), "a settlement marker: {k}");
+    let mut seen = 0;
+    for server in servers {
+        for k in &server.keys().await {
+            seen += 1;
+            assert!(server.pttl(k).await > 0, "{k} has no TTL");
+            assert!(!k.contains(":c:"), "a settlement marker: {k}");
+        }
     }
+    assert!(seen > 0);
     // A new gateway on the same store reads 50 x 150 used.
-    let (gw, _llm) = gateway(Some(&store), "").await;
+    let (gw, _llm) = gateway(Some(store), "").await;
     assert_eq!(remaining(&gw, "tokens", "k").await, 10_000 - 50 * 150);
 }
 
