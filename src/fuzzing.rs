@@ -33,6 +33,9 @@ use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
 use crate::route::normalise::{normalise_path, EscapedSlashes, NormaliseError};
 use crate::server::sniff::{Framing, SniffIo};
 
+mod llm;
+pub use llm::{llm_request, llm_stream};
+
 /// The lines of an input (split on `\n`); a missing line is empty.
 struct Lines<'a>(std::slice::Split<'a, u8, fn(&u8) -> bool>);
 

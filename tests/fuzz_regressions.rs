@@ -50,7 +50,15 @@ macro_rules! replay_tests {
     )*};
 }
 
-replay_tests!(config, path, xff, client_key, h1_framing);
+replay_tests!(
+    config,
+    path,
+    xff,
+    client_key,
+    h1_framing,
+    llm_request,
+    llm_stream
+);
 
 #[test]
 fn ratelimit_headers() {

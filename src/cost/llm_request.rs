@@ -165,6 +165,11 @@ impl LlmRequest {
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(InvalidLlmRequest::new("the body is not a JSON object"));
         }
+        // JSON is UTF-8 (RFC 8259 §8.1); the reader below skips the
+        // strings it does not need without looking at their bytes.
+        if std::str::from_utf8(body).is_err() {
+            return Err(InvalidLlmRequest::new("the body is not UTF-8"));
+        }
         let head = Head::read(body)?;
         let endpoint = match api {
             Api::Anthropic => Endpoint::Messages,

@@ -1,0 +1,4 @@
+//! `llm_stream`: see `tollgate::fuzzing::llm_stream` for the input format and invariants.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tollgate::fuzzing::llm_stream(data));
