@@ -72,6 +72,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod lease;
 pub mod lockout;
 #[cfg(test)]
 mod promise;
