@@ -11,7 +11,15 @@
 //! is monotone in the cost (if `k` units fit, fewer do), so the largest
 //! `k` is found by bisection: `check` runs at most `2 + log2(most)` times.
 //! The Lua side (to come) mirrors it with the algorithms' Lua `check`.
+//!
+//! [`give_back`] returns what a lease did not spend when it ends: a
+//! settlement of `-unspent` ([`super::settle`]: never below empty) to the
+//! window or bucket the units came from, while it still counts. Unlike a
+//! cost settlement, units of a fixed window that has ended, or of a
+//! sliding window older than the previous one, are not moved into the
+//! current window: they lapsed with theirs.
 
+use super::settle::Settled;
 use super::{AlgoParams, AlgoState, AnyVerdict, Micros};
 
 /// What [`take`] took.
@@ -75,6 +83,33 @@ pub fn take(params: &AlgoParams, state: &AlgoState, now: Micros, cost: u64, most
         units: lo,
         verdict: best,
     }
+}
+
+/// Give back `units` of a lease taken at `at` (the store's clock then),
+/// at `now` (see the module doc); `None` when nothing changes: no units,
+/// their window has ended, or the algorithm takes no leases.
+pub fn give_back(
+    params: &AlgoParams,
+    state: &AlgoState,
+    at: Micros,
+    now: Micros,
+    units: u64,
+) -> Option<Settled<AlgoState>> {
+    let now = now.max(at);
+    let counts = match params {
+        AlgoParams::FixedWindow(p) => p.window().bounds(at) == p.window().bounds(now),
+        AlgoParams::SlidingWindow(p) => {
+            let w = p.window();
+            now / w - at / w <= 1
+        }
+        AlgoParams::TokenBucket(_) | AlgoParams::Gcra(_) => true,
+        _ => false,
+    };
+    if units == 0 || !counts {
+        return None;
+    }
+    let delta = -i64::try_from(units).unwrap_or(i64::MAX);
+    params.settle(state, at, now, delta)
 }
 
 #[cfg(test)]
@@ -168,6 +203,60 @@ mod tests {
             }
         }
         assert_eq!(took, [10, 10, 5, 0]);
+    }
+
+    proptest! {
+        /// A lease taken and given back whole leaves what passes as it
+        /// was (a bucket may have refilled meanwhile: never less passes);
+        /// given back in part, exactly the spent units stay taken.
+        #[test]
+        fn what_a_lease_did_not_spend_goes_back(
+            params in leasable_params(),
+            history in steps(3_000, 5, 20),
+            most in 1u64..30,
+            spent in 0u64..30,
+        ) {
+            let mut state = params.fresh();
+            let mut now = T0;
+            for (g, c) in history {
+                now += g;
+                let v = params.check(&state, now, c, 0);
+                if v.allowed {
+                    state = v.state;
+                }
+            }
+            let before = params.check(&state, now, 1, 0).remaining;
+            let taken = take(&params, &state, now, 1, most);
+            if taken.units == 0 {
+                // Nothing taken, nothing to give back.
+                return Ok(());
+            }
+            let spent = spent.min(taken.units);
+            let back = give_back(&params, &taken.verdict.state, now, now, taken.units - spent);
+            let after = back.map_or(taken.verdict.state.clone(), |b| b.state);
+            let left = params.check(&after, now, 1, 0);
+            // What passes now: `before` less what was spent (the figures
+            // count whole units; a bucket's part unit may round either way).
+            let want = before.saturating_sub(spent);
+            prop_assert!(
+                left.remaining + 1 >= want && left.remaining <= want + 1,
+                "before {} spent {} left {}", before, spent, left.remaining
+            );
+        }
+    }
+
+    #[test]
+    fn units_of_an_ended_window_lapse_with_it() {
+        let p = AlgoParams::FixedWindow(
+            fixed_window::Params::new(25, fixed_window::Window::Fixed(60_000_000)).unwrap(),
+        );
+        let t = take(&p, &p.fresh(), T0, 1, 10);
+        assert_eq!(t.units, 10);
+        let state = t.verdict.state;
+        let back = give_back(&p, &state, T0, T0 + 1_000, 4).unwrap();
+        assert_eq!(p.check(&back.state, T0 + 1_000, 1, 0).remaining, 25 - 6 - 1);
+        // The window ended: nothing moves into the next one.
+        assert_eq!(give_back(&p, &state, T0, T0 + 60_000_000, 4), None);
     }
 
     #[test]
