@@ -148,6 +148,21 @@ mod tests {
         ]
     }
 
+    /// The state after `history` (gap, cost) from `T0`, and the time of
+    /// its last request.
+    fn replay(params: &AlgoParams, history: &[(Micros, u64)]) -> (AlgoState, Micros) {
+        let mut state = params.fresh();
+        let mut now = T0;
+        for &(g, c) in history {
+            now += g;
+            let v = params.check(&state, now, c, 0);
+            if v.allowed {
+                state = v.state;
+            }
+        }
+        (state, now)
+    }
+
     proptest! {
         /// After any history, a lease takes exactly the largest number of
         /// units in `[cost, most]` that `check` allows (found by trying
@@ -161,15 +176,7 @@ mod tests {
             cost in 1u64..4,
             most in 1u64..60,
         ) {
-            let mut state = params.fresh();
-            let mut now = T0;
-            for (g, c) in history {
-                now += g;
-                let v = params.check(&state, now, c, 0);
-                if v.allowed {
-                    state = v.state;
-                }
-            }
+            let (state, mut now) = replay(&params, &history);
             now += gap;
             let taken = take(&params, &state, now, cost, most);
             let top = most.max(cost);
@@ -216,15 +223,7 @@ mod tests {
             most in 1u64..30,
             spent in 0u64..30,
         ) {
-            let mut state = params.fresh();
-            let mut now = T0;
-            for (g, c) in history {
-                now += g;
-                let v = params.check(&state, now, c, 0);
-                if v.allowed {
-                    state = v.state;
-                }
-            }
+            let (state, now) = replay(&params, &history);
             let before = params.check(&state, now, 1, 0).remaining;
             let taken = take(&params, &state, now, 1, most);
             if taken.units == 0 {
