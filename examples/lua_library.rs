@@ -40,6 +40,10 @@ fn main() {
     if dir.as_ref().is_none_or(|d| d.join("quota.lua").exists()) {
         shared.push(file("quota", lua::QUOTA));
     }
+    // Nor lease.lua (it came with issue 27).
+    if dir.as_ref().is_none_or(|d| d.join("lease.lua").exists()) {
+        shared.push(file("lease", lua::LEASE));
+    }
     // Nor an entry it does not have (settle.lua came after quota.lua).
     let mut entries: Vec<(String, String)> = lua::ENTRIES
         .iter()

@@ -77,6 +77,7 @@ pub(super) fn test_library() -> &'static lua::Library {
             ("dispatch_probe", DISPATCH_PROBE),
             ("refund_probe", REFUND_PROBE),
             ("settle_probe", SETTLE_PROBE),
+            ("lease_probe", super::lease::LEASE_PROBE),
         ]);
         lua::Library::with_entries(&entries)
     })
@@ -411,9 +412,13 @@ pub(super) fn dur(max: u64) -> impl Strategy<Value = u64> + Clone {
 
 /// One step of a trace: a signed gap, a cost, a lease id, whether it is a
 /// release (concurrency), whether it uses the second parameter set.
-type Step = (i64, u64, u64, bool, bool);
+pub(super) type Step = (i64, u64, u64, bool, bool);
 
-fn steps(max_gap: i64, max_cost: u64, releases: bool) -> impl Strategy<Value = Vec<Step>> {
+pub(super) fn steps(
+    max_gap: i64,
+    max_cost: u64,
+    releases: bool,
+) -> impl Strategy<Value = Vec<Step>> {
     let gap = prop_oneof![
         5 => 0..=max_gap,
         4 => (0..=max_gap / GRID as i64).prop_map(|k| k * GRID as i64),

@@ -1,6 +1,8 @@
 //! Tests that need the crate's internals and real `redis-server`s: the Lua
 //! scripts against the Rust maths, and the Redis store around them
-//! ([`lua`]); settlements on both stores ([`settle`]).
+//! ([`lua`]); settlements on both stores ([`settle`]); leases' Lua maths
+//! against the Rust ([`lease`]).
 
+mod lease;
 mod lua;
 mod settle;

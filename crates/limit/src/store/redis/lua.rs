@@ -29,6 +29,8 @@ pub const ALGORITHMS: [(&str, &str); 7] = [
 pub const LOCKOUT: &str = lua_file!("lockout");
 /// A key's own values turned into an algorithm's params.
 pub const QUOTA: &str = lua_file!("quota");
+/// Leased limits' maths: a block of units taken, the unspent given back.
+pub const LEASE: &str = lua_file!("lease");
 /// Entry: decide a request's checks.
 pub const DISPATCH: &str = lua_file!("dispatch");
 /// Entry: release a concurrency lease.
@@ -115,11 +117,12 @@ impl Library {
         shared.extend(ALGORITHMS.iter().map(|(_, src)| *src));
         shared.push(LOCKOUT);
         shared.push(QUOTA);
+        shared.push(LEASE);
         Library::from_parts(&shared, entries)
     }
 
     /// A library of `shared` (the sources before the entries: common,
-    /// the algorithms, the lockout, the quota, in order) and `entries`: what
+    /// the algorithms, the lockout, the quota, the lease, in order) and `entries`: what
     /// [`Library::with_entries`] builds from the embedded files, or
     /// `benches/e2e/lua_cost` from another checkout's `lua/`.
     pub fn from_parts(shared: &[&str], entries: &[(&str, &str)]) -> Library {
