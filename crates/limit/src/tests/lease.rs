@@ -18,34 +18,6 @@ use crate::algorithm::Micros;
 use crate::store::redis::wire;
 use crate::{AlgoParams, AlgoState};
 
-/// The per-test entry: a lease taken (`take`: x = cost, y = most) or given
-/// back (`back`: x = the instant it was taken, y = the units) on KEYS[1].
-pub(super) const LEASE_PROBE: &str = r#"
--- test entry: KEYS[1] the state key. ARGV: mode, algo, now, x, y, params...
--- take: {units, allowed, remaining, ttl, pttl}; the state stored when units > 0.
--- back: {changed, ttl, applied, pttl}; the state stored when changed.
-local function lease_probe(KEYS, ARGV)
-  local name = ARGV[2]
-  local a = ALGO[name]
-  local now, x, y = int(ARGV[3], 'now'), int(ARGV[4], 'x'), int(ARGV[5], 'y')
-  local p1, p2, p3, p4 = ints(ARGV, 6, a.nparams, a.what)
-  local st = redis.call('MGET', KEYS[1])[1]
-  if ARGV[1] == 'take' then
-    local units, r = lease_take(a, st, now, x, y, p1, p2, p3, p4)
-    if units > 0 then put(KEYS[1], r[9], r[8]) end
-    local pttl = redis.call('PTTL', KEYS[1])
-    redis.call('PERSIST', KEYS[1])
-    return {units, r[1] and 1 or 0, r[5], r[8], pttl}
-  end
-  local new, ttl, applied = lease_give_back(a, name, st, x, now, y, p1, p2, p3, p4)
-  if ttl == nil then return {0, 0, 0, -3} end
-  put(KEYS[1], new, ttl)
-  local pttl = redis.call('PTTL', KEYS[1])
-  redis.call('PERSIST', KEYS[1])
-  return {1, ttl, applied, pttl}
-end
-"#;
-
 /// The entry called with `mode` on `key`.
 fn probe(
     conn: &mut redis::Connection,
