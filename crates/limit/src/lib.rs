@@ -123,6 +123,7 @@ pub(crate) mod deny_cache;
 pub mod headers;
 pub mod key;
 pub mod kind;
+pub mod leases;
 pub mod limiter;
 pub mod quota;
 pub(crate) mod release;
