@@ -11,7 +11,8 @@
 //!
 //! `serve` answers every request with a `text/event-stream` of nine chat
 //! chunks, the usage chunk when the request asked for it
-//! (`"include_usage":true`, as OpenAI does), and `data: [DONE]`: 120 prompt
+//! (`"include_usage":true`; the other chunks then say `"usage":null`, as
+//! OpenAI's do), and `data: [DONE]`: 120 prompt
 //! and 16 completion tokens. The whole stream goes in one write, unless the
 //! request has `x-pace-ms: N` (each content chunk N ms after the one
 //! before, the first at once, as a model generates them; the finish chunk,
@@ -108,13 +109,15 @@ impl Opts {
 // ---------------------------------------------------------------------------
 // The upstream
 
-/// A chunk of the stream, `content` its delta.
-fn chunk(content: &str, finish: Option<&str>) -> String {
+/// A chunk of the stream, `content` its delta; with `usage` asked for,
+/// it says `"usage":null`, as OpenAI's chunks then do.
+fn chunk(content: &str, finish: Option<&str>, usage: bool) -> String {
     let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
+    let usage = if usage { ",\"usage\":null" } else { "" };
     format!(
         "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\
          \"model\":\"bench-model\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\
-         \"finish_reason\":{finish}}}]}}\n\n"
+         \"finish_reason\":{finish}}}]{usage}}}\n\n"
     )
 }
 
@@ -122,9 +125,9 @@ fn chunk(content: &str, finish: Option<&str>) -> String {
 /// the usage chunk (or without) and `[DONE]`.
 fn events(usage: bool) -> Vec<Bytes> {
     let mut out: Vec<Bytes> = (0..8)
-        .map(|i| chunk(&format!("token{i} "), None).into())
+        .map(|i| chunk(&format!("token{i} "), None, usage).into())
         .collect();
-    let mut last = chunk("", Some("stop")).into_bytes();
+    let mut last = chunk("", Some("stop"), usage).into_bytes();
     if usage {
         last.extend_from_slice(
             b"data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\
@@ -212,7 +215,7 @@ async fn serve(addr: &str) -> anyhow::Result<()> {
                     let usage = memchr_find(&body, b"\"include_usage\":true");
                     let all = if usage { with_usage } else { without };
                     let body = if held {
-                        let first = Bytes::from(chunk("first ", None));
+                        let first = Bytes::from(chunk("first ", None, usage));
                         Either::Right(http_body_util::Either::Left(Held(Some(first))))
                     } else if let Some(pace) = pace {
                         let paced = Paced::new(all.to_vec(), pace);

@@ -8,13 +8,14 @@
 //! other fields (`event`, `id`, `retry`) are skipped: the APIs read here
 //! repeat the event's type inside its data.
 //!
-//! A reader made with [`SseEvents::only_with`] a needle scans only the
-//! events whose data spells it: the data of an event is held (up to
-//! [`HOLD_LIMIT`] bytes) and scanned at its end if the needle is in it, so
-//! the content deltas that make up nearly all of an LLM stream are only
-//! searched, not lexed (every value the usage readers want sits under a
-//! `"usage"` key). An event longer than the limit streams through the
-//! scanner as it comes.
+//! A reader made with [`SseEvents::only_with`] a test scans only the
+//! events whose data passes it: the data of an event is held (up to
+//! [`HOLD_LIMIT`] bytes) and scanned at its end if the test says it may
+//! hold a wanted value, so the content deltas that make up nearly all of
+//! an LLM stream are only searched, not lexed (every value the usage
+//! readers want is an object under a `"usage"` key, and OpenAI's other
+//! chunks say `"usage":null`). An event longer than the limit streams
+//! through the scanner as it comes.
 
 use super::json_scan::{JsonScan, Path};
 
@@ -66,8 +67,8 @@ pub(crate) struct SseEvents {
     data_lines: u32,
     /// The current event's data, scanned.
     scan: JsonScan,
-    /// Scan only events whose data has this (see the module doc).
-    needle: Option<&'static [u8]>,
+    /// Scan only events whose data passes this (see the module doc).
+    wanted: Option<fn(&[u8]) -> bool>,
     /// The current event's data not scanned yet.
     held: Vec<u8>,
     /// The current event outgrew [`HOLD_LIMIT`]: its data goes straight
@@ -89,18 +90,19 @@ impl SseEvents {
             cr_ended_event: false,
             data_lines: 0,
             scan: JsonScan::new(paths),
-            needle: None,
+            wanted: None,
             held: Vec::new(),
             streaming: false,
             ended: false,
         }
     }
 
-    /// A reader capturing `paths` of the events whose data has `needle`
-    /// (the others' captures are all absent).
-    pub(crate) fn only_with(paths: &'static [Path], needle: &'static [u8]) -> SseEvents {
+    /// A reader capturing `paths` of the events whose data passes
+    /// `wanted` (the others' captures are all absent). `wanted` must pass
+    /// every data in which a path holds a value its reader uses.
+    pub(crate) fn only_with(paths: &'static [Path], wanted: fn(&[u8]) -> bool) -> SseEvents {
         SseEvents {
-            needle: Some(needle),
+            wanted: Some(wanted),
             ..SseEvents::new(paths)
         }
     }
@@ -128,7 +130,7 @@ impl SseEvents {
 
     /// Some of the current event's data.
     fn data(&mut self, bytes: &[u8]) {
-        if self.streaming || self.needle.is_none() {
+        if self.streaming || self.wanted.is_none() {
             self.scan.feed(bytes);
         } else if self.held.len() + bytes.len() <= HOLD_LIMIT {
             self.held.extend_from_slice(bytes);
@@ -140,12 +142,10 @@ impl SseEvents {
         }
     }
 
-    /// The current event ended: its held data scanned if it has the
-    /// needle.
+    /// The current event ended: its held data scanned if it passes the
+    /// test.
     fn event_ends(&mut self) {
-        let wanted = self
-            .needle
-            .is_some_and(|n| memchr::memmem::find(&self.held, n).is_some());
+        let wanted = self.wanted.is_some_and(|f| f(&self.held));
         if !self.streaming && wanted {
             self.scan.feed(&self.held);
         }
@@ -348,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn only_events_with_the_needle_are_scanned_however_cut_or_long() {
+    fn only_events_that_pass_the_test_are_scanned_however_cut_or_long() {
         let long = "x".repeat(HOLD_LIMIT);
         let input = format!(
             "data: {{\"n\":1}}\n\ndata: {{\"n\":2,\"k\":0}}\n\n\
@@ -357,7 +357,8 @@ mod tests {
         );
         let input = input.as_bytes();
         let want = ["-", "2", "3", "4"];
-        let reader = || SseEvents::only_with(PATHS, b"\"k\"");
+        let reader =
+            || SseEvents::only_with(PATHS, |d| memchr::memmem::find(d, b"\"k\"").is_some());
         assert_eq!(events_of(reader(), input, &[]), want);
         for cut in (0..input.len()).step_by(7) {
             assert_eq!(events_of(reader(), input, &[cut]), want, "cut at {cut}");

@@ -57,9 +57,21 @@ const MESSAGE_USAGE: usize = 3;
 /// A chat chunk's `choices` (for the usage-only chunk).
 pub(crate) const CHOICES: usize = 4;
 
-/// What every value read from an event sits under, as written: events
-/// without it are not scanned (see `sse`).
-const NEEDLE: &[u8] = b"\"usage\"";
+/// Whether an event's data may hold a usage this module reads: a
+/// `"usage"` key (as written) whose value is an object. Events without
+/// one (content deltas, OpenAI's `"usage":null` chunks) are not scanned
+/// (see `sse`); a false positive (the text inside a string) is only
+/// scanned.
+fn has_usage_object(data: &[u8]) -> bool {
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
+    KEY.find_iter(data).any(|at| {
+        let mut rest = data[at + b"\"usage\"".len()..]
+            .iter()
+            .skip_while(|b| b.is_ascii_whitespace());
+        rest.next() == Some(&b':') && rest.find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    })
+}
 
 /// Tokens an LLM response reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,7 +261,7 @@ impl Framing {
         *self = if chunk[at] == b'{' {
             Framing::Json(JsonScan::new(paths))
         } else {
-            Framing::Sse(SseEvents::only_with(paths, NEEDLE))
+            Framing::Sse(SseEvents::only_with(paths, has_usage_object))
         };
         Some(at)
     }
@@ -494,6 +506,26 @@ mod tests {
         let body =
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}";
         assert_eq!(read(Api::OpenAi, body, &[]), Some(Usage::new(3, 4)));
+    }
+
+    #[test]
+    fn only_a_usage_object_makes_an_event_worth_scanning() {
+        for yes in [
+            &br#"{"usage":{"prompt_tokens":1}}"#[..],
+            br#"{"choices":[],"usage" : 
+ {"a":1}}"#,
+            br#"{"usage":null,"x":{"usage":{}}}"#,
+        ] {
+            assert!(has_usage_object(yes), "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [
+            &br#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#[..],
+            br#"{"usage""#,
+            br#"{"usage":[1]}"#,
+            b"",
+        ] {
+            assert!(!has_usage_object(no), "{}", String::from_utf8_lossy(no));
+        }
     }
 
     #[test]
