@@ -1,6 +1,6 @@
 //! A streaming reader of Server-Sent Events (the WHATWG `text/event-stream`
 //! format) that streams each event's `data` into a [`JsonScan`] and says
-//! where each event ends, without holding any of the stream.
+//! where each event ends, holding at most one event's data (see below).
 //!
 //! Lines end with CRLF, LF or CR; a blank line ends an event; a line
 //! starting with `:` is a comment; an event's `data` lines are joined with
