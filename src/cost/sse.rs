@@ -10,7 +10,7 @@
 //!
 //! A reader made with [`SseEvents::only_with`] a test scans only the
 //! events whose data passes it: the data of an event is held (up to
-//! [`HOLD_LIMIT`] bytes) and scanned at its end if the test says it may
+//! [`DATA_HOLD_LIMIT`] bytes) and scanned at its end if the test says it may
 //! hold a wanted value, so the content deltas that make up nearly all of
 //! an LLM stream are only searched, not lexed (every value the usage
 //! readers want is an object under a `"usage"` key, and OpenAI's other
@@ -19,8 +19,22 @@
 
 use super::json_scan::{JsonScan, Path};
 
-/// The most bytes of an event's data held before it is scanned.
-pub(crate) const HOLD_LIMIT: usize = 4096;
+/// The most bytes of an event's data held before it is scanned (the
+/// buffer's capacity included: see [`hold`]).
+pub(crate) const DATA_HOLD_LIMIT: usize = 4096;
+
+/// Adds `bytes` to `held`, which must stay within `limit` bytes: the
+/// buffer grows by doubling, but never past `limit`, so its capacity
+/// (what it costs) is bounded too.
+pub(crate) fn hold(held: &mut Vec<u8>, bytes: &[u8], limit: usize) {
+    let need = held.len() + bytes.len();
+    debug_assert!(need <= limit);
+    if need > held.capacity() {
+        let cap = need.max(held.capacity() * 2).min(limit);
+        held.reserve_exact(cap - held.len());
+    }
+    held.extend_from_slice(bytes);
+}
 
 /// The longest field name compared (`data`); longer names are skipped.
 const NAME_LIMIT: usize = 4;
@@ -71,7 +85,7 @@ pub(crate) struct SseEvents {
     wanted: Option<fn(&[u8]) -> bool>,
     /// The current event's data not scanned yet.
     held: Vec<u8>,
-    /// The current event outgrew [`HOLD_LIMIT`]: its data goes straight
+    /// The current event outgrew [`DATA_HOLD_LIMIT`]: its data goes straight
     /// to the scanner.
     streaming: bool,
     /// The previous call ended an event: start a new one first.
@@ -132,8 +146,8 @@ impl SseEvents {
     fn data(&mut self, bytes: &[u8]) {
         if self.streaming || self.wanted.is_none() {
             self.scan.feed(bytes);
-        } else if self.held.len() + bytes.len() <= HOLD_LIMIT {
-            self.held.extend_from_slice(bytes);
+        } else if self.held.len() + bytes.len() <= DATA_HOLD_LIMIT {
+            hold(&mut self.held, bytes, DATA_HOLD_LIMIT);
         } else {
             self.streaming = true;
             self.scan.feed(&self.held);
@@ -349,7 +363,7 @@ mod tests {
 
     #[test]
     fn only_events_that_pass_the_test_are_scanned_however_cut_or_long() {
-        let long = "x".repeat(HOLD_LIMIT);
+        let long = "x".repeat(DATA_HOLD_LIMIT);
         let input = format!(
             "data: {{\"n\":1}}\n\ndata: {{\"n\":2,\"k\":0}}\n\n\
              data: {{\"t\":\"{long}\",\n\
@@ -366,6 +380,6 @@ mod tests {
         // Held: at most the limit, however long the event.
         let mut sse = reader();
         sse.feed(input);
-        assert!(sse.held.capacity() <= 2 * HOLD_LIMIT);
+        assert!(sse.held.capacity() <= DATA_HOLD_LIMIT);
     }
 }

@@ -21,13 +21,15 @@ use bytes::{Bytes, BytesMut};
 
 use super::api::Api;
 use super::json_scan::CAPTURE_LIMIT;
+use super::sse::{hold, DATA_HOLD_LIMIT};
 use super::usage::{is_usage_only_chunk, Framing, Tally, Usage, PATHS};
 
 /// The most bytes of one event held back; with the scanner's captures
-/// (at most 2 KiB each, and one more being copied) a response holds at
-/// most 64 KiB.
+/// (at most 2 KiB each, and one more being copied) and the event's data
+/// held for the usage test (`sse`), a response holds at most 64 KiB.
 pub const HOLD_LIMIT: usize = 48 * 1024;
-const _: () = assert!(HOLD_LIMIT + (PATHS.len() + 1) * CAPTURE_LIMIT <= 64 * 1024);
+const _: () =
+    assert!(HOLD_LIMIT + DATA_HOLD_LIMIT + (PATHS.len() + 1) * CAPTURE_LIMIT <= 64 * 1024);
 
 /// Removes the usage-only chunk from a streamed OpenAI chat completion
 /// and reads the usage; made to sit in a response body wrapper: each data
@@ -132,7 +134,7 @@ impl UsageChunkFilter {
                 out.range(event);
                 self.overflowed = true;
             } else {
-                hold(&mut self.held, &chunk[event]);
+                hold(&mut self.held, &chunk[event], HOLD_LIMIT);
             }
         }
         out.finish()
@@ -180,17 +182,6 @@ impl UsageChunkFilter {
     pub fn buffered(&self) -> usize {
         self.held.capacity() + self.framing.buffered()
     }
-}
-
-/// Adds `bytes` to `held` (they fit under [`HOLD_LIMIT`]), growing it no
-/// further than that.
-fn hold(held: &mut Vec<u8>, bytes: &[u8]) {
-    let need = held.len() + bytes.len();
-    if need > held.capacity() {
-        let cap = need.max(held.capacity() * 2).min(HOLD_LIMIT);
-        held.reserve_exact(cap - held.len());
-    }
-    held.extend_from_slice(bytes);
 }
 
 /// What one [`UsageChunkFilter::push`] returns: ranges of the chunk (kept

@@ -6,9 +6,13 @@ use bytes::Bytes;
 use super::Lines;
 use crate::cost::{Api, LlmRequest, Rewrite, UsageChunkFilter, UsageReader};
 
-/// The most a reader or filter may hold of a response at any time: far
-/// below the 64 KiB that docs/configuration/cost.md promises.
-const HELD_AT_MOST: usize = 32 << 10;
+/// The most a usage reader may hold of a response at any time: one
+/// event's data for the usage test (4 KiB) and the scanner's captures.
+const READER_HELD_AT_MOST: usize = 16 << 10;
+
+/// The most the usage-chunk filter may hold: the 64 KiB that
+/// docs/configuration/cost.md promises for a response.
+const FILTER_HELD_AT_MOST: usize = 64 << 10;
 
 /// The API a first line names: `anthropic`, else OpenAI.
 fn api(line: &[u8]) -> Api {
@@ -91,9 +95,10 @@ fn is_json_object(bytes: &[u8]) -> bool {
 /// `llm_stream`: line 1 the API, line 2 where to cut the body into pieces
 /// (byte offsets, comma-separated), the rest a response body. The usage a
 /// [`UsageReader`] reads, and what a [`UsageChunkFilter`] passes and reads
-/// (OpenAI), do not depend on where the body was cut; neither holds more
-/// than [`HELD_AT_MOST`] at any time; a filter that removed nothing passed
-/// every byte, in order, and one that removed a chunk passed fewer.
+/// (OpenAI), do not depend on where the body was cut; the reader never
+/// holds more than [`READER_HELD_AT_MOST`], the filter never more than
+/// [`FILTER_HELD_AT_MOST`]; a filter that removed nothing passed every
+/// byte, in order, and one that removed a chunk passed fewer.
 pub fn llm_stream(data: &[u8]) {
     let mut lines = Lines::new(data);
     let api = api(lines.bytes());
@@ -113,7 +118,11 @@ pub fn llm_stream(data: &[u8]) {
     let mut cut = UsageReader::new(api);
     for piece in &pieces {
         cut.feed(piece);
-        assert!(cut.buffered() <= HELD_AT_MOST, "held {}", cut.buffered());
+        assert!(
+            cut.buffered() <= READER_HELD_AT_MOST,
+            "held {}",
+            cut.buffered()
+        );
     }
     assert_eq!(
         whole.finish(),
@@ -129,7 +138,7 @@ pub fn llm_stream(data: &[u8]) {
         let mut out = Vec::new();
         for piece in pieces {
             out.extend_from_slice(&f.push(Bytes::copy_from_slice(piece)));
-            assert!(f.buffered() <= HELD_AT_MOST, "held {}", f.buffered());
+            assert!(f.buffered() <= FILTER_HELD_AT_MOST, "held {}", f.buffered());
         }
         out.extend_from_slice(&f.finish());
         (out, f.usage(), f.removed())
