@@ -91,6 +91,7 @@ fn outcome(limit: u64, remaining: u64, window_s: u64, reset_s: u64) -> Outcome {
         grows_after: reset_s * SECOND,
         retry_after: 0,
         at: 0,
+        taken: 0,
     }
 }
 

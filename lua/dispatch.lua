@@ -22,23 +22,29 @@ ARGV: now (µs since the epoch; '' = Redis TIME), r (the number of requests),
         algo        fixed_window | sliding_window | sliding_log | token_bucket |
                     gcra | leaky_bucket | concurrency
         flags       0, or the sum of 1 (mode: shadow: never rejects, never
-                    locks), 2 (a lockout follows) and 4 (a quota key
+                    locks), 2 (a lockout follows), 4 (a quota key
                     follows the state key: decide under the key's own
-                    values, read in this call)
+                    values, read in this call) and 8 (leased: this
+                    instance takes a block of units, lease.lua)
         cost        units this request takes
         params...   the algorithm's params (see its file)
         lockout     with flag 2: after, within, duration, escalate,
                     max_duration, forget_after
+        most        with flag 8: the most units the lease takes
       and for concurrency, then the request's lease id (a decimal u64) as
-      an argument of its own. A spec is the same for every request of a
+      an argument of its own; for a leased check, then two arguments: the
+      units of the key's previous lease to give back (0: none) and when
+      that lease was taken (µs). A spec is the same for every request of a
       limit (and override), so each distinct one is parsed once per load
       (a cache of at most 1024).
-Return: one string of 9 little-endian doubles per check (every request's
+Return: one string of 10 little-endian doubles per check (every request's
         checks in order), each an integer: status (0 allowed, 1 rejected, 2
         locked_out, 3 shadow_rejected, 4 not_consumed), lock_started (0|1),
         delay, limit, window, remaining, reset (draft 10's t), retry_after,
         grows (draft 11's t: until the available quota next grows; for a
-        rejection or lockout the wait, as retry_after) (µs); then one
+        rejection or lockout the wait, as retry_after) (µs), taken (a
+        leased check: the units the lease took, the request's cost
+        included, its figures those after them; else 0); then one
         more double: the call's now (µs), which a Redis Cluster refund
         (refund.lua) names as the time the units were taken. Binary
         (struct.pack), because Redis turns an array of n integers into its
@@ -47,7 +53,11 @@ Return: one string of 9 little-endian doubles per check (every request's
 
   one MGET reads every string state of the call (algorithms and lockouts)
   for each request, in order:
-    for each check: v = check(state, now, cost, params)     -- nothing stored
+    for each leased check: the previous lease's unspent units go back
+      first (lease_give_back; written whatever the request's fate), and
+      v = lease_take(state, now, cost, most): check of the largest k in
+      [cost, most] that fits, or of cost when none does
+    for each other check: v = check(state, now, cost, params)   -- nothing stored
     locked   = enforced checks with a lockout whose lock runs (lu > now)
     rejected = enforced checks not locked whose v is not allowed
     nothing locked or rejected: every allowed v.state becomes the key's state
@@ -69,8 +79,8 @@ local ALLOWED, REJECTED, LOCKED_OUT, SHADOW_REJECTED, NOT_CONSUMED = 0, 1, 2, 3,
 local SMALL = {}
 for j = 1, 64 do SMALL[tostring(j)] = j end
 
--- spec string -> {algo, name, shadow, locks, quota, cost, taken, p1 .. p4, after ..
--- forget_after}; SPEC_COUNT entries.
+-- spec string -> {algo, name, shadow, locks, quota, leased, cost, taken, p1 .. p4,
+-- after .. forget_after, most}; SPEC_COUNT entries.
 local SPECS, SPEC_COUNT = {}, 0
 
 -- The parsed spec s (see ARGV above), from the cache or parsed now.
@@ -82,12 +92,16 @@ local function spec(s)
   for w in string.gmatch(s, '[^ ]+') do words[#words + 1] = w end
   local algo = ALGO[words[1] or '']
   if algo == nil then fail('dispatch: unknown algorithm ' .. (words[1] or '')) end
-  local flags = tonumber(match(words[2] or '', '^[0-7]$') or '')
-  if flags == nil then
-    fail('dispatch: flags must be 0 to 7, got ' .. tostring(words[2]))
+  local flags = tonumber(match(words[2] or '', '^1?%d$') or '')
+  if flags == nil or flags > 15 then
+    fail('dispatch: flags must be 0 to 15, got ' .. tostring(words[2]))
   end
   sp = {algo = algo, name = words[1], shadow = flags % 2 == 1,
-    locks = flags % 4 >= 2, quota = flags >= 4, cost = int(words[3], 'cost'), taken = 1}
+    locks = flags % 4 >= 2, quota = flags % 8 >= 4, leased = flags >= 8,
+    cost = int(words[3], 'cost'), taken = 1}
+  if sp.leased and not LEASABLE[words[1]] then
+    fail('dispatch: ' .. words[1] .. ' takes no leases')
+  end
   -- Units the request would take: one slot for concurrency, else its cost
   -- (at least 1, as the algorithms count it).
   if not algo.lease then sp.taken = max(sp.cost, 1) end
@@ -98,6 +112,10 @@ local function spec(s)
     sp.after, sp.within, sp.duration, sp.escalate, sp.max_duration, sp.forget_after =
       lock_params(words, used + 1)
     used = used + 6
+  end
+  if sp.leased then
+    sp.most = int(words[used + 1], 'lease size')
+    used = used + 1
   end
   if #words ~= used then
     fail('dispatch: ' .. words[1] .. ' takes ' .. used .. ' words here, got ' .. #words
@@ -128,7 +146,7 @@ local INDEXED = true
 
 -- The answers: W integers per check (see Return above), and struct
 -- formats of m checks.
-local W = 9
+local W = 10
 local OUT, OUT_FORMAT = {}, {}
 
 -- Decides check c of the request whose arguments continue at ARGV[i] and
@@ -143,6 +161,12 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
     lease = ARGV[i]
     if lease == nil then fail('dispatch: ' .. algo.what .. ': the lease id is missing') end
     i = i + 1
+  end
+  local back, back_at = 0, 0
+  if sp.leased then
+    if ARGV[i + 1] == nil then fail('dispatch: check ' .. c .. ': the lease to give back is missing') end
+    back, back_at = int(ARGV[i], 'give-back units'), int(ARGV[i + 1], 'give-back time')
+    i = i + 2
   end
   local key = KEYS[k]
   if key == nil then fail('dispatch: the KEYS end before check ' .. c) end
@@ -169,13 +193,32 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
 
   local st
   if algo.zset then st = algo.load(key) else st = vals[at] end
-  local ok, delay, limit, window, remaining, reset, retry, ttl, new, grows =
-    algo.check(st, now, sp.cost, p1, p2, p3, p4, lease)
+  local ok, delay, limit, window, remaining, reset, retry, ttl, new, grows
+  local taken = 0
+  if sp.leased then
+    if back > 0 then
+      -- The previous lease's unspent units, back where they came from
+      -- (stored whatever this request's fate).
+      local back_st, back_ttl, applied = lease_give_back(algo, sp.name, st, back_at, now,
+        back, p1, p2, p3, p4)
+      if applied ~= nil then
+        st = back_ttl > 0 and back_st or false
+        vals[at], DIRTY[at] = st, back_ttl
+      end
+    end
+    local v
+    taken, v = lease_take(algo, st, now, sp.cost, sp.most, p1, p2, p3, p4)
+    ok, delay, limit, window, remaining, reset, retry, ttl, new, grows = unpack(v, 1, 10)
+  else
+    ok, delay, limit, window, remaining, reset, retry, ttl, new, grows =
+      algo.check(st, now, sp.cost, p1, p2, p3, p4, lease)
+  end
   local status = ALLOWED
   if lu > now then
     local left = lu - now
     status, delay, remaining, retry, grows = LOCKED_OUT, 0, 0, left, left
     reset = left < window and left or window
+    taken = 0
   elseif not ok then
     status = sp.shadow and SHADOW_REJECTED or REJECTED
     reset = reset_hint(retry, window)
@@ -184,7 +227,7 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
   end
   OUT[out + 1], OUT[out + 2], OUT[out + 3], OUT[out + 4] = status, 0, delay, limit
   OUT[out + 5], OUT[out + 6], OUT[out + 7], OUT[out + 8] = window, remaining, reset, retry
-  OUT[out + 9] = grows
+  OUT[out + 9], OUT[out + 10] = grows, taken
   D_SPEC[c], D_AT[c], D_ST[c], D_NEW[c], D_TTL[c] = sp, at, st, new, ttl
   return i, k, status
 end
@@ -247,9 +290,11 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
       local o = out + W * (c - 1)
       local st = OUT[o + 1]
       if st == ALLOWED then
-        -- Another limit rejected the request: nothing was taken here.
-        OUT[o + 1], OUT[o + 3] = NOT_CONSUMED, 0
-        OUT[o + 6] = min(OUT[o + 6] + D_SPEC[c].taken, OUT[o + 4])
+        -- Another limit rejected the request: nothing was taken here (a
+        -- lease gives back all it would have taken).
+        local taken = OUT[o + 10] > 0 and OUT[o + 10] or D_SPEC[c].taken
+        OUT[o + 1], OUT[o + 3], OUT[o + 10] = NOT_CONSUMED, 0, 0
+        OUT[o + 6] = min(OUT[o + 6] + taken, OUT[o + 4])
       elseif st == REJECTED and D_SPEC[c].locks then
         local length = strike(KEYS, vals, c, now)
         if length ~= nil then

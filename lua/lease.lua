@@ -1,7 +1,8 @@
 --[[ lease.lua: leased limits' maths (SPEC "Leased limits"): an instance takes
 a block of up to `most` units of a key in one call and spends them itself.
-Mirrors crates/limit/src/algorithm/lease.rs line for line; no entry of the
-gateway calls it yet.
+Mirrors crates/limit/src/algorithm/lease.rs line for line; dispatch.lua
+takes leases and gives back what the previous one left, give_back.lua gives
+back what leases that ended outside a decision left.
 
   lease_take(algo, st, now, cost, most, a, b, c, d) -> units, {check's results}
               the largest k in [cost, most] (cost at least 1) that

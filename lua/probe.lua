@@ -14,7 +14,10 @@ KEYS: as dispatch.lua's for one request, without the lockout index: each
 ARGV: as dispatch.lua's for one request: now (µs; '' = Redis TIME), 1, n,
       then each check's spec (and lease id for concurrency; a probe's
       lease id holds no slot, so it takes none).
-Return: as dispatch.lua's (8 doubles per check, then the call's now).
+Return: as dispatch.lua's (10 doubles per check, then the call's now). A
+        leased check is probed as dispatch would decide it (a lease's take
+        and give-back computed and dropped); the gateway probes its limits
+        as exact ones.
 
   one MGET reads every string state; each check is judged by dispatch's own
   check_one (the algorithm's pure check; a sorted set's load only reads it):
@@ -36,7 +39,7 @@ still holds 2 strikes afterwards, and its TTL is the one it had.
 -- at OUT[out + 1 .. out + P_WIDTH]); the offsets below are its fields'.
 local P_WIDTH = W
 local P_STATUS, P_STARTED, P_DELAY, P_LIMIT = 1, 2, 3, 4
-local P_WINDOW, P_REMAINING, P_RESET, P_RETRY, P_GROWS = 5, 6, 7, 8, 9
+local P_WINDOW, P_REMAINING, P_RESET, P_RETRY, P_GROWS, P_TAKEN = 5, 6, 7, 8, 9, 10
 
 -- What dispatch.lua would answer check c (its answer at OUT[o + 1 ..])
 -- once another check blocked the request, the lockout's strike computed
@@ -44,8 +47,9 @@ local P_WINDOW, P_REMAINING, P_RESET, P_RETRY, P_GROWS = 5, 6, 7, 8, 9
 local function probe_blocked(vals, c, o, now)
   local sp, st = D_SPEC[c], OUT[o + P_STATUS]
   if st == ALLOWED then
-    OUT[o + P_STATUS], OUT[o + P_DELAY] = NOT_CONSUMED, 0
-    OUT[o + P_REMAINING] = min(OUT[o + P_REMAINING] + sp.taken, OUT[o + P_LIMIT])
+    local taken = OUT[o + P_TAKEN] > 0 and OUT[o + P_TAKEN] or sp.taken
+    OUT[o + P_STATUS], OUT[o + P_DELAY], OUT[o + P_TAKEN] = NOT_CONSUMED, 0, 0
+    OUT[o + P_REMAINING] = min(OUT[o + P_REMAINING] + taken, OUT[o + P_LIMIT])
   elseif st == REJECTED and sp.locks then
     local n, s, lu, lv = lock_parse(vals[D_LAT[c]])
     local _, _, _, _, length = lock_strike(n, s, lu, lv, now, sp.after, sp.within,

@@ -561,6 +561,7 @@ mod tests {
             grows_after: retry_after,
             retry_after,
             at: 0,
+            taken: 0,
         };
         GatewayError::Limited(Box::new(Rejection {
             locked_out,
@@ -848,6 +849,7 @@ mod tests {
                 grows_after: reset + extra,
                 retry_after: reset + extra,
                 at: 0,
+                taken: 0,
             };
             let error = GatewayError::Limited(Box::new(Rejection {
                 locked_out: false,

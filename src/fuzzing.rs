@@ -641,6 +641,7 @@ fn ratelimit_input(data: &[u8]) -> (HeaderStyle, Vec<Figure>) {
             grows_after: num(5),
             retry_after: 0,
             at: 0,
+            taken: 0,
         };
         let concurrency = fields.get(4).is_some_and(|c| !c.trim().is_empty());
         limits.push(Figure {

@@ -307,6 +307,7 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
         shadow: policy.shadow,
         lease: 0,
         quota: false,
+        leasing: None,
     };
     match rt.limiter.inspect(&check).await {
         Ok((algo, lock)) => {

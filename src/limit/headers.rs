@@ -119,6 +119,7 @@ mod tests {
                 grows_after: 2 * SECOND,
                 retry_after: 0,
                 at: 0,
+                taken: 0,
             },
             concurrency: false,
             key: [0; 16],

@@ -73,6 +73,7 @@ fn decisions(c: &mut Criterion) {
                     shadow: false,
                     lease: if name == "concurrency" { now } else { 0 },
                     quota: false,
+                    leasing: None,
                 };
                 let outcome = store.decide(std::slice::from_ref(&check), now);
                 if name == "concurrency" {

@@ -4,14 +4,19 @@
 //! script call.
 //!
 //! ```text
-//! for each limit: v = check(params, state, now, cost)      -- pure, nothing stored yet
+//! for each leased limit: what its previous lease left goes back first
+//!     (lease::give_back; stored whatever the request's fate), then
+//!     v = lease::take(params, state, now, cost, size): the largest block
+//!     in [cost, size] that fits, or the rejection of cost
+//! for each other limit: v = check(params, state, now, cost)  -- pure, nothing stored yet
 //! locked = the enforced limits with a lockout whose lock is still running
 //! rejected = the enforced limits not locked whose v is not allowed
 //! if nothing is locked or rejected:
 //!     store every allowed v.state (for v.ttl); shadow limits that would
 //!     reject are counted as shadow_rejected and store nothing
 //! else:
-//!     store no limit state at all: the request consumes nothing anywhere
+//!     store no limit state at all (but the leases given back): the
+//!     request consumes nothing anywhere, and no lease is taken
 //!     each rejected limit with a lockout counts a strike (lockout::strike);
 //!     one that starts a lockout answers locked_out with the lock's length
 //! ```
@@ -21,6 +26,7 @@
 //! limits never lock and never block.
 
 use crate::algorithm::any::{AlgoParams, AlgoState};
+use crate::algorithm::lease;
 use crate::algorithm::lockout::{strike, LockState};
 use crate::algorithm::Micros;
 use crate::{Check, Outcome, Status};
@@ -57,18 +63,40 @@ pub(crate) fn decide(
     // Each allowed verdict's state, to be stored unless the request is
     // blocked (then every one is dropped below).
     let mut writes = Vec::with_capacity(checks.len());
+    // Each leased check's state after its give-back, if any.
+    let mut given_backs = Vec::with_capacity(checks.len());
     let mut blocked = false;
 
     for (check, state) in checks.iter().zip(loaded) {
         let fresh;
-        let algo = match state.algo {
+        let mut algo = match state.algo {
             Some(s) => s,
             None => {
                 fresh = check.params.fresh();
                 &fresh
             }
         };
-        let v = check.params.check(algo, now, check.cost, check.lease);
+        // A leased check: the previous lease's units back first (written
+        // even if the request is blocked), then a block taken.
+        let mut given_back = None;
+        let given;
+        let (v, taken) = match &check.leasing {
+            Some(l) => {
+                if let Some(s) = lease::give_back(&check.params, algo, l.back_at, now, l.back) {
+                    // A ttl of 0: as a fresh key (deleted).
+                    given = if s.ttl > 0 {
+                        s.state
+                    } else {
+                        check.params.fresh()
+                    };
+                    algo = &given;
+                    given_back = Some((given.clone(), s.ttl));
+                }
+                let t = lease::take(&check.params, algo, now, check.cost, l.size);
+                (t.verdict, t.units)
+            }
+            None => (check.params.check(algo, now, check.cost, check.lease), 0),
+        };
         let enforced = !check.shadow;
         let locked = enforced && check.lockout.is_some() && state.lock.locked(now);
         let status = if locked {
@@ -94,6 +122,7 @@ pub(crate) fn decide(
                 grows_after: left,
                 retry_after: left,
                 at: now,
+                taken: 0,
             }
         } else {
             Outcome {
@@ -107,13 +136,21 @@ pub(crate) fn decide(
                 grows_after: v.grows_hint(),
                 retry_after: if v.allowed { 0 } else { v.retry_hint() },
                 at: now,
+                taken: if v.allowed { taken } else { 0 },
             }
         };
         outcomes.push(outcome);
+        // The state to store if the request passes; `given_back` the one
+        // to store if it does not.
         writes.push(Writes {
-            algo: v.allowed.then_some((v.state, v.ttl)),
+            algo: if v.allowed {
+                Some((v.state, v.ttl))
+            } else {
+                given_back.clone()
+            },
             lock: None,
         });
+        given_backs.push(given_back);
     }
     if !blocked {
         return (outcomes, writes);
@@ -121,15 +158,17 @@ pub(crate) fn decide(
 
     for (i, check) in checks.iter().enumerate() {
         let outcome = &mut outcomes[i];
-        writes[i].algo = None;
+        writes[i].algo = given_backs[i].take();
         match outcome.status {
             Status::Allowed => {
                 // Another limit rejected the request: nothing was taken here.
                 outcome.status = Status::NotConsumed;
                 outcome.delay = 0;
-                // What it would have taken: one slot for concurrency, else
-                // its cost (at least 1, as the algorithms count it).
+                // What it would have taken: a lease's block, one slot for
+                // concurrency, else its cost (at least 1, as the
+                // algorithms count it).
                 let taken = match check.params {
+                    _ if outcome.taken > 0 => std::mem::take(&mut outcome.taken),
                     AlgoParams::Concurrency(_) => 1,
                     _ => check.cost.max(1),
                 };

@@ -327,6 +327,7 @@ mod tests {
             grows_after: reset,
             retry_after: 0,
             at: 0,
+            taken: 0,
         }
     }
 

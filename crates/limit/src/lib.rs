@@ -168,6 +168,39 @@ pub struct Check {
     /// The store may hold this key's own values ([`quota::Quota`]), read in
     /// the same atomic step as the decision; `params` are the default.
     pub quota: bool,
+    /// A leased limit ([`leases`]): the store call that decides this check
+    /// takes a block of units for this instance. `None`: exact.
+    pub leasing: Option<Leasing>,
+}
+
+/// A leased check's terms (SPEC "Leased limits", [`leases`]): what a store
+/// call that decides it takes, and what it gives back first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leasing {
+    /// The most units one lease takes (`distribution.lease`): the store
+    /// takes the largest number in `[cost, size]` the algorithm allows.
+    pub size: u64,
+    /// How long a lease lives on this instance (`distribution.ttl`).
+    pub ttl: Micros,
+    /// Units of this key's previous lease that were not spent: given back
+    /// (to the window or bucket they came from, [`algorithm::lease::give_back`])
+    /// in the same call, before the check, whatever it decides.
+    pub back: u64,
+    /// When the previous lease was taken (the store's clock), for `back`.
+    pub back_at: Micros,
+}
+
+impl Leasing {
+    /// Terms of `size` units per lease, each living `ttl`, nothing to give
+    /// back.
+    pub fn new(size: u64, ttl: Micros) -> Leasing {
+        Leasing {
+            size: size.max(1),
+            ttl,
+            back: 0,
+            back_at: 0,
+        }
+    }
 }
 
 impl Check {
@@ -187,7 +220,17 @@ impl Check {
             shadow: false,
             lease,
             quota: false,
+            leasing: None,
         }
+    }
+
+    /// The same check, leased ([`Check::leasing`]): only for an algorithm
+    /// leases apply to ([`algorithm::lease::leasable`]); ignored otherwise.
+    pub fn leased(mut self, terms: Leasing) -> Check {
+        if algorithm::lease::leasable(&self.params) {
+            self.leasing = Some(terms);
+        }
+        self
     }
 
     /// The same check, deciding under the key's own values when the store
@@ -266,6 +309,10 @@ pub struct Outcome {
     /// The store's clock when it decided (µs since the epoch): when an
     /// allowed check's units were taken. A [`Settlement`] names it.
     pub at: Micros,
+    /// A leased check ([`Check::leasing`]): the units the store lent this
+    /// instance (the lease just taken, this request's cost included; 0
+    /// when none was taken). 0 for an exact check.
+    pub taken: u64,
 }
 
 #[cfg(test)]
@@ -284,6 +331,7 @@ impl Outcome {
             grows_after: retry_after.max(1),
             retry_after,
             at: 0,
+            taken: 0,
         }
     }
 }

@@ -148,6 +148,7 @@ impl Settlement {
             shadow: false,
             lease: 0,
             quota: self.quota,
+            leasing: None,
         }
     }
 }

@@ -84,6 +84,7 @@ fn check(key_n: u8, params: AlgoParams, cost: u64) -> Check {
         shadow: false,
         lease: 0,
         quota: false,
+        leasing: None,
     }
 }
 

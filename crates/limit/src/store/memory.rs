@@ -410,6 +410,7 @@ mod tests {
             shadow: false,
             lease: 0,
             quota: false,
+            leasing: None,
         }
     }
 
@@ -588,6 +589,7 @@ mod tests {
             shadow: false,
             lease,
             quota: false,
+            leasing: None,
         };
         assert_eq!(store.decide(&[c(1)], 0)[0].status, Status::Allowed);
         assert_eq!(store.decide(&[c(2)], 0)[0].status, Status::Rejected);
@@ -616,6 +618,7 @@ mod tests {
             shadow: false,
             lease: 0,
             quota: false,
+            leasing: None,
         };
         assert_eq!(store.decide(&[check.clone()], 0)[0].status, Status::Allowed);
         let locked = store.decide(&[check.clone()], 0)[0];

@@ -46,7 +46,7 @@ struct Model {
     lock: LockState,
 }
 use crate::store::redis::{self as store, lua, wire, RedisStore, StoreError};
-use crate::{AlgoParams, AlgoState, Check, LockParams, LockState, Status, StoreKey};
+use crate::{AlgoParams, AlgoState, Check, Leasing, LockParams, LockState, Status, StoreKey};
 
 /// 2023-11-14T00:00:00Z.
 pub(super) const T0: Micros = 1_699_920_000 * SECOND;
@@ -981,6 +981,7 @@ pub(super) fn check(limit: u8, client: u8, params: AlgoParams, cost: u64) -> Che
         shadow: false,
         lease: 0,
         quota: false,
+        leasing: None,
     }
 }
 
@@ -1126,17 +1127,30 @@ fn any_request() -> impl Strategy<Value = Request> {
 }
 
 /// The checks of request `r` over `pool`: the limits its mask picks, for
-/// its client, at its cost, under its lease id.
+/// its client, at its cost, under its lease id. An odd lease id makes the
+/// leasable ones leased (a block of 1 to 9 units), giving back 0 to 6
+/// units of a lease taken up to 6 s after the history's start: some
+/// still count where they were taken, some lapsed.
 fn request_checks(pool: &[(AlgoParams, Option<LockParams>, bool)], r: Request) -> Vec<Check> {
-    let (mask, client, cost, lease, _) = r;
+    let (mask, client, cost, lease, gap) = r;
     pool.iter()
         .enumerate()
         .filter(|(i, _)| mask & (1 << i) != 0)
-        .map(|(i, (p, l, shadow))| Check {
-            lockout: *l,
-            shadow: *shadow,
-            lease,
-            ..check(i as u8, client, p.clone(), cost)
+        .map(|(i, (p, l, shadow))| {
+            let c = Check {
+                lockout: *l,
+                shadow: *shadow,
+                lease,
+                ..check(i as u8, client, p.clone(), cost)
+            };
+            if lease % 2 == 0 {
+                return c;
+            }
+            c.leased(Leasing {
+                back: (cost + gap) % 7,
+                back_at: T0 + gap * (i as u64 + 1),
+                ..Leasing::new(1 + (gap + i as u64) % 9, 1_000)
+            })
         })
         .collect()
 }
@@ -1547,7 +1561,7 @@ fn arity_errors_are_clear() {
     let s = |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.to_string()).collect() };
 
     // (KEYS, ARGV, what the error says)
-    let cases: [(usize, &[&str], &str); 11] = [
+    let cases: [(usize, &[&str], &str); 15] = [
         (
             2,
             &["1", "1", "1", "fixed_window 0 1 5 9"],
@@ -1577,8 +1591,28 @@ fn arity_errors_are_clear() {
         ),
         (
             1,
+            &["1", "1", "1", "gcra 16 1 1 1 0"],
+            "flags must be 0 to 15, got 16",
+        ),
+        (
+            1,
+            &["1", "1", "1", "sliding_log 8 1 1 1 5", "0", "0"],
+            "sliding_log takes no leases",
+        ),
+        (
+            1,
             &["1", "1", "1", "gcra 8 1 1 1 0"],
-            "flags must be 0 to 7, got 8",
+            "lease size: expected a non-negative integer",
+        ),
+        (
+            1,
+            &["1", "1", "1", "gcra 8 1 1 1 0 5", "0"],
+            "check 1: the lease to give back is missing",
+        ),
+        (
+            1,
+            &["1", "1", "1", "gcra 8 1 1 1 0 5", "x", "0"],
+            "give-back units: expected a non-negative integer",
         ),
         (
             1,

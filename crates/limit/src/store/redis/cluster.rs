@@ -119,7 +119,7 @@ pub(crate) async fn decide(
                 .iter()
                 .zip(&got)
                 .filter(|(_, o)| o.status == Status::Allowed)
-                .map(|(c, _)| c.clone())
+                .map(|(c, o)| refunded(c, o))
                 .collect();
             if !given.is_empty() {
                 refunds.push(refund(store.clone(), given, at));
@@ -210,14 +210,31 @@ fn slot_groups(checks: &[Check]) -> SmallVec<[(Slot, SmallVec<[usize; 4]>); 4]> 
 fn not_consumed(o: &mut Outcome, c: &Check) {
     o.status = Status::NotConsumed;
     o.delay = 0;
-    o.remaining = (o.remaining + taken(c)).min(o.limit);
+    o.remaining = (o.remaining + taken(c, o)).min(o.limit);
+    o.taken = 0;
 }
 
-/// Units a check takes when allowed (as `dispatch.lua` counts them).
-fn taken(c: &Check) -> u64 {
+/// Units a check took when allowed (as `dispatch.lua` counts them): a
+/// lease's block, one concurrency slot, else its cost.
+fn taken(c: &Check, o: &Outcome) -> u64 {
     match c.params {
+        _ if o.taken > 0 => o.taken,
         crate::AlgoParams::Concurrency(_) => 1,
         _ => c.cost.max(1),
+    }
+}
+
+/// The check a refund gives back for `c`, allowed as `o`: `c` itself, or
+/// for a lease taken, a plain check of the lease's block (the previous
+/// lease's give-back stays given).
+fn refunded(c: &Check, o: &Outcome) -> Check {
+    match c.leasing {
+        Some(_) => Check {
+            cost: o.taken,
+            leasing: None,
+            ..c.clone()
+        },
+        None => c.clone(),
     }
 }
 
@@ -235,6 +252,7 @@ fn not_decided(_c: &Check) -> Outcome {
         grows_after: 0,
         retry_after: 0,
         at: 0,
+        taken: 0,
     }
 }
 

@@ -163,6 +163,7 @@ mod tests {
                 shadow: false,
                 lease: 0,
                 quota: false,
+                leasing: None,
             })
             .collect()
     }
@@ -179,6 +180,7 @@ mod tests {
             grows_after: 1,
             retry_after: 0,
             at: 0,
+            taken: 0,
         }
     }
 

@@ -46,12 +46,14 @@ pub const REFUND: &str = lua_file!("refund");
 pub const PROBE: &str = lua_file!("probe");
 /// Entry: apply a cost limit's settlement, once.
 pub const SETTLE: &str = lua_file!("settle");
+/// Entry: give back what leases did not spend.
+pub const GIVE_BACK: &str = lua_file!("give_back");
 
 /// The gateway's entry points, `(name, source)`: each file defines
-/// `local function <name>(KEYS, ARGV)`. `refund` and `settle` use
-/// `dispatch`'s spec parser and `probe` its `check_one`, so they come
-/// after it.
-pub const ENTRIES: [(&str, &str); 7] = [
+/// `local function <name>(KEYS, ARGV)`. `refund`, `settle` and
+/// `give_back` use `dispatch`'s spec parser and `probe` its `check_one`,
+/// so they come after it.
+pub const ENTRIES: [(&str, &str); 8] = [
     ("dispatch", DISPATCH),
     ("release", RELEASE),
     ("inspect", INSPECT),
@@ -59,6 +61,7 @@ pub const ENTRIES: [(&str, &str); 7] = [
     ("refund", REFUND),
     ("probe", PROBE),
     ("settle", SETTLE),
+    ("give_back", GIVE_BACK),
 ];
 
 /// The entries registered with the `no-writes` flag: Redis refuses any

@@ -11,14 +11,17 @@
 //! algo flags cost params... [after within duration escalate max_duration forget_after]
 //! ```
 //!
-//! with `flags` the sum of 1 (shadow) and 2 (the six lockout params
-//! follow) and the algorithm's params from [`algo_params`]; for
-//! `concurrency`, the request's lease id follows as an argument of its own.
+//! with `flags` the sum of 1 (shadow), 2 (the six lockout params
+//! follow), 4 (a quota key follows the state key) and 8 (leased: the
+//! lease's size follows, last) and the algorithm's params from
+//! [`algo_params`]; for `concurrency`, the request's lease id follows as
+//! an argument of its own, and for a leased check the units to give back
+//! and when they were taken ([`Leasing`](crate::Leasing)), two arguments.
 //! A spec depends only on the limit's config, so the script parses each
 //! distinct one once. `KEYS` are each check's state key, then its lockout
 //! key when it has a lockout, and last the lockout index when any check
 //! has one ([`DispatchKeys`](super::DispatchKeys)). The reply is one
-//! string of 9 little-endian `f64`s per check, each an integer, every
+//! string of 10 little-endian `f64`s per check, each an integer, every
 //! request's checks in order ([`outcomes`]).
 
 use redis::{RedisWrite, ToRedisArgs, Value};
@@ -98,9 +101,15 @@ pub(crate) fn wire_name(p: &AlgoParams) -> &'static str {
 fn write_spec(c: &Check, w: &mut impl std::io::Write) -> std::io::Result<()> {
     let mut n = itoa::Buffer::new();
     w.write_all(wire_name(&c.params).as_bytes())?;
-    // Flags: 1 shadow, 2 a lockout follows, 4 a quota key follows.
-    let flags = u8::from(c.shadow) | u8::from(c.lockout.is_some()) << 1 | u8::from(c.quota) << 2;
-    w.write_all(&[b' ', b'0' + flags, b' '])?;
+    // Flags: 1 shadow, 2 a lockout follows, 4 a quota key follows, 8
+    // leased (the lease's size ends the spec).
+    let flags = u8::from(c.shadow)
+        | u8::from(c.lockout.is_some()) << 1
+        | u8::from(c.quota) << 2
+        | u8::from(c.leasing.is_some()) << 3;
+    w.write_all(b" ")?;
+    w.write_all(n.format(flags).as_bytes())?;
+    w.write_all(b" ")?;
     w.write_all(n.format(c.cost).as_bytes())?;
     for v in algo_params(&c.params) {
         w.write_all(b" ")?;
@@ -119,7 +128,23 @@ fn write_spec(c: &Check, w: &mut impl std::io::Write) -> std::io::Result<()> {
             w.write_all(n.format(v).as_bytes())?;
         }
     }
+    if let Some(l) = &c.leasing {
+        w.write_all(b" ")?;
+        w.write_all(n.format(l.size).as_bytes())?;
+    }
     Ok(())
+}
+
+/// The arguments that follow a check's spec: a `concurrency` check's lease
+/// id; a leased check's units to give back and when they were taken.
+fn write_check_args<W: ?Sized + RedisWrite>(c: &Check, out: &mut W, n: &mut itoa::Buffer) {
+    if matches!(c.params, AlgoParams::Concurrency(_)) {
+        out.write_arg(n.format(c.lease).as_bytes());
+    }
+    if let Some(l) = &c.leasing {
+        out.write_arg(n.format(l.back).as_bytes());
+        out.write_arg(n.format(l.back_at).as_bytes());
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +156,10 @@ pub(crate) fn push_check(args: &mut Vec<String>, c: &Check) {
     args.push(String::from_utf8(spec).expect("names and digits"));
     if matches!(c.params, AlgoParams::Concurrency(_)) {
         args.push(c.lease.to_string());
+    }
+    if let Some(l) = &c.leasing {
+        args.push(l.back.to_string());
+        args.push(l.back_at.to_string());
     }
 }
 
@@ -162,20 +191,18 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchArgs<'_, R> {
             for c in checks {
                 // Writing to the command's buffer cannot fail.
                 let _ = write_spec(c, &mut out.writer_for_next_arg());
-                if matches!(c.params, AlgoParams::Concurrency(_)) {
-                    out.write_arg(n.format(c.lease).as_bytes());
-                }
+                write_check_args(c, out, &mut n);
             }
         }
     }
 }
 
 /// The figures per check in `dispatch.lua`'s reply.
-const OUTCOME_WIDTH: usize = 9;
+const OUTCOME_WIDTH: usize = 10;
 
 /// `dispatch.lua`'s reply: `OUTCOME_WIDTH` little-endian `f64`s per check
 /// (status, lock_started, delay, limit, window, remaining, reset,
-/// retry_after, grows_after), each a non-negative integer below 2^53, then
+/// retry_after, grows_after, taken), each a non-negative integer below 2^53, then
 /// the call's `now`: one
 /// [`Outcome`] per check, `checks` in all (every request's, in order), and
 /// that `now` (when the allowed checks' units were taken; a Redis Cluster
@@ -219,6 +246,7 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
             retry_after: v[7],
             grows_after: v[8],
             at: now,
+            taken: v[9],
         });
     }
     Ok((out, now))
@@ -260,9 +288,7 @@ impl ToRedisArgs for RefundArgs<'_> {
         for c in self.checks {
             // Writing to the command's buffer cannot fail.
             let _ = write_spec(c, &mut out.writer_for_next_arg());
-            if matches!(c.params, AlgoParams::Concurrency(_)) {
-                out.write_arg(n.format(c.lease).as_bytes());
-            }
+            write_check_args(c, out, &mut n);
         }
     }
 }
@@ -509,6 +535,7 @@ mod tests {
             shadow: true,
             lease: u64::MAX,
             quota: false,
+            leasing: None,
         };
         let mut args = Vec::new();
         push_check(&mut args, &c);
@@ -554,11 +581,11 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_read_nine_integers_per_check() {
+    fn outcomes_read_ten_integers_per_check() {
         let got = outcomes(
             &ints(&[
-                0, 0, 5, 10, 60000000, 9, 60000000, 0, 6000000, 2, 1, 0, 3, 1000, 0, 1000, 7000,
-                7000, 42,
+                0, 0, 5, 10, 60000000, 9, 60000000, 0, 6000000, 4, 2, 1, 0, 3, 1000, 0, 1000, 7000,
+                7000, 0, 42,
             ]),
             2,
         )
@@ -578,54 +605,67 @@ mod tests {
         assert_eq!(got[1].status, Status::LockedOut);
         assert!(got[1].lock_started && !got[0].lock_started);
         assert_eq!(got[0].grows_after, 6_000_000);
+        assert_eq!((got[0].taken, got[1].taken), (4, 0), "a lease's block");
         assert_eq!(
             (got[1].reset, got[1].retry_after, got[1].grows_after),
             (1000, 7000, 7000)
         );
-        let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1, 1, 0]), 1).unwrap();
+        let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1, 1, 0, 0]), 1).unwrap();
         assert_eq!(big.0[0].limit, (1 << 53) - 1);
     }
 
     #[test]
     fn replies_that_do_not_fit_are_errors_not_panics() {
         assert!(outcomes(&Value::Int(1), 1).is_err());
-        assert!(outcomes(&ints(&[0; 9]), 1).is_err(), "9 of 10");
-        assert!(outcomes(&ints(&[0; 11]), 1).is_err(), "11 of 10");
-        assert!(outcomes(&ints(&[0; 19]), 1).is_err(), "two checks for one");
+        assert!(outcomes(&ints(&[0; 10]), 1).is_err(), "10 of 11");
+        assert!(outcomes(&ints(&[0; 12]), 1).is_err(), "12 of 11");
+        assert!(outcomes(&ints(&[0; 21]), 1).is_err(), "two checks for one");
         assert!(
-            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, 0, -1]), 1).is_err(),
+            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1]), 1).is_err(),
             "now < 0"
         );
         assert!(
-            outcomes(&ints(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
+            outcomes(&ints(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
             "status 9"
         );
         assert!(
-            outcomes(&ints(&[0, 0, 0, -1, 0, 0, 0, 0, 0, 0]), 1).is_err(),
+            outcomes(&ints(&[0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0]), 1).is_err(),
             "negative"
         );
         assert!(
-            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, -1, 0]), 1).is_err(),
+            outcomes(&ints(&[0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0]), 1).is_err(),
             "a negative t"
         );
-        let array = Value::Array(vec![Value::Int(0); 9]);
+        let array = Value::Array(vec![Value::Int(0); 11]);
         assert!(outcomes(&array, 1).is_err(), "an array");
         assert!(outcomes(
-            &floats(&[0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]),
+            &floats(&[0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0]),
             1
         )
         .is_err());
         assert!(outcomes(
-            &floats(&[0.0, 0.0, 0.0, f64::NAN, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]),
+            &floats(&[0.0, 0.0, 0.0, f64::NAN, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0]),
             1
         )
         .is_err());
         assert!(outcomes(
-            &floats(&[0.0, 0.0, 0.0, 2f64.powi(53), 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]),
+            &floats(&[
+                0.0,
+                0.0,
+                0.0,
+                2f64.powi(53),
+                1.0,
+                1.0,
+                1.0,
+                1.0,
+                1.0,
+                0.0,
+                0.0
+            ]),
             1
         )
         .is_err());
-        let mut short = ints(&[0; 10]);
+        let mut short = ints(&[0; 11]);
         if let Value::BulkString(b) = &mut short {
             b.pop();
         }
