@@ -1,33 +1,40 @@
-//! The leases this instance holds (SPEC "Leased limits"; not wired into
-//! [`Limiter`](crate::Limiter) yet): per (limit, client) [`StoreKey`], a
-//! block of units taken from the store ([`crate::algorithm::lease::take`])
-//! and spent here, request by request, without a store call.
+//! The leases this instance holds (SPEC "Leased limits",
+//! docs/scaling-out.md): per (limit, client) [`StoreKey`], a block of units
+//! taken from the store ([`crate::algorithm::lease::take`], in the
+//! decision's store call) and spent here, request by request, without a
+//! store call.
 //!
-//! A request [`Leases::spend`]s its cost from a live lease of its key, or
-//! learns that it must take a new one, together with what the old one did
-//! not spend ([`Returned`]: to give back to the store in the same call,
-//! [`crate::algorithm::lease::give_back`]). A request admitted here but
-//! rejected by another limit of its route puts its units back
-//! ([`Leases::put_back`]): all or nothing. Leases end at their `ttl`
-//! ([`Leases::expired`], swept by the caller), when their limit's
-//! parameters change ([`Leases::spend`] with other params), when the table
-//! is full (the one ending soonest goes), and at reload and shutdown
-//! ([`Leases::drain`]); every end hands back what was left, so nothing is
-//! stranded but by a crash.
+//! A request [`LeaseTable::spend`]s its cost from a live lease of its key;
+//! when none can pay, it becomes the key's one taker ([`Spend::Take`], a
+//! [`Claim`]), giving back in its store call what the old lease did not
+//! spend ([`Returned`], [`crate::algorithm::lease::give_back`]), while the
+//! key's other requests wait for that lease ([`Spend::Wait`]) rather than
+//! each taking one: a burst on one instance takes one block at a time. A
+//! request admitted here but rejected by another limit of its route puts
+//! its units back ([`LeaseTable::put_back`]): all or nothing. Leases end at
+//! their `ttl` or when the window their units count in ends
+//! ([`LeaseTable::expired`], swept by the limiter), when their limit's
+//! parameters change ([`LeaseTable::spend`] with other params), when the
+//! table is full (the one ending soonest goes), and at reload and shutdown
+//! ([`LeaseTable::drain`]); every end hands back what was left, so nothing
+//! is stranded but by a crash.
 //!
 //! Sixteen shards, each a `Mutex<HashMap>` held for one map operation
 //! (never across an await), as the deny cache.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::{Micros, StoreKey};
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
+
+use crate::{AlgoParams, Micros, Outcome, StoreKey};
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
 
 /// A block of units held for one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// Units not spent yet.
     pub left: u64,
@@ -35,13 +42,43 @@ pub struct Lease {
     pub taken_at: Micros,
     /// The instant (this instance's clock) it ends.
     pub ends: Micros,
-    /// The limit's parameters it was taken under (a fingerprint): a lease
-    /// of other parameters is not spent.
-    pub params: u64,
+    /// The limit's parameters it was taken under: a lease of other
+    /// parameters is not spent (a reload changed them, or a calendar
+    /// period ended).
+    pub params: AlgoParams,
+    /// The limit's figures when it was taken, the store's `remaining`
+    /// without this lease's units (a local spend reports that plus what
+    /// the lease still holds), at this instance's `since`.
+    pub figures: Outcome,
+    /// This instance's clock when it was taken.
+    pub since: Micros,
+    /// The limit's name (for metrics).
+    pub name: Arc<str>,
+}
+
+impl Lease {
+    /// The figures of a request spent from this lease at `now` (this
+    /// instance's clock): allowed, what the store had left when the lease
+    /// was taken plus what the lease holds, the waits moved on.
+    pub fn outcome(&self, now: Micros) -> Outcome {
+        let gone = now.saturating_sub(self.since);
+        let f = &self.figures;
+        Outcome {
+            status: crate::Status::Allowed,
+            lock_started: false,
+            delay: 0,
+            remaining: f.remaining.saturating_add(self.left).min(f.limit),
+            reset: f.reset.saturating_sub(gone),
+            grows_after: f.grows_after.saturating_sub(gone).max(1),
+            retry_after: 0,
+            taken: 0,
+            ..*f
+        }
+    }
 }
 
 /// What a lease left unspent when it ended: to give back to the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Returned {
     /// The (limit, client) it was taken from.
     pub key: StoreKey,
@@ -49,42 +86,81 @@ pub struct Returned {
     pub units: u64,
     /// The store's clock when it was taken.
     pub taken_at: Micros,
+    /// The limit's parameters then (the give-back's spec).
+    pub params: AlgoParams,
+    /// The limit's name (for metrics).
+    pub name: Arc<str>,
 }
 
-/// What [`Leases::spend`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`LeaseTable::spend`] did.
+#[derive(Debug)]
 pub enum Spend {
-    /// Spent from the key's lease; `left` units remain in it.
-    Local {
-        /// What the lease holds now.
-        left: u64,
-        /// The lease's [`Lease::taken_at`]: which lease a
-        /// [`Leases::put_back`] goes to.
-        taken_at: Micros,
-    },
-    /// No lease could pay: take a new one, giving back what the old one
-    /// left (if it left anything).
-    Take(Option<Returned>),
+    /// Spent from the key's lease: the request's figures, and the lease's
+    /// [`Lease::taken_at`] (which lease a [`LeaseTable::put_back`] goes
+    /// to).
+    Local(Outcome, Micros),
+    /// No lease could pay, and the caller is now the key's taker: its
+    /// store call takes a new lease, giving back what the old one left (if
+    /// it left anything). The [`Claim`] ends with [`LeaseTable::install`]
+    /// or when dropped, and wakes the key's waiters.
+    Take(Option<Returned>, Claim),
+    /// Another request is taking the key's next lease: wait for it, then
+    /// spend again.
+    Wait(OwnedNotified),
+}
+
+/// A key's slot in the table: its lease, and the taker in flight.
+#[derive(Debug, Default)]
+struct Slot {
+    lease: Option<Lease>,
+    /// Woken when the taker in flight is done.
+    taking: Option<Arc<Notify>>,
 }
 
 /// The leases of this instance; see the module doc.
 #[derive(Debug)]
-pub struct Leases {
-    shards: Box<[Mutex<HashMap<StoreKey, Lease>>]>,
+pub struct LeaseTable {
+    shards: Box<[Mutex<HashMap<StoreKey, Slot>>]>,
     /// Leases per shard at most.
     per_shard: usize,
 }
 
-impl Leases {
+/// The right to take a key's next lease ([`Spend::Take`]): while held, the
+/// key's other requests wait; dropped, they are woken to try again.
+#[derive(Debug)]
+pub struct Claim {
+    table: Arc<LeaseTable>,
+    key: StoreKey,
+    notify: Arc<Notify>,
+    /// Still registered as the key's taker.
+    held: bool,
+}
+
+impl Claim {
+    /// The key claimed.
+    pub fn key(&self) -> &StoreKey {
+        &self.key
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.held {
+            self.table.unclaim(&self.key, &self.notify);
+        }
+    }
+}
+
+impl LeaseTable {
     /// A table of at most `capacity` leases (at least one per shard).
-    pub fn new(capacity: usize) -> Leases {
-        Leases {
+    pub fn new(capacity: usize) -> LeaseTable {
+        LeaseTable {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
         }
     }
 
-    fn shard(&self, key: &StoreKey) -> MutexGuard<'_, HashMap<StoreKey, Lease>> {
+    fn shard(&self, key: &StoreKey) -> MutexGuard<'_, HashMap<StoreKey, Slot>> {
         // Store keys are hash output: any byte spreads them evenly.
         let i = usize::from(key[0]) % SHARDS;
         self.shards[i]
@@ -92,21 +168,59 @@ impl Leases {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Spend `cost` units of `key`'s lease at `now`, if it is live, of
-    /// `params` and holds them; otherwise the lease ends and the caller
-    /// takes another.
-    pub fn spend(&self, key: &StoreKey, cost: u64, now: Micros, params: u64) -> Spend {
+    /// Spend `cost` units of `key`'s lease at `now` (this instance's
+    /// clock), if it is live, of `params` and holds them; otherwise the
+    /// lease ends and the caller takes the next one, or waits for the
+    /// request already taking it (`wait`: false never waits, for a caller
+    /// that holds another key's claim).
+    pub fn spend(
+        self: &Arc<Self>,
+        key: &StoreKey,
+        cost: u64,
+        now: Micros,
+        params: &AlgoParams,
+        wait: bool,
+    ) -> Spend {
         let mut shard = self.shard(key);
-        if let Some(lease) = shard.get_mut(key) {
-            if now < lease.ends && lease.params == params && lease.left >= cost {
+        let slot = shard.entry(*key).or_default();
+        if let Some(lease) = &mut slot.lease {
+            if now < lease.ends && lease.params == *params && lease.left >= cost {
                 lease.left -= cost;
-                return Spend::Local {
-                    left: lease.left,
-                    taken_at: lease.taken_at,
-                };
+                return Spend::Local(lease.outcome(now), lease.taken_at);
             }
         }
-        Spend::Take(shard.remove(key).and_then(|l| returned(*key, &l)))
+        if let Some(notify) = slot.taking.as_ref().filter(|_| wait) {
+            // Registered under the lock, so the taker's wake-up cannot be
+            // missed.
+            return Spend::Wait(notify.clone().notified_owned());
+        }
+        let back = slot.lease.take().and_then(|l| returned(*key, &l));
+        let notify = Arc::new(Notify::new());
+        if slot.taking.is_none() {
+            slot.taking = Some(notify.clone());
+        }
+        let held = slot
+            .taking
+            .as_ref()
+            .is_some_and(|n| Arc::ptr_eq(n, &notify));
+        Spend::Take(
+            back,
+            Claim {
+                table: self.clone(),
+                key: *key,
+                notify,
+                held,
+            },
+        )
+    }
+
+    /// Whether `key`'s lease could pay `cost` at `now` under `params` (the
+    /// deny cache asks before answering a leased limit's rejection).
+    pub fn could_pay(&self, key: &StoreKey, cost: u64, now: Micros, params: &AlgoParams) -> bool {
+        self.shard(key)
+            .get(key)
+            .and_then(|s| s.lease.as_ref())
+            .is_some_and(|l| now < l.ends && l.params == *params && l.left >= cost)
     }
 
     /// Undo a [`Spend::Local`] of `cost` units from the lease taken at
@@ -115,36 +229,70 @@ impl Leases {
     /// (a unit of under-admission), never added to a later lease, whose
     /// window may not be theirs.
     pub fn put_back(&self, key: &StoreKey, cost: u64, taken_at: Micros) {
-        if let Some(lease) = self.shard(key).get_mut(key) {
+        if let Some(lease) = self.shard(key).get_mut(key).and_then(|s| s.lease.as_mut()) {
             if lease.taken_at == taken_at {
                 lease.left = lease.left.saturating_add(cost);
             }
         }
     }
 
-    /// Hold `lease` for `key` (a new one just taken, its requester's cost
-    /// already spent from it). Returns what leases it displaced left: the
-    /// key's old lease (if another request took one meanwhile), and, when
-    /// the shard is full, the lease that ends soonest.
-    pub fn install(&self, key: StoreKey, lease: Lease) -> Vec<Returned> {
+    /// Hold `lease` for `claim`'s key (a new one just taken, its
+    /// requester's cost already spent from it), end the claim and wake the
+    /// key's waiters. Returns what leases it displaced left: the key's old
+    /// lease (taken by a request that did not wait), and, when the shard
+    /// is full, the lease that ends soonest.
+    pub fn install(&self, mut claim: Claim, lease: Lease) -> Vec<Returned> {
+        let key = claim.key;
         let mut shard = self.shard(&key);
         let mut out = Vec::new();
-        if let Some(old) = shard.insert(key, lease) {
+        let slot = shard.entry(key).or_default();
+        if let Some(old) = slot.lease.replace(lease) {
             out.extend(returned(key, &old));
+        }
+        if claim.held {
+            slot.taking = None;
+            claim.held = false;
+            claim.notify.notify_waiters();
         }
         if shard.len() > self.per_shard {
             let soonest = shard
                 .iter()
-                .filter(|(k, _)| **k != key)
-                .min_by_key(|(_, l)| l.ends)
-                .map(|(k, _)| *k);
+                .filter(|(k, s)| **k != key && s.taking.is_none())
+                .filter_map(|(k, s)| s.lease.as_ref().map(|l| (*k, l.ends)))
+                .min_by_key(|(_, ends)| *ends)
+                .map(|(k, _)| k);
             if let Some(k) = soonest {
-                if let Some(l) = shard.remove(&k) {
+                if let Some(l) = shard.remove(&k).and_then(|s| s.lease) {
                     out.extend(returned(k, &l));
                 }
             }
         }
         out
+    }
+
+    /// `claim` ended without a lease: forget it and wake the key's waiters.
+    fn unclaim(&self, key: &StoreKey, notify: &Arc<Notify>) {
+        let mut shard = self.shard(key);
+        if let Some(slot) = shard.get_mut(key) {
+            if slot.taking.as_ref().is_some_and(|n| Arc::ptr_eq(n, notify)) {
+                slot.taking = None;
+            }
+            if slot.lease.is_none() && slot.taking.is_none() {
+                shard.remove(key);
+            }
+        }
+        notify.notify_waiters();
+    }
+
+    /// End `key`'s lease, if any (its client was locked out); what it left.
+    pub fn end(&self, key: &StoreKey) -> Option<Returned> {
+        let mut shard = self.shard(key);
+        let slot = shard.get_mut(key)?;
+        let lease = slot.lease.take()?;
+        if slot.taking.is_none() {
+            shard.remove(key);
+        }
+        returned(*key, &lease)
     }
 
     /// End the leases whose time is up at `now`; what they left.
@@ -162,13 +310,12 @@ impl Leases {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            shard.retain(|k, l| {
-                if f(l) {
+            shard.retain(|k, slot| {
+                if let Some(l) = slot.lease.as_ref().filter(|l| f(l)) {
                     out.extend(returned(*k, l));
-                    false
-                } else {
-                    true
+                    slot.lease = None;
                 }
+                slot.lease.is_some() || slot.taking.is_some()
             });
         }
         out
@@ -178,7 +325,10 @@ impl Leases {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+                s.values().filter(|slot| slot.lease.is_some()).count()
+            })
             .sum()
     }
 
@@ -190,23 +340,31 @@ impl Leases {
 
 /// What `lease` of `key` left, if anything.
 fn returned(key: StoreKey, lease: &Lease) -> Option<Returned> {
-    (lease.left > 0).then_some(Returned {
+    (lease.left > 0).then(|| Returned {
         key,
         units: lease.left,
         taken_at: lease.taken_at,
+        params: lease.params.clone(),
+        name: lease.name.clone(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
 
     use super::*;
+    use crate::algorithm::fixed_window;
     use crate::key::KeyHasher;
 
     fn key(n: u32) -> StoreKey {
         KeyHasher::new(b"leased").value(&n.to_be_bytes()).finish()
+    }
+
+    fn params(limit: u64) -> AlgoParams {
+        AlgoParams::FixedWindow(
+            fixed_window::Params::new(limit, fixed_window::Window::Fixed(1_000_000)).unwrap(),
+        )
     }
 
     fn lease(left: u64, ends: Micros) -> Lease {
@@ -214,96 +372,167 @@ mod tests {
             left,
             taken_at: 7,
             ends,
-            params: 1,
+            params: params(100),
+            figures: Outcome {
+                limit: 100,
+                window: 1_000_000,
+                remaining: 50,
+                reset: 900,
+                grows_after: 900,
+                ..Outcome::of(crate::Status::Allowed, 0, 0)
+            },
+            since: 0,
+            name: "t".into(),
+        }
+    }
+
+    /// Spend once; the claim when it must take (the test's own lease).
+    fn take(
+        t: &Arc<LeaseTable>,
+        k: &StoreKey,
+        cost: u64,
+        now: Micros,
+    ) -> (Option<Returned>, Claim) {
+        match t.spend(k, cost, now, &params(100), true) {
+            Spend::Take(back, claim) => (back, claim),
+            other => panic!("expected a take, got {other:?}"),
+        }
+    }
+
+    fn left(t: &Arc<LeaseTable>, k: &StoreKey, cost: u64, now: Micros) -> Option<u64> {
+        match t.spend(k, cost, now, &params(100), false) {
+            Spend::Local(o, _) => Some(o.remaining - 50),
+            _ => None,
         }
     }
 
     #[test]
     fn spent_locally_until_empty_then_the_next_is_taken() {
-        let t = Leases::new(64);
+        let t = Arc::new(LeaseTable::new(64));
         let k = key(1);
-        assert_eq!(t.spend(&k, 1, 0, 1), Spend::Take(None));
-        assert!(t.install(k, lease(3, 100)).is_empty());
-        let spent = Spend::Local {
-            left: 1,
-            taken_at: 7,
-        };
-        assert_eq!(t.spend(&k, 2, 10, 1), spent);
+        let (back, claim) = take(&t, &k, 1, 0);
+        assert_eq!(back, None);
+        assert!(t.install(claim, lease(3, 100)).is_empty());
+        assert_eq!(left(&t, &k, 2, 10), Some(1));
         // Not enough for 2: the lease ends, its last unit goes back.
-        let back = Returned {
-            key: k,
-            units: 1,
-            taken_at: 7,
-        };
-        assert_eq!(t.spend(&k, 2, 10, 1), Spend::Take(Some(back)));
+        let (back, _claim) = take(&t, &k, 2, 10);
+        assert_eq!(back.map(|r| (r.units, r.taken_at)), Some((1, 7)));
         assert!(t.is_empty());
     }
 
     #[test]
+    fn a_local_spend_reports_the_stores_figures_and_what_the_lease_holds() {
+        let t = Arc::new(LeaseTable::new(64));
+        let (_, claim) = take(&t, &key(1), 1, 0);
+        t.install(claim, lease(10, 1_000));
+        let Spend::Local(o, taken_at) = t.spend(&key(1), 1, 300, &params(100), true) else {
+            panic!("local")
+        };
+        assert_eq!(taken_at, 7);
+        assert_eq!((o.remaining, o.limit, o.retry_after), (59, 100, 0));
+        assert_eq!((o.reset, o.grows_after), (600, 600), "300 µs later");
+    }
+
+    #[tokio::test]
+    async fn one_taker_per_key_the_others_wait_for_its_lease() {
+        let t = Arc::new(LeaseTable::new(64));
+        let k = key(1);
+        let (_, claim) = take(&t, &k, 1, 0);
+        let Spend::Wait(woken) = t.spend(&k, 1, 0, &params(100), true) else {
+            panic!("a second request waits")
+        };
+        // A caller that may not wait takes alongside, unclaimed.
+        let Spend::Take(None, other) = t.spend(&k, 1, 0, &params(100), false) else {
+            panic!("no wait: a take")
+        };
+        assert!(!other.held);
+        drop(other);
+        t.install(claim, lease(5, 100));
+        woken.await;
+        assert_eq!(left(&t, &k, 1, 1), Some(4));
+        // A taker that gets no lease wakes the waiters too.
+        let k2 = key(2);
+        let (_, claim) = take(&t, &k2, 1, 0);
+        let Spend::Wait(woken) = t.spend(&k2, 1, 0, &params(100), true) else {
+            panic!("waits")
+        };
+        drop(claim);
+        woken.await;
+        assert!(matches!(
+            t.spend(&k2, 1, 0, &params(100), true),
+            Spend::Take(None, _)
+        ));
+    }
+
+    #[test]
     fn a_lease_ends_at_its_time_and_with_other_params() {
-        let t = Leases::new(64);
-        t.install(key(1), lease(5, 100));
-        t.install(key(2), lease(5, 200));
+        let t = Arc::new(LeaseTable::new(64));
+        let (_, c1) = take(&t, &key(1), 1, 0);
+        t.install(c1, lease(5, 100));
+        let (_, c2) = take(&t, &key(2), 1, 0);
+        t.install(c2, lease(5, 200));
         assert_eq!(t.expired(150).len(), 1);
         assert_eq!(t.len(), 1);
+        assert!(!t.could_pay(&key(2), 1, 150, &params(99)));
+        assert!(t.could_pay(&key(2), 5, 150, &params(100)));
         // Other params: not spent, ended, its units handed back.
-        assert!(matches!(t.spend(&key(2), 1, 150, 2), Spend::Take(Some(r)) if r.units == 5));
+        let Spend::Take(Some(r), _) = t.spend(&key(2), 1, 150, &params(99), true) else {
+            panic!("other params end the lease")
+        };
+        assert_eq!((r.units, r.params), (5, params(100)));
         assert!(t.is_empty());
     }
 
     #[test]
     fn put_back_undoes_a_spend() {
-        let t = Leases::new(64);
-        t.install(key(1), lease(2, 100));
-        assert!(matches!(
-            t.spend(&key(1), 2, 0, 1),
-            Spend::Local { left: 0, .. }
-        ));
+        let t = Arc::new(LeaseTable::new(64));
+        let (_, c) = take(&t, &key(1), 1, 0);
+        t.install(c, lease(2, 100));
+        assert_eq!(left(&t, &key(1), 2, 0), Some(0));
         t.put_back(&key(1), 2, 7);
-        assert!(matches!(
-            t.spend(&key(1), 1, 0, 1),
-            Spend::Local { left: 1, .. }
-        ));
+        assert_eq!(left(&t, &key(1), 1, 0), Some(1));
         // A later lease of the key does not take units of an earlier one.
+        let (_, c) = take(&t, &key(1), 5, 0);
         t.install(
-            key(1),
+            c,
             Lease {
                 taken_at: 8,
                 ..lease(2, 100)
             },
         );
         t.put_back(&key(1), 1, 7);
-        assert!(matches!(
-            t.spend(&key(1), 2, 0, 1),
-            Spend::Local { left: 0, .. }
-        ));
+        assert_eq!(left(&t, &key(1), 2, 0), Some(0));
     }
 
     #[test]
     fn a_full_table_hands_back_the_lease_ending_soonest() {
-        let t = Leases::new(1);
+        let t = Arc::new(LeaseTable::new(1));
         // One lease per shard: find two keys of the same shard.
         let a = key(1);
         let b = (2..).map(key).find(|k| k[0] % 16 == a[0] % 16).unwrap();
-        t.install(a, lease(4, 100));
-        let out = t.install(b, lease(6, 200));
+        let (_, c) = take(&t, &a, 1, 0);
+        t.install(c, lease(4, 100));
+        let (_, c) = take(&t, &b, 1, 0);
+        let out = t.install(c, lease(6, 200));
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].key, out[0].units), (a, 4));
-        assert_eq!(t.drain().len(), 1);
+        assert_eq!(t.end(&b).map(|r| r.units), Some(6));
         assert!(t.is_empty());
+        assert!(t.drain().is_empty());
     }
 
     #[test]
     fn concurrent_spends_never_spend_more_than_the_lease() {
-        let t = Arc::new(Leases::new(64));
-        t.install(key(1), lease(1_000, Micros::MAX));
+        let t = Arc::new(LeaseTable::new(64));
+        let (_, c) = take(&t, &key(1), 1, 0);
+        t.install(c, lease(1_000, Micros::MAX));
         let spent = Arc::new(AtomicU64::new(0));
         let threads: Vec<_> = (0..8)
             .map(|_| {
                 let (t, spent) = (t.clone(), spent.clone());
                 std::thread::spawn(move || {
                     for _ in 0..200 {
-                        if let Spend::Local { .. } = t.spend(&key(1), 1, 0, 1) {
+                        if let Spend::Local(..) = t.spend(&key(1), 1, 0, &params(100), false) {
                             spent.fetch_add(1, Ordering::Relaxed);
                         }
                     }

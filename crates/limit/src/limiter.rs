@@ -7,11 +7,15 @@
 //! through an [`Observer`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+mod leased;
+pub use leased::LeaseEvent;
 
 use crate::clock::{Clock, SystemClock};
 use crate::deny_cache::DenyCache;
+use crate::leases::LeaseTable;
 use crate::quota::Quota;
 use crate::release::{Pending, Releases};
 use crate::settle::{SettleOutcome, Settlement};
@@ -66,6 +70,13 @@ impl From<Vec<Check>> for Request<'_> {
 
 /// How many (limit, client) rejections the deny cache remembers at most.
 const DENY_CACHE_CAPACITY: usize = 100_000;
+
+/// How many leases of leased limits this instance holds at most (about
+/// 200 bytes each); a full table hands back the lease ending soonest.
+const LEASE_CAPACITY: usize = 100_000;
+
+/// How often leases whose time is up are swept and given back.
+const LEASE_SWEEP: Duration = Duration::from_millis(100);
 
 /// How many failed concurrency releases wait for a retry at most
 /// ([`Releases`]; 32 bytes each).
@@ -219,7 +230,14 @@ pub struct Limiter {
     /// Who the keys this instance locked out are, so `GET /lockouts` can
     /// name them (store keys are hashes).
     labels: std::sync::Mutex<HashMap<StoreKey, Label>>,
+    /// The leases of leased limits this instance holds (Redis only).
+    leased: Arc<LeaseTable>,
+    /// Told of lease events ([`Limiter::on_lease`]).
+    lease_events: OnceLock<LeaseCallback>,
 }
+
+/// The callback of [`Limiter::on_lease`].
+type LeaseCallback = Box<dyn Fn(&str, LeaseEvent) + Send + Sync>;
 
 /// A locked-out key's limit and display key, until its lock ends.
 struct Label {
@@ -358,6 +376,8 @@ impl Limiter {
             releases,
             deny: DenyCache::new(DENY_CACHE_CAPACITY),
             labels: std::sync::Mutex::new(HashMap::new()),
+            leased: Arc::new(LeaseTable::new(LEASE_CAPACITY)),
+            lease_events: OnceLock::new(),
         });
         limiter.start_background();
         Ok(limiter)
@@ -383,6 +403,22 @@ impl Limiter {
                 let _ = tokio::task::spawn_blocking(move || local.sweep(now)).await;
             }
         });
+        if let Backend::Redis(_) = &self.backend {
+            // Leases whose time is up go back to the store.
+            let weak = Arc::downgrade(self);
+            handle.spawn(async move {
+                let mut tick = tokio::time::interval(LEASE_SWEEP);
+                loop {
+                    tick.tick().await;
+                    let Some(limiter) = weak.upgrade() else {
+                        return;
+                    };
+                    if !limiter.leased.is_empty() {
+                        limiter.sweep_leases().await;
+                    }
+                }
+            });
+        }
         if let Backend::Redis(redis) = &self.backend {
             let mut resets = redis.subscribe_resets();
             let weak = Arc::downgrade(self);
@@ -405,7 +441,7 @@ impl Limiter {
     /// [`Decision::NotApplied`].
     pub async fn decide<'a>(self: &Arc<Self>, request: impl Into<Request<'a>>) -> Decision {
         let Request {
-            checks,
+            mut checks,
             observer,
             describe,
         } = request.into();
@@ -415,6 +451,17 @@ impl Limiter {
         let now = self.clock.now();
         if let Some(rejection) = self.cached_at(&checks, now) {
             return rejection;
+        }
+        if checks.iter().any(|c| c.leasing.is_some()) {
+            match &self.backend {
+                // One instance: a leased limit is exact.
+                Backend::Memory => checks.iter_mut().for_each(|c| c.leasing = None),
+                Backend::Redis(redis) => {
+                    return self
+                        .decide_leased(redis, checks, observer, describe, now)
+                        .await
+                }
+            }
         }
 
         let started = Instant::now();
@@ -476,6 +523,9 @@ impl Limiter {
         }
         let mut hits = Vec::with_capacity(checks.len());
         for check in checks {
+            if self.lease_could_pay(check, now) {
+                return None;
+            }
             match self.deny.get_with(&check.key, now) {
                 Some((until, locked, cached))
                     if cached.params == check.params && cached.cost == check.cost =>
@@ -777,6 +827,21 @@ impl Limiter {
             return Ok(Vec::new());
         }
         let now = self.clock.now();
+        // A leased limit is probed as an exact one: what the store would
+        // answer (this instance's lease is its own business).
+        let exact: Vec<Check>;
+        let checks = if checks.iter().any(|c| c.leasing.is_some()) {
+            exact = checks
+                .iter()
+                .map(|c| Check {
+                    leasing: None,
+                    ..c.clone()
+                })
+                .collect();
+            &exact[..]
+        } else {
+            checks
+        };
         match &self.backend {
             Backend::Memory => Ok(self.local.probe(checks, now)),
             Backend::Redis(redis) => redis.probe(checks, now).await,

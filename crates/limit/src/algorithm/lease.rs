@@ -1,6 +1,6 @@
-//! Leased limits' maths (SPEC "Leased limits"; not yet reachable from a
-//! config): an instance takes a block of up to `most` units of a key in
-//! one decision and spends them locally.
+//! Leased limits' maths (SPEC "Leased limits", docs/scaling-out.md): an
+//! instance takes a block of up to `most` units of a key in one decision
+//! and spends them locally ([`crate::leases`]).
 //!
 //! [`take`] asks the algorithm's own `check` for the largest `k` in
 //! `[cost, most]` that it allows now, so a lease can never take what
@@ -10,7 +10,7 @@
 //! of the request that asked for it). Every algorithm a lease applies to
 //! is monotone in the cost (if `k` units fit, fewer do), so the largest
 //! `k` is found by bisection: `check` runs at most `2 + log2(most)` times.
-//! The Lua side (to come) mirrors it with the algorithms' Lua `check`.
+//! `lua/lease.lua` mirrors it with the algorithms' Lua `check`.
 //!
 //! [`give_back`] returns what a lease did not spend when it ends: a
 //! settlement of `-unspent` ([`super::settle`]: never below empty) to the
@@ -82,6 +82,22 @@ pub fn take(params: &AlgoParams, state: &AlgoState, now: Micros, cost: u64, most
     Taken {
         units: lo,
         verdict: best,
+    }
+}
+
+/// Until when (the store's clock) units taken at `at` count where they
+/// were taken: a fixed or calendar window's end, a sliding window's end
+/// (after it they weigh less in the next one, so spending them there could
+/// admit more than the limit); `None` for a bucket or GCRA, whose units
+/// count whenever they are spent. A lease ends by then.
+pub fn counts_until(params: &AlgoParams, at: Micros) -> Option<Micros> {
+    match params {
+        AlgoParams::FixedWindow(p) => Some(p.window().bounds(at).1),
+        AlgoParams::SlidingWindow(p) => {
+            let w = p.window().max(1);
+            Some((at / w).saturating_add(1).saturating_mul(w))
+        }
+        _ => None,
     }
 }
 

@@ -50,6 +50,7 @@ use tokio::sync::mpsc;
 use self::breaker::{Admission, Breaker};
 use self::coalesce::{Arrival, Queue, Waiting};
 use self::connect::{Conn, Source, CONNECT_TIMEOUT};
+use crate::leases::Returned;
 use crate::quota::Quota;
 use crate::settle::{SettleOutcome, Settlement};
 use crate::store::{StoreBackend, StoreTls};
@@ -220,6 +221,7 @@ struct Functions {
     refund: String,
     probe: String,
     settle: String,
+    give_back: String,
     /// How many times a call found the library missing and loaded it.
     loads: AtomicU64,
     /// Held while loading: the calls that find the library missing at once
@@ -238,6 +240,7 @@ impl Functions {
             refund: library.function("refund"),
             probe: library.function("probe"),
             settle: library.function("settle"),
+            give_back: library.function("give_back"),
             library,
             loads: AtomicU64::new(0),
             loading: tokio::sync::Mutex::new(()),
@@ -698,6 +701,53 @@ impl RedisStore {
         };
         let reply = self.call(|f| &f.settle, names.len(), names, args).await?;
         Ok(wire::settled(&reply)?)
+    }
+
+    /// Give back what `leases` did not spend (`lua/give_back.lua`): one
+    /// call per slot on a cluster (at most 128 leases each), one per 128
+    /// leases on one server. Returns how many went back; the first error
+    /// stops nothing (each call is on its own), and is returned when no
+    /// call went through.
+    pub async fn give_back(&self, leases: &[Returned], now: Micros) -> Result<u64, StoreError> {
+        let mut groups: Vec<(Option<Slot>, Vec<&Returned>)> = Vec::new();
+        for r in leases {
+            let slot = self.is_cluster().then(|| cluster::slot_of(&r.key));
+            match groups.iter_mut().find(|(s, g)| *s == slot && g.len() < 128) {
+                Some((_, g)) => g.push(r),
+                None => groups.push((slot, vec![r])),
+            }
+        }
+        let calls = groups.iter().map(|(_, group)| async move {
+            let names: Vec<String> = group
+                .iter()
+                .map(|r| tagged(&self.inner.prefix, &r.key, "s"))
+                .collect();
+            let args = wire::GiveBackArgs {
+                now: self.inner.local_clock.then_some(now),
+                leases: group,
+            };
+            let reply = self
+                .call(|f| &f.give_back, names.len(), names, args)
+                .await?;
+            match reply {
+                Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+                other => Err(StoreError::from(wire::ReplyError(format!(
+                    "give_back: expected a count, got {other:?}"
+                )))),
+            }
+        });
+        let mut given = 0;
+        let mut error = None;
+        for result in futures_util::future::join_all(calls).await {
+            match result {
+                Ok(n) => given += n,
+                Err(e) => error = Some(e),
+            }
+        }
+        match error {
+            Some(e) if given == 0 => Err(e),
+            _ => Ok(given),
+        }
     }
 
     /// The stored state of `check`'s (limit, client), for the admin API:

@@ -24,7 +24,7 @@ use redis::RedisError;
 use smallvec::SmallVec;
 
 use super::{wire, RedisStore, StoreError};
-use crate::{Check, Micros, Outcome, Status};
+use crate::{Check, Micros, Outcome, Status, StoreKey};
 
 /// The pause before a call that a cluster said was not run goes again
 /// (`MOVED` lets redis-rs read the slots first; `TRYAGAIN` and
@@ -33,8 +33,13 @@ pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(5);
 
 /// The slot of a check's keys (their hash tag is the 32 hex of its key).
 pub(crate) fn slot(check: &Check) -> Slot {
+    slot_of(&check.key)
+}
+
+/// The slot of a store key's Redis keys.
+pub(crate) fn slot_of(key: &StoreKey) -> Slot {
     let mut hex = [0u8; 32];
-    hex::encode_to_slice(check.key, &mut hex).expect("32 bytes hold the hex of 16");
+    hex::encode_to_slice(key, &mut hex).expect("32 bytes hold the hex of 16");
     Slot::for_key(hex)
 }
 

@@ -30,6 +30,7 @@ use crate::algorithm::settle::clamp_delta;
 use crate::algorithm::{
     concurrency, fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket,
 };
+use crate::leases::Returned;
 use crate::settle::{SettleOutcome, Settlement};
 use crate::{AlgoParams, AlgoState, Check, LockState, Micros, Outcome, Status, StoreKey};
 
@@ -289,6 +290,36 @@ impl ToRedisArgs for RefundArgs<'_> {
             // Writing to the command's buffer cannot fail.
             let _ = write_spec(c, &mut out.writer_for_next_arg());
             write_check_args(c, out, &mut n);
+        }
+    }
+}
+
+/// `give_back.lua`'s `ARGV`: the clock, then per lease its spec (cost 1),
+/// the units left and when it was taken.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GiveBackArgs<'a> {
+    /// The gateway's clock, or `None` for Redis `TIME`.
+    pub now: Option<Micros>,
+    /// The leases that ended.
+    pub leases: &'a [&'a Returned],
+}
+
+impl ToRedisArgs for GiveBackArgs<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut n = itoa::Buffer::new();
+        match self.now {
+            Some(now) => out.write_arg(n.format(now).as_bytes()),
+            None => out.write_arg(b""),
+        }
+        for r in self.leases {
+            let check = Check::new("lease".into(), r.key, r.params.clone());
+            // Writing to the command's buffer cannot fail.
+            let _ = write_spec(&check, &mut out.writer_for_next_arg());
+            out.write_arg(n.format(r.units).as_bytes());
+            out.write_arg(n.format(r.taken_at).as_bytes());
         }
     }
 }
