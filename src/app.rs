@@ -80,7 +80,8 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
 /// `tollgate check`: validate the config at `path` as start-up would (the
 /// runtime is built too, without binding or connecting anything) and
 /// describe it: a summary line, one `cost: ...` line per cost limit (is
-/// its estimate a bound?), then one `warning: ...` line per warning.
+/// its estimate a bound?), one `lease: ...` line per leased limit (its
+/// under-admission bound), then one `warning: ...` line per warning.
 pub fn check(path: &Path) -> Result<String, RunError> {
     let loaded = crate::config::load(path).map_err(ReloadError::from)?;
     let c = &loaded.config;
@@ -115,6 +116,24 @@ pub fn check(path: &Path) -> Result<String, RunError> {
             Some(why) => format!("cost: {name}: {why}\n"),
         })
         .collect();
+    // Each leased limit: what leasing may cost it.
+    let leases: String = c
+        .limits
+        .iter()
+        .filter_map(|l| Some((&l.name, l.distribution?)))
+        .map(|(name, d)| {
+            let ttl = crate::config::units::format_duration(d.ttl);
+            let exact = if c.store.backend.name() == "memory" {
+                " (backend: memory: exact, nothing is leased)"
+            } else {
+                ""
+            };
+            format!(
+                "lease: {name}: leases of up to {n} unit(s) for {ttl}: never over the limit; under-admission at most instances x {n} unit(s), for at most {ttl}{exact}\n",
+                n = d.lease
+            )
+        })
+        .collect();
     // Building the runtime sets up (but, never driven, does not connect)
     // the store client, which wants a Tokio runtime around it.
     let tokio = tokio::runtime::Builder::new_current_thread()
@@ -124,5 +143,5 @@ pub fn check(path: &Path) -> Result<String, RunError> {
     let _entered = tokio.enter();
     Runtime::build(loaded.config, loaded.sha256, 0, None)
         .map_err(|e| ReloadError::build(path, &loaded.source, e))?;
-    Ok(summary + &costs + &warnings)
+    Ok(summary + &costs + &leases + &warnings)
 }

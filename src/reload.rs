@@ -236,6 +236,7 @@ impl Gateway {
         // take effect at once.
         prepared.runtime.limiter.clear_deny_cache();
         let runtime = Arc::new(prepared.runtime);
+        self.shared.observe_leases(&runtime.limiter);
         self.shared.runtime.store(runtime.clone());
         runtime.start_health_checks(Some(&current));
         for (addr, listener) in prepared.bound {
@@ -248,7 +249,10 @@ impl Gateway {
         self.shared.set_last_error(None);
         self.shared.metrics.reload(true);
         self.shared.metrics.generation.set(generation as i64);
-        tracing::info!(generation, "config reloaded");
+        // Leases end at a reload: what they did not spend goes back (a
+        // changed limit must not spend units taken under its old terms).
+        let returned = current.limiter.return_leases().await;
+        tracing::info!(generation, leases_returned = returned, "config reloaded");
         Ok(generation)
     }
 
@@ -264,6 +268,12 @@ impl Gateway {
             tracing::info!("all connections finished");
         } else {
             tracing::warn!("shutdown grace elapsed with connections still open");
+        }
+        // What leases did not spend goes back to the store (within its
+        // timeout); a SIGKILL strands it until the window or bucket moves on.
+        let returned = self.shared.runtime.load().limiter.return_leases().await;
+        if returned > 0 {
+            tracing::info!(leases = returned, "leases given back");
         }
     }
 }

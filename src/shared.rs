@@ -35,7 +35,19 @@ impl Shared {
             .metrics
             .generation
             .set(shared.runtime.load().generation as i64);
+        shared.observe_leases(&shared.runtime.load().limiter);
         shared
+    }
+
+    /// Count `limiter`'s lease events in `tollgate_leases_total` (once per
+    /// limiter: a reload that keeps it keeps its observer).
+    pub fn observe_leases(self: &Arc<Self>, limiter: &tollgate_limit::Limiter) {
+        let weak = Arc::downgrade(self);
+        limiter.on_lease(move |limit, event| {
+            if let Some(shared) = weak.upgrade() {
+                shared.metrics.lease(limit, event);
+            }
+        });
     }
 
     /// Whether shutdown has begun.

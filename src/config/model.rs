@@ -262,6 +262,23 @@ pub struct LimitConfig {
     /// The values keys may have of their own (`limit: { default, from }`),
     /// if any (docs/configuration/quotas.md).
     pub per_key: Option<super::PerKeyLimits>,
+    /// `distribution: { lease, ttl }`: instances take blocks of units and
+    /// spend them locally (docs/scaling-out.md); `None`: exact.
+    pub distribution: Option<Distribution>,
+}
+
+/// A leased limit's `distribution` (docs/scaling-out.md, "Leased limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Distribution {
+    /// The most units one lease takes.
+    pub lease: u64,
+    /// How long a lease lives on an instance.
+    pub ttl: std::time::Duration,
+}
+
+impl Distribution {
+    /// The default `ttl`.
+    pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 }
 
 /// Where one component of a client key comes from.

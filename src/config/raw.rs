@@ -294,7 +294,7 @@ pub(crate) enum AlgorithmKind {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with fields name, algorithm, limit, window, rate, burst, max_delay, lease, key, on_missing_key, cost, mode, lockout, exempt, overrides"
+    expecting = "a mapping with fields name, algorithm, limit, window, rate, burst, max_delay, lease, key, on_missing_key, cost, mode, lockout, exempt, overrides, distribution"
 )]
 pub(crate) struct RawLimit {
     pub name: Option<String>,
@@ -312,6 +312,44 @@ pub(crate) struct RawLimit {
     pub lockout: Option<RawLockout>,
     pub exempt: Option<Vec<ClientMatch>>,
     pub overrides: Option<Vec<RawOverride>>,
+    pub distribution: Option<RawDistribution>,
+}
+
+/// `distribution:` as written: `exact`, or `{lease, ttl}`.
+#[derive(Debug, Clone)]
+pub(crate) enum RawDistribution {
+    Exact,
+    Leased(RawLease),
+}
+
+/// `distribution: { lease: N, ttl: DURATION }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with fields lease, ttl")]
+pub(crate) struct RawLease {
+    pub lease: u64,
+    pub ttl: Option<Dur>,
+}
+
+impl<'de> Deserialize<'de> for RawDistribution {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawDistribution;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`exact` or a mapping with fields lease, ttl")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDistribution, E> {
+                match v {
+                    "exact" => Ok(RawDistribution::Exact),
+                    other => Err(E::invalid_value(de::Unexpected::Str(other), &self)),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawDistribution, A::Error> {
+                RawLease::deserialize(MapAccessDeserializer::new(map)).map(RawDistribution::Leased)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -96,7 +96,7 @@ pub fn plan<'p>(
             shadow: policy.shadow,
             lease: if policy.is_concurrency() { lease() } else { 0 },
             quota: policy.per_key_in_store(),
-            leasing: None,
+            leasing: policy.leasing,
         });
         plan.applied.push(index);
     }

@@ -54,6 +54,9 @@ pub struct Policy {
     /// `cost: { reserve, settle, ... }`: estimated at admission, settled
     /// when the response ends.
     pub metered: Option<crate::config::CostConfig>,
+    /// `distribution: { lease, ttl }`: the terms of this limit's leases
+    /// (docs/scaling-out.md); `None`: exact.
+    pub leasing: Option<tollgate_limit::Leasing>,
 }
 
 impl Policy {
@@ -94,6 +97,10 @@ impl Policy {
             periods: cfg.calendar.as_ref().map(Periods::new),
             per_key: cfg.per_key.clone(),
             metered: cfg.metered.clone(),
+            leasing: cfg.distribution.map(|d| {
+                let ttl = u64::try_from(d.ttl.as_micros()).unwrap_or(u64::MAX);
+                tollgate_limit::Leasing::new(d.lease, ttl)
+            }),
         }
     }
 

@@ -119,6 +119,16 @@ pub struct SettlementLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of `tollgate_leases_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// `taken`, `empty`, `returned` or `stranded`
+    /// ([`tollgate_limit::LeaseEvent`]).
+    pub outcome: &'static str,
+}
+
 /// Labels of `tollgate_cost_units_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CostUnitLabels {
@@ -280,6 +290,8 @@ pub struct Metrics {
     pub cost_settlements: Family<SettlementLabels, Counter>,
     /// `tollgate_cost_units_total{limit,phase}`.
     pub cost_units: Family<CostUnitLabels, Counter>,
+    /// `tollgate_leases_total{limit,outcome}`.
+    pub leases: Family<LeaseLabels, Counter>,
     /// `tollgate_upstream_requests_total{upstream,target,outcome}`.
     pub upstream_requests: Family<UpstreamLabels, Counter>,
     /// `tollgate_upstream_duration_seconds{upstream}`.
@@ -390,6 +402,12 @@ impl Metrics {
                 "tollgate_cost_settlements",
                 "Cost limits' settlements, by limit and outcome",
                 Family::<SettlementLabels, Counter>::default(),
+            ),
+            leases: registered(
+                r,
+                "tollgate_leases",
+                "Leased limits' leases, by limit and outcome (taken, empty, returned, stranded)",
+                Family::<LeaseLabels, Counter>::default(),
             ),
             cost_units: registered(
                 r,
@@ -591,6 +609,16 @@ impl Metrics {
             .get_or_create(&SettlementLabels {
                 limit: limit.clone(),
                 outcome,
+            })
+            .inc();
+    }
+
+    /// Count one lease event of a leased limit.
+    pub fn lease(&self, limit: &Arc<str>, event: tollgate_limit::LeaseEvent) {
+        self.leases
+            .get_or_create(&LeaseLabels {
+                limit: limit.clone(),
+                outcome: event.as_str(),
             })
             .inc();
     }

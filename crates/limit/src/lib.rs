@@ -139,7 +139,7 @@ use std::sync::Arc;
 pub use algorithm::{AlgoParams, AlgoState, LockParams, LockState, Micros};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use kind::DecisionKind;
-pub use limiter::{Decision, Figure, Leases, Limiter, LockedClient, Observer, Request};
+pub use limiter::{Decision, Figure, LeaseEvent, Leases, Limiter, LockedClient, Observer, Request};
 pub use settle::{SettleOutcome, Settlement};
 pub use store::redis::StoreError;
 pub use store::StoreConfig;

@@ -237,7 +237,7 @@ pub struct Limiter {
 }
 
 /// The callback of [`Limiter::on_lease`].
-type LeaseCallback = Box<dyn Fn(&str, LeaseEvent) + Send + Sync>;
+type LeaseCallback = Box<dyn Fn(&Arc<str>, LeaseEvent) + Send + Sync>;
 
 /// A locked-out key's limit and display key, until its lock ends.
 struct Label {

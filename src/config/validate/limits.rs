@@ -3,12 +3,14 @@
 
 use super::params::{micros, Written};
 use super::{Ctx, Result, DAY, SECOND};
+use crate::config::cost::{CostConfig, Settle};
 use crate::config::model::{
-    AlgoParams, ClientMatch, KeySource, LimitConfig, LockParams, Mode, OnMissingKey, Override,
+    AlgoParams, ClientMatch, Distribution, KeySource, LimitConfig, LockParams, Mode, OnMissingKey,
+    Override,
 };
 use crate::config::per_key::{PerKeyLimits, ValueSource};
 use crate::config::raw::{
-    AlgorithmKind, Ordered, PerKey, RawLimit, RawLockout, RawOverride, RawWindow,
+    AlgorithmKind, Ordered, PerKey, RawDistribution, RawLimit, RawLockout, RawOverride, RawWindow,
 };
 use crate::config::units::{format_duration, Window};
 use tollgate_limit::algorithm::fixed_window;
@@ -118,6 +120,14 @@ impl Ctx<'_> {
             &written,
             cost,
         )?;
+        let distribution = self.distribution(
+            path,
+            raw.distribution,
+            kind,
+            metered.as_ref(),
+            per_key.as_ref(),
+            &written,
+        )?;
         Ok(LimitConfig {
             name,
             params,
@@ -131,7 +141,72 @@ impl Ctx<'_> {
             calendar,
             per_key,
             metered,
+            distribution,
         })
+    }
+
+    /// `distribution` of the limit at `path` (docs/scaling-out.md, "Leased
+    /// limits"): leases only where the units a lease takes are the units
+    /// requests would take one by one, and stay so.
+    fn distribution(
+        &self,
+        path: &str,
+        raw: Option<RawDistribution>,
+        kind: AlgorithmKind,
+        metered: Option<&CostConfig>,
+        per_key: Option<&PerKeyLimits>,
+        written: &Written,
+    ) -> Result<Option<Distribution>> {
+        let field = format!("{path}.distribution");
+        let lease = match raw {
+            None | Some(RawDistribution::Exact) => return Ok(None),
+            Some(RawDistribution::Leased(l)) => l,
+        };
+        let refuse = |why: String| Err(self.err(&field, why));
+        if !matches!(
+            kind,
+            AlgorithmKind::FixedWindow
+                | AlgorithmKind::SlidingWindow
+                | AlgorithmKind::TokenBucket
+                | AlgorithmKind::Gcra
+        ) {
+            return refuse(format!(
+                "leased limits are supported by fixed_window, sliding_window, token_bucket and gcra, not {} (its units are {})",
+                kind.name(),
+                match kind {
+                    AlgorithmKind::SlidingLog => "timestamped entries, which a lease cannot hold",
+                    AlgorithmKind::LeakyBucket => "a queue that shapes each request's delay",
+                    _ => "slots held while a request runs",
+                }
+            ));
+        }
+        if metered.is_some_and(|m| m.settle != Settle::None) {
+            return refuse(
+                "a leased limit cannot have a cost that settles (`cost.settle`): a settlement corrects units in the store that a lease spent locally; use `distribution: exact`, or `settle: none`".to_owned(),
+            );
+        }
+        if let Some(p) = per_key.filter(|p| p.in_store()) {
+            return refuse(format!(
+                "a leased limit cannot take its {} from the store (`from: store`): a lease is taken under one value, and a raised limit must count on the very next request",
+                p.names().join("/")
+            ));
+        }
+        if written.max_delay.is_some_and(|d| !d.is_zero()) {
+            return refuse(
+                "a leased limit cannot queue (`max_delay`): a lease admits or refuses at once, without the store's schedule".to_owned(),
+            );
+        }
+        if lease.lease == 0 {
+            return Err(self.err(&format!("{field}.lease"), "lease must be at least 1 unit"));
+        }
+        let ttl = lease.ttl.map_or(Distribution::DEFAULT_TTL, |d| d.0);
+        if ttl.is_zero() {
+            return Err(self.err(&format!("{field}.ttl"), "ttl must be greater than 0"));
+        }
+        Ok(Some(Distribution {
+            lease: lease.lease,
+            ttl,
+        }))
     }
 
     /// The values of the limit at `path` that keys may have of their own

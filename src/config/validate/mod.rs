@@ -81,6 +81,18 @@ pub(crate) fn validate(
         &routes,
         consumers.as_ref(),
     );
+    // One instance: a lease would be the memory store lending to itself.
+    let leased: Vec<&str> = limits
+        .iter()
+        .filter(|l| l.distribution.is_some())
+        .map(|l| l.name.as_str())
+        .collect();
+    if !leased.is_empty() && store.backend.name() == "memory" {
+        ctx.warnings.push(format!(
+            "distribution: lease on {} with backend: memory means exact: one instance holds every limit, so nothing is leased",
+            leased.join(", ")
+        ));
+    }
     let config = Config {
         server,
         admin,

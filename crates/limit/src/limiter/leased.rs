@@ -294,11 +294,11 @@ impl Limiter {
 
     /// Tell `f` of every lease event, with the limit's name (the gateway's
     /// `tollgate_leases_total`). Set once; later calls are ignored.
-    pub fn on_lease(&self, f: impl Fn(&str, LeaseEvent) + Send + Sync + 'static) {
+    pub fn on_lease(&self, f: impl Fn(&Arc<str>, LeaseEvent) + Send + Sync + 'static) {
         let _ = self.lease_events.set(Box::new(f));
     }
 
-    fn lease_event(&self, limit: &str, event: LeaseEvent) {
+    fn lease_event(&self, limit: &Arc<str>, event: LeaseEvent) {
         if let Some(f) = self.lease_events.get() {
             f(limit, event);
         }
