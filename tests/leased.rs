@@ -187,6 +187,56 @@ async fn a_reload_gives_back_what_leases_did_not_spend() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockout_strikes_reach_the_store_and_other_limits_keep_all_or_nothing() {
+    let redis = RedisServer::start();
+    let config = config_with_store(
+        &redis_store(&redis, "deny"),
+        r#"
+        limits:
+          leased:
+            algorithm: fixed_window
+            limit: 5
+            window: 1h
+            key: "header:x-tenant"
+            distribution: { lease: 2, ttl: 30s }
+            lockout: { after: 2, duration: 1h }
+          strict: { algorithm: fixed_window, limit: 1, window: 1h, key: "header:x-user" }
+        routes:
+          - { name: both, match: { path: /both }, respond: { status: 200 }, limits: [leased, strict] }
+          - { name: one, match: { path: /one }, respond: { status: 200 }, limits: [leased] }
+        "#,
+    );
+    let a = Gateway::start(&config).await;
+    let b = Gateway::start(&config).await;
+    let with_user = |gw: &Gateway, user: &str| {
+        let addr = gw.addr();
+        let user = user.to_owned();
+        async move { client::get_with(addr, "/both", &[("x-tenant", "t"), ("x-user", &user)]).await }
+    };
+    // The strict limit rejects the second request of a user: the leased
+    // unit it spent goes back to a's lease.
+    assert_eq!(with_user(&a, "u").await.status, 200);
+    for _ in 0..3 {
+        let r = with_user(&a, "u").await;
+        assert_eq!(r.status, 429);
+        assert_eq!(r.json()["limit"], "strict");
+    }
+    // 4 of the 5 units are left for the tenant: 1 admitted with "u", the
+    // lease of 2 holds 1, the store 3.
+    for i in 0..4 {
+        assert_eq!(get(&a, "/one", "t").await.status, 200, "unit {i}");
+    }
+    // Two rejections of the leased limit, each a strike in the store,
+    // lock the tenant out: on the other gateway too.
+    assert_eq!(get(&a, "/one", "t").await.status, 429);
+    let locked = get(&a, "/one", "t").await;
+    assert_eq!(locked.status, 429);
+    assert_eq!(locked.json()["error"], "locked_out", "{}", locked.text());
+    let elsewhere = get(&b, "/one", "t").await;
+    assert_eq!(elsewhere.json()["error"], "locked_out", "{}", elsewhere.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_spends_the_lease_then_applies_on_error() {
     let redis = RedisServer::start();
     let gw = Gateway::start(&leased_config(&redis_store(&redis, "deny"), 10)).await;
