@@ -10,6 +10,8 @@
     bench.py h2load OUTPUT LOG         h2load's text output and --log-file as one
                                        JSON line with wrk's field names
     bench.py summary JSON-LINE          one figure, one progress line
+    bench.py pair PHASE RUN A B TRIPS CALLS USEC
+                                       one two-gateway figure (two wrk JSON files)
     bench.py report RESULTS.jsonl
                                        the Markdown report: medians, ratios
 """
@@ -101,6 +103,26 @@ def redis_calls(path):
     print(total, trips, usec, json.dumps(detail, separators=(",", ":")))
 
 
+def pair(phase, run, a_path, b_path, trips, calls, usec):
+    """Print the JSON line of one two-gateway figure (benches/e2e/run, the
+    pair rows): each gateway's wrk figures, their sum, what was admitted
+    (2xx) and refused, and Redis's calls per request."""
+    figs = [json.loads(open(p).read().strip().splitlines()[-1]) for p in (a_path, b_path)]
+    rps = [f["requests"] / (f["duration_us"] / 1e6) for f in figs]
+    requests = sum(f["requests"] for f in figs)
+    refused = sum(f["status"] for f in figs)
+    errors = sum(f["connect"] + f["read"] + f["write"] + f["timeout"] for f in figs)
+    trips, calls, usec = int(trips), int(calls), int(usec)
+    print(json.dumps({
+        "kind": "pair", "phase": phase, "run": int(run),
+        "rps": round(sum(rps), 1), "rps_a": round(rps[0], 1), "rps_b": round(rps[1], 1),
+        "requests": requests, "admitted": requests - refused, "refused": refused, "errors": errors,
+        "redis_trips_per_req": round(trips / requests, 5) if requests else None,
+        "redis_per_req": round(calls / requests, 5) if requests else None,
+        "redis_usec_per_req": round(usec / requests, 3) if requests else None,
+    }, separators=(",", ":")))
+
+
 def h2load(out_path, log_path):
     """h2load's figures with wrk's field names (see report.lua); the
     percentiles from its per-request log (status -1: a failed stream)."""
@@ -184,6 +206,8 @@ def report(results_path):
             notes.append(r["text"])
         elif r["kind"] == "run":
             by.setdefault((r["scenario"], r["phase"]), []).append(r)
+        elif r["kind"] == "pair":
+            meta.setdefault("pairs", []).append(r)
     meta["notes"] = notes
 
     def m(scn, phase, field):
@@ -240,6 +264,7 @@ def report(results_path):
     cores_table(w, meta, by)
     tls_tables(w, meta, by, m, total)
     llm_tables(w, meta, by, m)
+    pair_table(w, meta)
     notes = meta.get("notes", [])
     if notes:
         w("Observations during this run:")
@@ -349,6 +374,8 @@ def main_tables(w, meta, by, m, total, present):
         ("tollgate 3 limits memory ÷ tollgate unlimited", "tg-lim-mem", "tg"),
         ("tollgate 3 limits Redis ÷ tollgate unlimited", "tg-lim-redis", "tg"),
         ("tollgate 3 limits Redis ÷ 3 limits memory", "tg-lim-redis", "tg-lim-mem"),
+        ("tollgate 3 leased limits Redis ÷ 3 limits memory", "tg-lease-redis", "tg-lim-mem"),
+        ("tollgate 3 leased limits Redis ÷ 3 exact limits Redis", "tg-lease-redis", "tg-lim-redis"),
         ("tollgate 3 limits Redis Cluster ÷ 3 limits one Redis (same box)", "tg-lim-cluster", "tg-lim-redis"),
         ("tollgate deny cache (memory) ÷ NGINX return 429", "tg-deny-mem", "nginx-429"),
         ("tollgate deny cache (Redis) ÷ NGINX return 429", "tg-deny-redis", "nginx-429"),
@@ -379,6 +406,14 @@ def main_tables(w, meta, by, m, total, present):
               f"{fmt(m('tg-lim-cluster', 'max64', 'redis_per_req'), 4)} commands in all, over the three nodes.")
         w("")
 
+    leased = m("tg-lease-redis", "max64", "redis_trips_per_req")
+    if leased is not None:
+        r = ratio(m("tg-lease-redis", "max64", "rps"), m("tg-lim-mem", "max64", "rps"))
+        w(f"Leased limits (lease 100, one hot key per limit): {fmt(leased, 4)} script calls per request "
+          f"(target <= 0.011: {'met' if leased <= 0.011 else '**not met**'}), "
+          f"{fmt(m('tg-lease-redis', 'max64', 'redis_per_req'), 4)} commands in all; "
+          f"leased ÷ memory at 64 connections {r} (target >= 0.95).")
+        w("")
     auth_section(w, meta, by, m, total)
     mem_table(w, meta)
 
@@ -563,6 +598,37 @@ def llm_tables(w, meta, by, m):
     w("")
 
 
+def pair_table(w, meta):
+    """Issue 27: two gateways sharing one Redis, 3 leased limits."""
+    rows = meta.get("pairs")
+    if not rows:
+        return
+    cap = meta.get("pair_cap")
+    w("#### Two gateways sharing one Redis (3 leased limits, lease 100; both on the proxy CPU, wrk -c32 each)")
+    w("")
+    w("| figure | req/s in all | gateway A | gateway B | Redis script calls / req | admitted | refused | errors |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for ph, label in [("pair", "3 leased limits (median)"),
+                      ("paircap", f"+ a shared budget of {cap:,} an hour (median)" if cap else "capped")]:
+        rs = [r for r in rows if r["phase"] == ph]
+        if not rs:
+            continue
+        w(f"| {label} | {fmt(med([r['rps'] for r in rs]))} | {fmt(med([r['rps_a'] for r in rs]))} | "
+          f"{fmt(med([r['rps_b'] for r in rs]))} | {fmt(med([r['redis_trips_per_req'] for r in rs]), 4)} | "
+          f"{fmt(med([r['admitted'] for r in rs]))} | {fmt(med([r['refused'] for r in rs]))} | "
+          f"{sum(r['errors'] for r in rs)} |")
+    capped = [r for r in rows if r["phase"] == "paircap"]
+    if capped and cap:
+        admitted = [r["admitted"] for r in capped]
+        over = [a for a in admitted if a > cap]
+        w("")
+        w(f"The shared budget, each run: admitted {', '.join(f'{a:,}' for a in admitted)} of {cap:,} "
+          f"(never more: {'held' if not over else '**over in ' + str(len(over)) + ' run(s)**'}; "
+          f"the bound says at least {cap - 2 * 100:,} when more was offered; offered "
+          f"{', '.join(format(r['requests'], ',') for r in capped)}).")
+    w("")
+
+
 def spread(xs, nd=0):
     """`median (min-max)` of the values that are there."""
     xs = [x for x in xs if x is not None]
@@ -719,6 +785,8 @@ def main():
         summary(sys.argv[2])
     elif cmd == "redis-calls":
         redis_calls(sys.argv[2])
+    elif cmd == "pair":
+        pair(*sys.argv[2:9])
     elif cmd == "report":
         report(sys.argv[2])
     else:

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 
+use crate::algorithm::lease::counts_until;
 use crate::{AlgoParams, Micros, Outcome, StoreKey};
 
 /// Number of shards (a power of two).
@@ -54,6 +55,10 @@ pub struct Lease {
     pub since: Micros,
     /// The limit's name (for metrics).
     pub name: Arc<str>,
+    /// The most units it may hold (`distribution.lease`): once a spend
+    /// leaves half of it or less, the next block is taken ahead
+    /// ([`Spend::Local`]'s top-up), up to this size again. 0: never.
+    pub size: u64,
 }
 
 impl Lease {
@@ -95,10 +100,12 @@ pub struct Returned {
 /// What [`LeaseTable::spend`] did.
 #[derive(Debug)]
 pub enum Spend {
-    /// Spent from the key's lease: the request's figures, and the lease's
+    /// Spent from the key's lease: the request's figures, the lease's
     /// [`Lease::taken_at`] (which lease a [`LeaseTable::put_back`] goes
-    /// to).
-    Local(Outcome, Micros),
+    /// to), and, when the lease is half spent and no take is in flight, a
+    /// claim to top it up ahead ([`LeaseTable::top_up`]: up to its size
+    /// again), so that requests do not wait for the next block.
+    Local(Outcome, Micros, Option<TopUp>),
     /// No lease could pay, and the caller is now the key's taker: its
     /// store call takes a new lease, giving back what the old one left (if
     /// it left anything). The [`Claim`] ends with [`LeaseTable::install`]
@@ -107,6 +114,16 @@ pub enum Spend {
     /// Another request is taking the key's next lease: wait for it, then
     /// spend again.
     Wait(OwnedNotified),
+}
+
+/// A top-up due ([`Spend::Local`]): the claim on the key, and the units to
+/// take (the lease's size less what it holds).
+#[derive(Debug)]
+pub struct TopUp {
+    /// The key's claim, held until [`LeaseTable::top_up`] (or dropped).
+    pub claim: Claim,
+    /// The most units to take.
+    pub want: u64,
 }
 
 /// A key's slot in the table: its lease, and the taker in flight.
@@ -186,7 +203,26 @@ impl LeaseTable {
         if let Some(lease) = &mut slot.lease {
             if now < lease.ends && lease.params == *params && lease.left >= cost {
                 lease.left -= cost;
-                return Spend::Local(lease.outcome(now), lease.taken_at);
+                let spent = lease.outcome(now);
+                let taken_at = lease.taken_at;
+                let want = lease.size.saturating_sub(lease.left);
+                let top_up = (lease.size > 1
+                    && lease.left <= lease.size / 2
+                    && slot.taking.is_none())
+                .then(|| {
+                    let notify = Arc::new(Notify::new());
+                    slot.taking = Some(notify.clone());
+                    TopUp {
+                        claim: Claim {
+                            table: self.clone(),
+                            key: *key,
+                            notify,
+                            held: true,
+                        },
+                        want,
+                    }
+                });
+                return Spend::Local(spent, taken_at, top_up);
             }
         }
         if let Some(notify) = slot.taking.as_ref().filter(|_| wait) {
@@ -268,6 +304,34 @@ impl LeaseTable {
             }
         }
         out
+    }
+
+    /// Add `block` (a top-up just taken for `claim`'s key: all its units
+    /// unspent) to the key's lease when it is still live, of the same
+    /// parameters and its units count until the same instant (the same
+    /// window, or a bucket); otherwise `block` becomes the key's lease.
+    /// Ends the claim and wakes the key's waiters; returns what a lease it
+    /// displaced left.
+    pub fn top_up(&self, claim: Claim, block: Lease) -> Vec<Returned> {
+        {
+            let mut shard = self.shard(&claim.key);
+            if let Some(lease) = shard.get_mut(&claim.key).and_then(|s| s.lease.as_mut()) {
+                let window = |at| counts_until(&lease.params, at);
+                if block.since < lease.ends
+                    && lease.params == block.params
+                    && window(lease.taken_at) == window(block.taken_at)
+                {
+                    lease.left = lease.left.saturating_add(block.left);
+                    lease.ends = lease.ends.max(block.ends);
+                    lease.figures = block.figures;
+                    lease.since = block.since;
+                    drop(shard);
+                    drop(claim);
+                    return Vec::new();
+                }
+            }
+        }
+        self.install(claim, block)
     }
 
     /// `claim` ended without a lease: forget it and wake the key's waiters.
@@ -383,6 +447,7 @@ mod tests {
             },
             since: 0,
             name: "t".into(),
+            size: 0,
         }
     }
 
@@ -401,7 +466,7 @@ mod tests {
 
     fn left(t: &Arc<LeaseTable>, k: &StoreKey, cost: u64, now: Micros) -> Option<u64> {
         match t.spend(k, cost, now, &params(100), false) {
-            Spend::Local(o, _) => Some(o.remaining - 50),
+            Spend::Local(o, ..) => Some(o.remaining - 50),
             _ => None,
         }
     }
@@ -425,7 +490,7 @@ mod tests {
         let t = Arc::new(LeaseTable::new(64));
         let (_, claim) = take(&t, &key(1), 1, 0);
         t.install(claim, lease(10, 1_000));
-        let Spend::Local(o, taken_at) = t.spend(&key(1), 1, 300, &params(100), true) else {
+        let Spend::Local(o, taken_at, None) = t.spend(&key(1), 1, 300, &params(100), true) else {
             panic!("local")
         };
         assert_eq!(taken_at, 7);
@@ -462,6 +527,70 @@ mod tests {
             t.spend(&k2, 1, 0, &params(100), true),
             Spend::Take(None, _)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_half_spent_lease_is_topped_up_ahead_to_its_size() {
+        let t = Arc::new(LeaseTable::new(64));
+        let k = key(1);
+        let (_, claim) = take(&t, &k, 1, 0);
+        t.install(
+            claim,
+            Lease {
+                size: 10,
+                ..lease(9, 1_000)
+            },
+        );
+        for want in [None, None, None, Some(5)] {
+            let Spend::Local(_, _, top_up) = t.spend(&k, 1, 1, &params(100), true) else {
+                panic!("local")
+            };
+            assert_eq!(top_up.as_ref().map(|u| u.want), want);
+            if let Some(u) = top_up {
+                // While it is taken, the lease is spent on, with no second
+                // top-up; once empty, requests wait for it.
+                for _ in 0..5 {
+                    assert!(matches!(
+                        t.spend(&k, 1, 2, &params(100), true),
+                        Spend::Local(_, _, None)
+                    ));
+                }
+                let Spend::Wait(woken) = t.spend(&k, 1, 2, &params(100), true) else {
+                    panic!("waits for the top-up")
+                };
+                let block = Lease {
+                    left: 5,
+                    taken_at: 8,
+                    size: 10,
+                    ..lease(5, 2_000)
+                };
+                assert!(t.top_up(u.claim, block).is_empty());
+                woken.await;
+            }
+        }
+        // Merged into the lease (the same window): 5 units, which the
+        // lease of taken_at 7 holds.
+        assert_eq!(left(&t, &k, 5, 3), Some(0));
+        assert_eq!(t.drain().len(), 0);
+        // A block of another window replaces the lease, and hands it back.
+        let (_, claim) = take(&t, &k, 1, 0);
+        t.install(
+            claim,
+            Lease {
+                size: 10,
+                ..lease(5, 1_000)
+            },
+        );
+        let Spend::Local(_, _, Some(u)) = t.spend(&k, 1, 1, &params(100), true) else {
+            panic!("a top-up")
+        };
+        let later = Lease {
+            taken_at: 1_000_007,
+            ..lease(6, 2_000_000)
+        };
+        let back = t.top_up(u.claim, later);
+        assert_eq!(back.iter().map(|r| r.units).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(left(&t, &k, 1, 1_500_000), Some(5));
     }
 
     #[test]

@@ -17,10 +17,10 @@ use std::time::Instant;
 
 use super::{Decision, Limiter, Observer};
 use crate::algorithm::lease::counts_until;
-use crate::leases::{Claim, Lease, LeaseTable, Returned, Spend};
+use crate::leases::{Claim, Lease, LeaseTable, Returned, Spend, TopUp};
 use crate::store::redis::RedisStore;
 use crate::store::OnError;
-use crate::{Check, Micros, Outcome, Status};
+use crate::{Check, Leasing, Micros, Outcome, Status};
 
 /// What a lease event was, for [`Limiter::on_lease`]'s callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,8 +85,11 @@ impl Limiter {
                     claims.iter().all(Option::is_none) && tokio::time::Instant::now() < deadline;
                 let c = &checks[i];
                 match table.spend(&c.key, c.cost.max(1), self.clock.now(), &c.params, may_wait) {
-                    Spend::Local(o, at) => {
+                    Spend::Local(o, at, top_up) => {
                         spent[i] = Some((o, at));
+                        if let Some(u) = top_up {
+                            self.top_up(u, c);
+                        }
                         break;
                     }
                     Spend::Take(back, claim) => {
@@ -211,6 +214,7 @@ impl Limiter {
                 figures: *o,
                 since: now,
                 name: c.name.clone(),
+                size: c.leasing.map_or(0, |l| l.size),
             };
             // The request's own view: what the store has left and what
             // this instance holds.
@@ -232,6 +236,58 @@ impl Limiter {
             "a blocked request is not allowed"
         );
         decision
+    }
+
+    /// Take up to `top_up.want` more units of `check`'s key for its lease,
+    /// off the request path: a store call of its own (no request's cost,
+    /// no lockout strike if the store has none left), whose block joins the
+    /// lease ([`LeaseTable::top_up`]).
+    fn top_up(self: &Arc<Self>, top_up: TopUp, check: &Check) {
+        let Some(terms) = check.leasing else { return };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let ask = Check {
+            cost: 1,
+            lockout: None,
+            shadow: false,
+            leasing: Some(Leasing {
+                size: top_up.want.max(1),
+                back: 0,
+                back_at: 0,
+                ..terms
+            }),
+            ..check.clone()
+        };
+        let limiter = self.clone();
+        handle.spawn(async move {
+            let super::Backend::Redis(redis) = &limiter.backend else {
+                return;
+            };
+            let now = limiter.clock.now();
+            let Ok(got) = redis.decide(std::slice::from_ref(&ask), now).await else {
+                // The claim goes: the lease is spent on, then taken anew.
+                return;
+            };
+            let Some(o) = got.first().filter(|o| o.taken > 0) else {
+                return;
+            };
+            limiter.lease_event(&ask.name, LeaseEvent::Taken);
+            let counts =
+                counts_until(&ask.params, o.at).map_or(terms.ttl, |u| u.saturating_sub(o.at));
+            let block = Lease {
+                left: o.taken,
+                taken_at: o.at,
+                ends: now.saturating_add(terms.ttl.min(counts)),
+                params: ask.params.clone(),
+                figures: *o,
+                since: now,
+                name: ask.name.clone(),
+                size: terms.size,
+            };
+            let displaced = limiter.leased.top_up(top_up.claim, block);
+            limiter.give_back_soon(displaced);
+        });
     }
 
     /// Whether the deny cache may answer for `check`: not while this
