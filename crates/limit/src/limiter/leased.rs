@@ -73,6 +73,7 @@ impl Limiter {
         let mut spent: Vec<LocalSpend> = vec![None; n];
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
         let deadline = tokio::time::Instant::now() + self.config.timeout;
+        let mut top_ups = Vec::new();
         for i in 0..n {
             if checks[i].leasing.is_none() {
                 continue;
@@ -87,9 +88,7 @@ impl Limiter {
                 match table.spend(&c.key, c.cost.max(1), self.clock.now(), &c.params, may_wait) {
                     Spend::Local(o, at, top_up) => {
                         spent[i] = Some((o, at));
-                        if let Some(u) = top_up {
-                            self.top_up(u, c);
-                        }
+                        top_ups.extend(top_up.map(|u| (u, c.clone())));
                         break;
                     }
                     Spend::Take(back, claim) => {
@@ -107,6 +106,7 @@ impl Limiter {
             }
         }
 
+        self.top_up(top_ups);
         let asked: Vec<Check> = checks
             .iter()
             .zip(&spent)
@@ -238,54 +238,69 @@ impl Limiter {
         decision
     }
 
-    /// Take up to `top_up.want` more units of `check`'s key for its lease,
-    /// off the request path: a store call of its own (no request's cost,
-    /// no lockout strike if the store has none left), whose block joins the
-    /// lease ([`LeaseTable::top_up`]).
-    fn top_up(self: &Arc<Self>, top_up: TopUp, check: &Check) {
-        let Some(terms) = check.leasing else { return };
+    /// Top up the leases `top_ups` names (each due, with its check) off the
+    /// request path: one store call for them all (a request's leases empty
+    /// together, so they are refilled together), each asking up to its
+    /// `want` more units with no request's cost and no lockout strike if the
+    /// store has none left; each block joins its lease
+    /// ([`LeaseTable::top_up`]). A top-up refused (the store has none, or
+    /// another of the call's) or failed takes nothing: the lease is spent
+    /// on, then taken anew.
+    fn top_up(self: &Arc<Self>, top_ups: Vec<(TopUp, Check)>) {
+        if top_ups.is_empty() {
+            return;
+        }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let ask = Check {
-            cost: 1,
-            lockout: None,
-            shadow: false,
-            leasing: Some(Leasing {
-                size: top_up.want.max(1),
-                back: 0,
-                back_at: 0,
-                ..terms
-            }),
-            ..check.clone()
-        };
+        let (claims, asks): (Vec<Claim>, Vec<Check>) = top_ups
+            .into_iter()
+            .filter_map(|(u, c)| {
+                let terms = c.leasing?;
+                let ask = Check {
+                    cost: 1,
+                    lockout: None,
+                    shadow: false,
+                    leasing: Some(Leasing {
+                        size: u.want.max(1),
+                        back: 0,
+                        back_at: 0,
+                        ..terms
+                    }),
+                    ..c
+                };
+                Some((u.claim, ask))
+            })
+            .unzip();
         let limiter = self.clone();
         handle.spawn(async move {
             let super::Backend::Redis(redis) = &limiter.backend else {
                 return;
             };
             let now = limiter.clock.now();
-            let Ok(got) = redis.decide(std::slice::from_ref(&ask), now).await else {
-                // The claim goes: the lease is spent on, then taken anew.
+            let Ok(got) = redis.decide(&asks, now).await else {
                 return;
             };
-            let Some(o) = got.first().filter(|o| o.taken > 0) else {
-                return;
-            };
-            limiter.lease_event(&ask.name, LeaseEvent::Taken);
-            let counts =
-                counts_until(&ask.params, o.at).map_or(terms.ttl, |u| u.saturating_sub(o.at));
-            let block = Lease {
-                left: o.taken,
-                taken_at: o.at,
-                ends: now.saturating_add(terms.ttl.min(counts)),
-                params: ask.params.clone(),
-                figures: *o,
-                since: now,
-                name: ask.name.clone(),
-                size: terms.size,
-            };
-            let displaced = limiter.leased.top_up(top_up.claim, block);
+            let mut displaced = Vec::new();
+            for ((claim, ask), o) in claims.into_iter().zip(&asks).zip(&got) {
+                let Some(terms) = ask.leasing.filter(|_| o.taken > 0) else {
+                    continue;
+                };
+                limiter.lease_event(&ask.name, LeaseEvent::Taken);
+                let counts =
+                    counts_until(&ask.params, o.at).map_or(terms.ttl, |u| u.saturating_sub(o.at));
+                let block = Lease {
+                    left: o.taken,
+                    taken_at: o.at,
+                    ends: now.saturating_add(terms.ttl.min(counts)),
+                    params: ask.params.clone(),
+                    figures: *o,
+                    since: now,
+                    name: ask.name.clone(),
+                    size: terms.size,
+                };
+                displaced.extend(limiter.leased.top_up(claim, block));
+            }
             limiter.give_back_soon(displaced);
         });
     }
