@@ -393,6 +393,17 @@ impl LeaseTable {
         out
     }
 
+    /// Takes in flight now (a request's, or a top-up).
+    pub fn taking(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+                s.values().filter(|slot| slot.taking.is_some()).count()
+            })
+            .sum()
+    }
+
     /// Leases held now.
     pub fn len(&self) -> usize {
         self.shards

@@ -355,7 +355,15 @@ impl Limiter {
     /// (reload, shutdown): within the store's timeout. Returns how many
     /// leases went back.
     pub async fn return_leases(&self) -> u64 {
-        self.give_back(self.leased.drain()).await
+        let mut returned = self.give_back(self.leased.drain()).await;
+        // A top-up in flight would leave a lease behind: wait for it (up to
+        // the store's timeout), then give that back too.
+        let deadline = Instant::now() + self.config.timeout;
+        while self.leased.taking() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        returned += self.give_back(self.leased.drain()).await;
+        returned
     }
 
     /// Leases this instance holds now.
