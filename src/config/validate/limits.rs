@@ -81,20 +81,7 @@ impl Ctx<'_> {
             }
         }
         let params = self.params(path, kind, &written, None)?;
-        let key = raw.key.map_or_else(|| vec![KeySource::ClientIp], |k| k.0);
-        if key.is_empty() {
-            return Err(self.err(
-                &format!("{path}.key"),
-                "key needs at least one source (client_ip, header:NAME, ...)",
-            ));
-        }
-        for (i, source) in key.iter().enumerate() {
-            let field = match key.len() {
-                1 => format!("{path}.key"),
-                _ => format!("{path}.key[{i}]"),
-            };
-            self.identity_source(&field, source)?;
-        }
+        let key = self.key(path, raw.key.map(|k| k.0))?;
         let exempt = raw.exempt.unwrap_or_default();
         for (i, m) in exempt.iter().enumerate() {
             if let ClientMatch::Source { source, .. } = m {
@@ -143,6 +130,26 @@ impl Ctx<'_> {
             metered,
             distribution,
         })
+    }
+
+    /// `key` of the limit at `path` (default `client_ip`): at least one
+    /// source, identity sources only with consumers.
+    fn key(&self, path: &str, raw: Option<Vec<KeySource>>) -> Result<Vec<KeySource>> {
+        let key = raw.unwrap_or_else(|| vec![KeySource::ClientIp]);
+        if key.is_empty() {
+            return Err(self.err(
+                &format!("{path}.key"),
+                "key needs at least one source (client_ip, header:NAME, ...)",
+            ));
+        }
+        for (i, source) in key.iter().enumerate() {
+            let field = match key.len() {
+                1 => format!("{path}.key"),
+                _ => format!("{path}.key[{i}]"),
+            };
+            self.identity_source(&field, source)?;
+        }
+        Ok(key)
     }
 
     /// `distribution` of the limit at `path` (docs/scaling-out.md, "Leased

@@ -15,6 +15,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use smallvec::SmallVec;
+
 use super::{Decision, Limiter, Observer};
 use crate::algorithm::lease::counts_until;
 use crate::leases::{Claim, Lease, LeaseTable, Returned, Spend, TopUp};
@@ -70,8 +72,9 @@ impl Limiter {
     ) -> Decision {
         let table = &self.leased;
         let n = checks.len();
-        let mut spent: Vec<LocalSpend> = vec![None; n];
-        let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
+        // Inline for a route's few limits: no allocation per request.
+        let mut spent: SmallVec<[LocalSpend; 4]> = smallvec::smallvec![None; n];
+        let mut claims: SmallVec<[Option<Claim>; 4]> = (0..n).map(|_| None).collect();
         let deadline = tokio::time::Instant::now() + self.config.timeout;
         let mut top_ups = Vec::new();
         for i in 0..n {
