@@ -147,8 +147,11 @@ local function now_arg(s)
 end
 
 -- In Lua arithmetic, not math.floor / math.ceil: a C function call costs
--- Redis's Lua several times the few operators (x % 1 is exact, and so is
--- x - x % 1 = floor(x) for the non-negative x here).
+-- Redis's Lua several times the few operators. Lua's % is floored (x % 1 =
+-- x - floor(x), exact), so x - x % 1 = floor(x) and x + (-x) % 1 = ceil(x).
+-- The hot paths (the algorithms' check) spell these out too, and write
+-- max and min as comparisons: a call, Lua's or C's, costs Redis ~300
+-- instructions, an operator ~15 (benches/RESULTS.md, "Issue 27").
 local function floor_div(a, b)
   if b == 0 then return 0 end
   local q = a / b
@@ -158,9 +161,7 @@ end
 local function ceil_div(a, b)
   if b == 0 then return 0 end
   local q = a / b
-  local f = q - q % 1
-  if f < q then return f + 1 end
-  return f
+  return q + (-q) % 1
 end
 
 -- Redis expiries are in milliseconds. Rounding up keeps a state until it is
@@ -234,7 +235,7 @@ local fl_drain_time = ceil_div
 
 local function fl_drained(level, elapsed, drain)
   -- Compare first, so a long idle key never multiplies a huge elapsed.
-  if elapsed >= fl_drain_time(level, drain) then return 0 end
+  if elapsed >= ceil_div(level, drain) then return 0 end
   return level - elapsed * drain
 end
 
@@ -246,27 +247,30 @@ local function fl_adopt(level, old_unit, unit, top)
   elseif old_unit == 0 then
     level = 0
   else
-    local units = min(ceil_div(level, old_unit), ceil_div(top, unit))
-    level = units * unit
+    local units, most = ceil_div(level, old_unit), ceil_div(top, unit)
+    level = (units < most and units or most) * unit
   end
-  return min(level, top)
+  if level > top then return top end
+  return level
 end
 
 local function fl_units_free(level, cap, unit)
-  return floor_div(max(cap - level, 0), max(unit, 1))
+  if level >= cap then return 0 end
+  local q = (cap - level) / (unit > 1 and unit or 1)
+  return q - q % 1
 end
 
 -- The time until fl_units_free(level) grows by one (Fluid::next_unit); a
 -- full bucket gets one unit's time.
 local function fl_next_unit(level, cap, unit, drain)
-  unit = max(unit, 1)
+  if unit < 1 then unit = 1 end
   local ticks
   if level >= cap then
     ticks = level - cap + unit
   else
     ticks = unit - (cap - level) % unit
   end
-  return fl_drain_time(ticks, drain)
+  return ceil_div(ticks, drain)
 end
 
 local function retry_hint(retry, window)

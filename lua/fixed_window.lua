@@ -63,7 +63,7 @@ local function fixed_table(nparams, what, bounds, linger)
     what = what,
 
     check = function(st, now, cost, limit, a, b, c)
-      cost = max(cost, 1)
+      if cost < 1 then cost = 1 end
       local ws, n = state_unpack(st, TAG, 2)
       local start, finish = bounds(now, a, b, c)
       if ws == nil or ws < start or ws >= finish then n = 0 end
@@ -71,12 +71,12 @@ local function fixed_table(nparams, what, bounds, linger)
       local allowed = fits and n + cost <= limit
       local left = finish - now
       if not allowed then
-        return false, 0, limit, finish - start, max(limit - n, 0), left,
+        return false, 0, limit, finish - start, n < limit and limit - n or 0, left,
           fits and left or -1, n > 0 and left + linger or 0, nil, left
       end
       n = n + cost
-      return true, 0, limit, finish - start, max(limit - n, 0), left, 0, left + linger,
-        state_pack(TAG, 2, start, n), left
+      return true, 0, limit, finish - start, n < limit and limit - n or 0, left, 0,
+        left + linger, state_pack(TAG, 2, start, n), left
     end,
 
     -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`,

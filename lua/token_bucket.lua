@@ -34,18 +34,19 @@ DEFINE.token_bucket = function()
     nparams = 4,
     what = 'token_bucket (unit, drain, burst, max_delay)',
 
+    -- (max and min as comparisons: common.lua, "In Lua arithmetic")
     check = function(st, now, cost, unit, drain, burst, max_delay)
-      cost = max(cost, 1)
+      if cost < 1 then cost = 1 end
       local sd, ts, su = state_unpack(st, TAG, 3)
       if sd == nil then sd, ts, su = 0, 0, 0 end
       local cap = burst * unit
       local d = fl_drained(fl_adopt(sd, su, unit, cap + max_delay * drain),
-        max(now - ts, 0), drain)
-      ts = max(ts, now)
+        now > ts and now - ts or 0, drain)
+      if ts < now then ts = now end
       local allowed, delay, retry = false, 0, -1
       if cost <= burst then
         local need = d + cost * unit
-        local wait = fl_drain_time(max(need - cap, 0), drain)
+        local wait = need > cap and fl_drain_time(need - cap, drain) or 0
         if wait <= max_delay then
           allowed, delay, retry, d = true, wait, 0, need
         else
@@ -54,9 +55,9 @@ DEFINE.token_bucket = function()
       end
       local ttl = fl_drain_time(d, drain)
       local window = fl_drain_time(cap, drain)
-      return allowed, delay, burst, window, fl_units_free(d, cap, unit), min(ttl, window),
-        retry, ttl, allowed and state_pack(TAG, 3, d, ts, unit) or nil,
-        fl_next_unit(d, cap, unit, drain)
+      return allowed, delay, burst, window, fl_units_free(d, cap, unit),
+        ttl < window and ttl or window, retry, ttl,
+        allowed and state_pack(TAG, 3, d, ts, unit) or nil, fl_next_unit(d, cap, unit, drain)
     end,
 
     -- Redis Cluster refund (refund.lua): puts cost tokens back, i.e. takes
