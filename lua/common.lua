@@ -140,8 +140,10 @@ end
 
 local function now_arg(s)
   if s == nil or s == '' then
+    -- TIME's two decimal strings: Lua's arithmetic converts them as
+    -- tonumber would, without calling it.
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    return t[1] * 1000000 + t[2]
   end
   return int(s, 'now')
 end
@@ -170,7 +172,8 @@ end
 -- (Redis 7.0's PEXPIRE reads the clock twice and may delete at once a key
 -- whose few milliseconds elapse in between: it was needed no longer.)
 local function ttl_ms(ttl)
-  return format('%d', ceil(ttl / 1000))
+  local ms = ttl / 1000
+  return format('%d', ms + (-ms) % 1)
 end
 
 local function set_ttl(key, ttl)
@@ -185,7 +188,9 @@ local function put(key, st, ttl)
   if ttl <= 0 or not st then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, st, 'PX', ttl_ms(ttl))
+    -- ttl_ms(ttl), spelled out: one call fewer for every state written
+    local ms = ttl / 1000
+    redis.call('SET', key, st, 'PX', format('%d', ms + (-ms) % 1))
   end
 end
 
