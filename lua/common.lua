@@ -38,10 +38,15 @@ is replaced when stored: "a state of another algorithm counts as fresh"
 
 Speed: dispatch runs on every request, so its path parses each distinct
 check spec once per load (a cache), builds no table per check (multiple
-return values and the scratch arrays of dispatch.lua instead), calls few
-C functions, reads every string state with one MGET and writes each with
-one SET. Measured with callgrind and INFO commandstats
-(benches/e2e/lua_cost, benches/RESULTS.md).
+return values and the scratch arrays of dispatch.lua instead), reads every
+string state with one MGET and writes each with one SET. A function call,
+C's or Lua's, costs Redis's Lua ~300 instructions where an operator costs
+~15, so the algorithms' check functions (run for every check) make few:
+max and min are comparisons, floor and ceil arithmetic (below), and the
+three common algorithms (token bucket, fixed and sliding window) decode
+and encode their state strings themselves rather than through
+state_unpack and state_pack. Measured with callgrind and INFO
+commandstats (benches/e2e/lua_cost, benches/RESULTS.md).
 
 Functions:
   fail(msg)             raise the error reply "ERR tollgate: <msg>"
@@ -148,12 +153,9 @@ local function now_arg(s)
   return int(s, 'now')
 end
 
--- In Lua arithmetic, not math.floor / math.ceil: a C function call costs
--- Redis's Lua several times the few operators. Lua's % is floored (x % 1 =
--- x - floor(x), exact), so x - x % 1 = floor(x) and x + (-x) % 1 = ceil(x).
--- The hot paths (the algorithms' check) spell these out too, and write
--- max and min as comparisons: a call, Lua's or C's, costs Redis ~300
--- instructions, an operator ~15 (benches/RESULTS.md, "Issue 27").
+-- In Lua arithmetic, not math.floor / math.ceil (see "Speed"). Lua's % is
+-- floored (x % 1 = x - floor(x), exact), so x - x % 1 = floor(x) and
+-- x + (-x) % 1 = ceil(x); the algorithms' check functions spell these out.
 local function floor_div(a, b)
   if b == 0 then return 0 end
   local q = a / b
