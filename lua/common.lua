@@ -38,10 +38,15 @@ is replaced when stored: "a state of another algorithm counts as fresh"
 
 Speed: dispatch runs on every request, so its path parses each distinct
 check spec once per load (a cache), builds no table per check (multiple
-return values and the scratch arrays of dispatch.lua instead), calls few
-C functions, reads every string state with one MGET and writes each with
-one SET. Measured with callgrind and INFO commandstats
-(benches/e2e/lua_cost, benches/RESULTS.md).
+return values and the scratch arrays of dispatch.lua instead), reads every
+string state with one MGET and writes each with one SET. A function call,
+C's or Lua's, costs Redis's Lua ~300 instructions where an operator costs
+~15, so the algorithms' check functions (run for every check) make few:
+max and min are comparisons, floor and ceil arithmetic (below), and the
+three common algorithms (token bucket, fixed and sliding window) decode
+and encode their state strings themselves rather than through
+state_unpack and state_pack. Measured with callgrind and INFO
+commandstats (benches/e2e/lua_cost, benches/RESULTS.md).
 
 Functions:
   fail(msg)             raise the error reply "ERR tollgate: <msg>"
@@ -140,15 +145,17 @@ end
 
 local function now_arg(s)
   if s == nil or s == '' then
+    -- TIME's two decimal strings: Lua's arithmetic converts them as
+    -- tonumber would, without calling it.
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    return t[1] * 1000000 + t[2]
   end
   return int(s, 'now')
 end
 
--- In Lua arithmetic, not math.floor / math.ceil: a C function call costs
--- Redis's Lua several times the few operators (x % 1 is exact, and so is
--- x - x % 1 = floor(x) for the non-negative x here).
+-- In Lua arithmetic, not math.floor / math.ceil (see "Speed"). Lua's % is
+-- floored (x % 1 = x - floor(x), exact), so x - x % 1 = floor(x) and
+-- x + (-x) % 1 = ceil(x); the algorithms' check functions spell these out.
 local function floor_div(a, b)
   if b == 0 then return 0 end
   local q = a / b
@@ -158,9 +165,7 @@ end
 local function ceil_div(a, b)
   if b == 0 then return 0 end
   local q = a / b
-  local f = q - q % 1
-  if f < q then return f + 1 end
-  return f
+  return q + (-q) % 1
 end
 
 -- Redis expiries are in milliseconds. Rounding up keeps a state until it is
@@ -169,7 +174,8 @@ end
 -- (Redis 7.0's PEXPIRE reads the clock twice and may delete at once a key
 -- whose few milliseconds elapse in between: it was needed no longer.)
 local function ttl_ms(ttl)
-  return format('%d', ceil(ttl / 1000))
+  local ms = ttl / 1000
+  return format('%d', ms + (-ms) % 1)
 end
 
 local function set_ttl(key, ttl)
@@ -184,7 +190,9 @@ local function put(key, st, ttl)
   if ttl <= 0 or not st then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, st, 'PX', ttl_ms(ttl))
+    -- ttl_ms(ttl), spelled out: one call fewer for every state written
+    local ms = ttl / 1000
+    redis.call('SET', key, st, 'PX', format('%d', ms + (-ms) % 1))
   end
 end
 
@@ -234,7 +242,7 @@ local fl_drain_time = ceil_div
 
 local function fl_drained(level, elapsed, drain)
   -- Compare first, so a long idle key never multiplies a huge elapsed.
-  if elapsed >= fl_drain_time(level, drain) then return 0 end
+  if elapsed >= ceil_div(level, drain) then return 0 end
   return level - elapsed * drain
 end
 
@@ -246,27 +254,30 @@ local function fl_adopt(level, old_unit, unit, top)
   elseif old_unit == 0 then
     level = 0
   else
-    local units = min(ceil_div(level, old_unit), ceil_div(top, unit))
-    level = units * unit
+    local units, most = ceil_div(level, old_unit), ceil_div(top, unit)
+    level = (units < most and units or most) * unit
   end
-  return min(level, top)
+  if level > top then return top end
+  return level
 end
 
 local function fl_units_free(level, cap, unit)
-  return floor_div(max(cap - level, 0), max(unit, 1))
+  if level >= cap then return 0 end
+  local q = (cap - level) / (unit > 1 and unit or 1)
+  return q - q % 1
 end
 
 -- The time until fl_units_free(level) grows by one (Fluid::next_unit); a
 -- full bucket gets one unit's time.
 local function fl_next_unit(level, cap, unit, drain)
-  unit = max(unit, 1)
+  if unit < 1 then unit = 1 end
   local ticks
   if level >= cap then
     ticks = level - cap + unit
   else
     ticks = unit - (cap - level) % unit
   end
-  return fl_drain_time(ticks, drain)
+  return ceil_div(ticks, drain)
 end
 
 local function retry_hint(retry, window)

@@ -51,7 +51,8 @@ Return: one string of 10 little-endian doubles per check (every request's
         reply at several hundred instructions each, and a text of them costs
         an snprintf each (common.lua, "States").
 
-  one MGET reads every string state of the call (algorithms and lockouts)
+  one MGET reads every string state of the call (algorithms and lockouts;
+  each distinct key once)
   for each request, in order:
     for each leased check: the previous lease's unspent units go back
       first (lease_give_back; written whatever the request's fate), and
@@ -71,6 +72,9 @@ Return: one string of 10 little-endian doubles per check (every request's
 The scratch arrays below are built once per load and reused: a call never
 runs while another does, and each call clears what it reads (common.lua,
 "Speed"). Argument errors fail the call before any string state is written.
+A check of a string state with no lease, quota key or lockout (the common
+case: `sp.plain`) takes a short path through check_one: its spec, its key,
+the algorithm's check.
 ]]
 
 local ALLOWED, REJECTED, LOCKED_OUT, SHADOW_REJECTED, NOT_CONSUMED = 0, 1, 2, 3, 4
@@ -79,8 +83,8 @@ local ALLOWED, REJECTED, LOCKED_OUT, SHADOW_REJECTED, NOT_CONSUMED = 0, 1, 2, 3,
 local SMALL = {}
 for j = 1, 64 do SMALL[tostring(j)] = j end
 
--- spec string -> {algo, name, shadow, locks, quota, leased, cost, taken, p1 .. p4,
--- after .. forget_after, most}; SPEC_COUNT entries.
+-- spec string -> {algo, check, name, shadow, locks, quota, leased, plain,
+-- cost, taken, p1 .. p4, after .. forget_after, most}; SPEC_COUNT entries.
 local SPECS, SPEC_COUNT = {}, 0
 
 -- The parsed spec s (see ARGV above), from the cache or parsed now.
@@ -96,12 +100,14 @@ local function spec(s)
   if flags == nil or flags > 15 then
     fail('dispatch: flags must be 0 to 15, got ' .. tostring(words[2]))
   end
-  sp = {algo = algo, name = words[1], shadow = flags % 2 == 1,
+  sp = {algo = algo, check = algo.check, name = words[1], shadow = flags % 2 == 1,
     locks = flags % 4 >= 2, quota = flags % 8 >= 4, leased = flags >= 8,
     cost = int(words[3], 'cost'), taken = 1}
   if sp.leased and not LEASABLE[words[1]] then
     fail('dispatch: ' .. words[1] .. ' takes no leases')
   end
+  -- A string state and nothing but its key and spec: check_one's short path.
+  sp.plain = not (algo.zset or algo.lease or sp.locks or sp.quota or sp.leased)
   -- Units the request would take: one slot for concurrency, else its cost
   -- (at least 1, as the algorithms count it).
   if not algo.lease then sp.taken = max(sp.cost, 1) end
@@ -127,22 +133,32 @@ local function spec(s)
 end
 
 -- The checks of the request being decided, by check number: its spec,
--- the place of its state key (see VALS below), the loaded state, the state
--- to store and its TTL, and the place of its lockout key.
-local D_SPEC, D_AT, D_ST, D_NEW, D_TTL, D_LAT = {}, {}, {}, {}, {}, {}
--- The params each check was decided under (its spec's, or its key's own).
-local D_P1, D_P2, D_P3, D_P4 = {}, {}, {}, {}
+-- the place of its state key (see the call's states below), the state to
+-- store and its TTL; for a sorted set, the loaded state and the params it
+-- was decided under (its spec's, or its key's own), to store it; with a
+-- lockout, the place of its lockout key.
+local D_SPEC, D_AT, D_NEW, D_TTL = {}, {}, {}, {}
+local D_ST, D_P1, D_P2, D_P3, D_P4, D_LAT = {}, {}, {}, {}, {}, {}
 
--- The call's string states: VALS (MGET's reply) holds each key's state as
--- of the request being decided (false: none), at the key's first place in
--- KEYS (FIRST: key -> that place, kept for a batch only); DIRTY[j] is the
--- TTL of a state to write at the end, false when untouched.
-local FIRST, DIRTY = {}, {}
+-- The call's string states: vals (MGET's reply, or for a batch VALS) holds
+-- each key's state as of the request being decided (false: none), at the
+-- key's first place in KEYS (FIRST: key -> that place, for a batch only).
+-- The states to write at the end: DIRTY[j] is the TTL of place j's state
+-- (false: untouched), and DLIST[1 .. NDIRTY] those places, in order.
+local FIRST, VALS, DKEYS, DPOS = {}, {}, {}, {}
 local first_used = false
+local DIRTY, DLIST, NDIRTY = {}, {}, 0
 
--- Whether this call's KEYS end with the lockout index (not on Redis
--- Cluster): a state or lockout key ends in "}:s" or "}:l", the index not.
-local INDEXED = true
+-- Makes st the state at place j, to be written at the end with ttl (0:
+-- deleted).
+local function keep(vals, j, st, ttl)
+  vals[j] = st
+  if not DIRTY[j] then
+    NDIRTY = NDIRTY + 1
+    DLIST[NDIRTY] = j
+  end
+  DIRTY[j] = ttl
+end
 
 -- The answers: W integers per check (see Return above), and struct
 -- formats of m checks.
@@ -154,64 +170,80 @@ local OUT, OUT_FORMAT = {}, {}
 -- Returns i and k past it, and its status.
 local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
   local sp = SPECS[ARGV[i]] or spec(ARGV[i])
-  local algo = sp.algo
   i = i + 1
-  local lease = nil
-  if algo.lease then
-    lease = ARGV[i]
-    if lease == nil then fail('dispatch: ' .. algo.what .. ': the lease id is missing') end
-    i = i + 1
-  end
-  local back, back_at = 0, 0
-  if sp.leased then
-    if ARGV[i + 1] == nil then fail('dispatch: check ' .. c .. ': the lease to give back is missing') end
-    back, back_at = int(ARGV[i], 'give-back units'), int(ARGV[i + 1], 'give-back time')
-    i = i + 2
-  end
-  local key = KEYS[k]
-  if key == nil then fail('dispatch: the KEYS end before check ' .. c) end
-  local at = batch and FIRST[key] or k
-  k = k + 1
-  local p1, p2, p3, p4 = sp.p1, sp.p2, sp.p3, sp.p4
-  if sp.quota then
-    if KEYS[k] == nil then fail('dispatch: the KEYS end before the quota key of check ' .. c) end
-    p1, p2, p3, p4 = quota_params(sp, vals[batch and FIRST[KEYS[k]] or k])
-    k = k + 1
-  end
-  D_P1[c], D_P2[c], D_P3[c], D_P4[c] = p1, p2, p3, p4
-  local lu = 0
-  if sp.locks then
-    if KEYS[k] == nil then fail('dispatch: the KEYS end before the lockout key of check ' .. c) end
-    local lat = batch and FIRST[KEYS[k]] or k
-    D_LAT[c] = lat
-    if not sp.shadow then
-      local _
-      _, _, lu = lock_parse(vals[lat])
-    end
-    k = k + 1
-  end
-
-  local st
-  if algo.zset then st = algo.load(key) else st = vals[at] end
   local ok, delay, limit, window, remaining, reset, retry, ttl, new, grows
-  local taken = 0
-  if sp.leased then
-    if back > 0 then
-      -- The previous lease's unspent units, back where they came from
-      -- (stored whatever this request's fate).
-      local back_st, back_ttl, applied = lease_give_back(algo, sp.name, st, back_at, now,
-        back, p1, p2, p3, p4)
-      if applied ~= nil then
-        st = back_ttl > 0 and back_st or false
-        vals[at], DIRTY[at] = st, back_ttl
-      end
-    end
-    local v
-    taken, v = lease_take(algo, st, now, sp.cost, sp.most, p1, p2, p3, p4)
-    ok, delay, limit, window, remaining, reset, retry, ttl, new, grows = unpack(v, 1, 10)
-  else
+  local at, lu, taken
+  if sp.plain then
+    local key = KEYS[k]
+    if key == nil then fail('dispatch: the KEYS end before check ' .. c) end
+    at = batch and FIRST[key] or k
+    k, lu, taken = k + 1, 0, 0
     ok, delay, limit, window, remaining, reset, retry, ttl, new, grows =
-      algo.check(st, now, sp.cost, p1, p2, p3, p4, lease)
+      sp.check(vals[at], now, sp.cost, sp.p1, sp.p2, sp.p3, sp.p4)
+  else
+    local algo = sp.algo
+    local lease = nil
+    if algo.lease then
+      lease = ARGV[i]
+      if lease == nil then fail('dispatch: ' .. algo.what .. ': the lease id is missing') end
+      i = i + 1
+    end
+    local back, back_at = 0, 0
+    if sp.leased then
+      if ARGV[i + 1] == nil then
+        fail('dispatch: check ' .. c .. ': the lease to give back is missing')
+      end
+      back, back_at = int(ARGV[i], 'give-back units'), int(ARGV[i + 1], 'give-back time')
+      i = i + 2
+    end
+    local key = KEYS[k]
+    if key == nil then fail('dispatch: the KEYS end before check ' .. c) end
+    at = batch and FIRST[key] or k
+    k = k + 1
+    local p1, p2, p3, p4 = sp.p1, sp.p2, sp.p3, sp.p4
+    if sp.quota then
+      if KEYS[k] == nil then fail('dispatch: the KEYS end before the quota key of check ' .. c) end
+      p1, p2, p3, p4 = quota_params(sp, vals[batch and FIRST[KEYS[k]] or k])
+      k = k + 1
+    end
+    lu = 0
+    if sp.locks then
+      if KEYS[k] == nil then fail('dispatch: the KEYS end before the lockout key of check ' .. c) end
+      local lat = batch and FIRST[KEYS[k]] or k
+      D_LAT[c] = lat
+      if not sp.shadow then
+        local _
+        _, _, lu = lock_parse(vals[lat])
+      end
+      k = k + 1
+    end
+
+    local st
+    if algo.zset then
+      st = algo.load(key)
+      D_ST[c], D_P1[c], D_P2[c], D_P3[c], D_P4[c] = st, p1, p2, p3, p4
+    else
+      st = vals[at]
+    end
+    taken = 0
+    if sp.leased then
+      if back > 0 then
+        -- The previous lease's unspent units, back where they came from
+        -- (stored whatever this request's fate).
+        local back_st, back_ttl, applied = lease_give_back(algo, sp.name, st, back_at, now,
+          back, p1, p2, p3, p4)
+        if applied ~= nil then
+          st = back_ttl > 0 and back_st or false
+          keep(vals, at, st, back_ttl)
+        end
+      end
+      local v
+      taken, v = lease_take(algo, st, now, sp.cost, sp.most, p1, p2, p3, p4)
+      ok, delay, limit, window, remaining, reset, retry, ttl, new, grows = unpack(v, 1, 10)
+    else
+      ok, delay, limit, window, remaining, reset, retry, ttl, new, grows =
+        algo.check(st, now, sp.cost, p1, p2, p3, p4, lease)
+    end
   end
   local status = ALLOWED
   if lu > now then
@@ -225,10 +257,11 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
     retry = retry_hint(retry, window)
     grows = retry
   end
+  local OUT = OUT
   OUT[out + 1], OUT[out + 2], OUT[out + 3], OUT[out + 4] = status, 0, delay, limit
   OUT[out + 5], OUT[out + 6], OUT[out + 7], OUT[out + 8] = window, remaining, reset, retry
   OUT[out + 9], OUT[out + 10] = grows, taken
-  D_SPEC[c], D_AT[c], D_ST[c], D_NEW[c], D_TTL[c] = sp, at, st, new, ttl
+  D_SPEC[c], D_AT[c], D_NEW[c], D_TTL[c] = sp, at, new, ttl
   return i, k, status
 end
 
@@ -241,18 +274,17 @@ local function strike(KEYS, vals, c, now)
   n, s, lu, lv, length = lock_strike(n, s, lu, lv, now, sp.after, sp.within, sp.duration,
     sp.escalate, sp.max_duration, sp.forget_after)
   local ttl = lock_ttl(n, s, lu, lv, now, sp.within, sp.forget_after)
-  vals[at], DIRTY[at] = ttl > 0 and lock_format(n, s, lu, lv), ttl
-  if length ~= nil then
-    -- The index behind GET /lockouts. It has no hash tag of its own, so it
-    -- may live on another slot: Redis Cluster support must move it.
-    local index, lkey = KEYS[#KEYS], KEYS[at]
-    if INDEXED then
-      local hex = match(lkey, '{(%x+)}:l$') or lkey
-      redis.call('ZADD', index, fmt(lu), hex)
-      redis.call('ZREMRANGEBYSCORE', index, '-inf', fmt(now))
-      local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
-      set_ttl(index, tonumber(last[2]) - now)
-    end
+  keep(vals, at, ttl > 0 and lock_format(n, s, lu, lv), ttl)
+  -- The index behind GET /lockouts. It has no hash tag of its own, so it
+  -- may live on another slot: on Redis Cluster the gateway leaves it out
+  -- of KEYS, which then end with this lockout key ("}:l"), not the index.
+  local index, lkey = KEYS[#KEYS], KEYS[at]
+  if length ~= nil and string.byte(index, -3) ~= 125 then
+    local hex = match(lkey, '{(%x+)}:l$') or lkey
+    redis.call('ZADD', index, fmt(lu), hex)
+    redis.call('ZREMRANGEBYSCORE', index, '-inf', fmt(now))
+    local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
+    set_ttl(index, tonumber(last[2]) - now)
   end
   return length
 end
@@ -280,7 +312,7 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
         if algo.zset then
           algo.store(KEYS[at], D_ST[c], new, ttl, now, D_P1[c], D_P2[c], D_P3[c], D_P4[c])
         else
-          vals[at], DIRTY[at] = ttl > 0 and new, ttl
+          keep(vals, at, ttl > 0 and new, ttl)
         end
       end
     end
@@ -315,23 +347,34 @@ local function dispatch(KEYS, ARGV)
   local now = now_arg(ARGV[1])
   local r = SMALL[ARGV[2]] or int(ARGV[2], 'dispatch: r')
   local batch = r > 1
-  -- A call that failed may have left these behind.
+  -- A call that failed (or a probe) may have left these behind.
   if first_used then
     for key in pairs(FIRST) do FIRST[key] = nil end
     first_used = false
   end
-  for j = 1, nkeys do DIRTY[j] = false end
+  for d = 1, NDIRTY do DIRTY[DLIST[d]] = false end
+  NDIRTY = 0
+  -- Every string state at once; a sorted set (or a hash) reads as false.
+  local vals
   if batch then
-    -- A key of several requests keeps one state, at its first place.
+    -- A key of several requests keeps one state, at its first place, and
+    -- is read once.
+    local nd = 0
     for j = 1, nkeys do
       local key = KEYS[j]
-      if FIRST[key] == nil then FIRST[key] = j end
+      if FIRST[key] == nil then
+        FIRST[key] = j
+        nd = nd + 1
+        DKEYS[nd], DPOS[nd] = key, j
+      end
     end
     first_used = true
+    local got = redis.call('MGET', unpack(DKEYS, 1, nd))
+    vals = VALS
+    for d = 1, nd do vals[DPOS[d]] = got[d] end
+  else
+    vals = redis.call('MGET', unpack(KEYS))
   end
-  INDEXED = nkeys > 0 and string.byte(KEYS[nkeys], -3) ~= 125
-  -- Every string state at once; a sorted set (or a hash) reads as false.
-  local vals = redis.call('MGET', unpack(KEYS))
 
   local i, k, out, locks = 3, 1, 0, false
   for _ = 1, r do
@@ -348,10 +391,12 @@ local function dispatch(KEYS, ARGV)
       .. 'each with a lockout, then the index if any), got ' .. nkeys)
   end
 
-  for j = 1, nkeys do
-    local ttl = DIRTY[j]
-    if ttl then put(KEYS[j], vals[j], ttl) end
+  for d = 1, NDIRTY do
+    local j = DLIST[d]
+    put(KEYS[j], vals[j], DIRTY[j])
+    DIRTY[j] = false
   end
+  NDIRTY = 0
   local m = out / W
   local f = OUT_FORMAT[m]
   if f == nil then

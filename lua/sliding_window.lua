@@ -39,11 +39,15 @@ DEFINE.sliding_window = function()
 
   -- The wait from offset e until prev's decaying weight leaves room for n
   -- units (cur included), if that happens before the window ends; else nil.
+  -- (floor, min and max as operators: common.lua, "Speed".)
   local function fade(w, limit, e, prev, n)
     if n > limit or prev == 0 then return nil end
-    local r = floor((limit - n) * S / prev)
-    local first = first_offset_with_weight(w, min(r, S))
-    if first < w then return max(first - e, 0) end
+    local r = (limit - n) * S / prev
+    r = r - r % 1
+    if r > S then r = S end
+    local first = r * w / S
+    first = w - (first - first % 1)
+    if first < w then return first > e and first - e or 0 end
     return nil
   end
 
@@ -62,21 +66,26 @@ DEFINE.sliding_window = function()
   end
 
   local TAG = 2
+  -- The state string: the tag, ws, cur, prev (common.lua, "States").
+  local FORMAT = '<dddd'
 
   -- The stored state st brought to now (effective()): the current window's
   -- start, and the previous and current counts, each at most limit.
   local function counts(st, now, limit, w)
-    local ws, scur, sprev = state_unpack(st, TAG, 3)
     local start = now - now % w
     local prev, cur = 0, 0
-    if ws == nil then
-      -- fresh
-    elseif ws >= start then
-      prev, cur = sprev, scur
-    elseif ws + w >= start then
-      prev, cur = scur, 0
+    -- (decoded here, not by state_unpack: one call fewer per request)
+    if st and #st == 32 then
+      local tag, ws, scur, sprev = sunpack(FORMAT, st)
+      if tag ~= TAG then
+        -- fresh
+      elseif ws >= start then
+        prev, cur = sprev, scur
+      elseif ws + w >= start then
+        prev, cur = scur, 0
+      end
     end
-    return start, min(prev, limit), min(cur, limit)
+    return start, prev < limit and prev or limit, cur < limit and cur or limit
   end
 
   return {
@@ -84,11 +93,19 @@ DEFINE.sliding_window = function()
     what = 'sliding_window (limit, window)',
 
     check = function(st, now, cost, limit, w)
-      cost = max(cost, 1)
+      if cost < 1 then cost = 1 end
       local start, prev, cur = counts(st, now, limit, w)
       local e = now - start
-      local wt = ceil((w - e) * S / w)
-      local room = max(floor(max(limit * S - prev * wt, 0) / S) - cur, 0)
+      local wt = (w - e) * S / w
+      wt = wt + (-wt) % 1
+      local room = limit * S - prev * wt
+      if room > 0 then
+        room = room / S
+        room = room - room % 1 - cur
+        if room < 0 then room = 0 end
+      else
+        room = 0
+      end
       local fits = cost <= limit
       local allowed = fits and cost <= room
       local cur2 = allowed and cur + cost or cur
@@ -107,7 +124,7 @@ DEFINE.sliding_window = function()
         reset, ttl = w - e, w - e
       end
       return allowed, 0, limit, w, remaining, reset, retry, ttl,
-        allowed and state_pack(TAG, 3, start, cur2, prev) or nil, grows
+        allowed and spack(FORMAT, TAG, start, cur2, prev) or nil, grows
     end,
 
     -- Redis Cluster refund (refund.lua): gives back cost units taken at `at`:
