@@ -183,9 +183,19 @@ async fn route_request(
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<Reply>, GatewayError> {
     let route = admit(&req, ctx)?;
-    authenticate(&req, &route, ctx).await?;
+    // Authentication and the limits are boxed, and only awaited where they
+    // apply: each keeps a limit decision's state (its store call) across
+    // awaits, which would otherwise be part of every request's future,
+    // copied in at each level it is awaited through (`benches/RESULTS.md`,
+    // "Issue 27").
+    if ctx.rt.auth.is_some() {
+        Box::pin(authenticate(&req, &route, ctx)).await?;
+    }
     let (req, mut reserve) = reserve_costs(req, &route, ctx).await?;
-    let figures = decide_limits(&req, &route, ctx, &mut reserve).await?;
+    let figures = match route.limits.is_empty() {
+        true => Vec::new(),
+        false => Box::pin(decide_limits(&req, &route, ctx, &mut reserve)).await?,
+    };
     admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
     let mut response = match &route.action {
         Action::Respond {
