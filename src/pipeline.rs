@@ -71,17 +71,19 @@ impl Pipeline {
 
 impl Handler for Pipeline {
     fn handle(&self, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding {
-        let shared = self.shared.clone();
-        Box::pin(async move { handle(req, &shared, &conn).await })
+        // `handle`'s own future, boxed: an async block around it would
+        // copy the whole of it once more, into the block, on the first poll.
+        Box::pin(handle(req, self.shared.clone(), conn))
     }
 }
 
 /// Handle one request: never fails, every error becomes a response.
 async fn handle(
     req: Request<Incoming>,
-    shared: &Arc<Shared>,
-    conn: &Arc<ConnInfo>,
+    shared: Arc<Shared>,
+    conn: Arc<ConnInfo>,
 ) -> Response<Body> {
+    let (shared, conn) = (&shared, &conn);
     let rt = shared.runtime.load_full();
     let mut ctx = Ctx::new(&req, &rt, shared, conn);
     let response = match route_request(req, &mut ctx).await {
