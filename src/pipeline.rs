@@ -71,17 +71,19 @@ impl Pipeline {
 
 impl Handler for Pipeline {
     fn handle(&self, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding {
-        let shared = self.shared.clone();
-        Box::pin(async move { handle(req, &shared, &conn).await })
+        // `handle`'s own future, boxed: an async block around it would
+        // copy the whole of it once more, into the block, on the first poll.
+        Box::pin(handle(req, self.shared.clone(), conn))
     }
 }
 
 /// Handle one request: never fails, every error becomes a response.
 async fn handle(
     req: Request<Incoming>,
-    shared: &Arc<Shared>,
-    conn: &Arc<ConnInfo>,
+    shared: Arc<Shared>,
+    conn: Arc<ConnInfo>,
 ) -> Response<Body> {
+    let (shared, conn) = (&shared, &conn);
     let rt = shared.runtime.load_full();
     let mut ctx = Ctx::new(&req, &rt, shared, conn);
     let response = match route_request(req, &mut ctx).await {
@@ -183,9 +185,19 @@ async fn route_request(
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<Reply>, GatewayError> {
     let route = admit(&req, ctx)?;
-    authenticate(&req, &route, ctx).await?;
+    // Authentication and the limits are boxed, and only awaited where they
+    // apply: each keeps a limit decision's state (its store call) across
+    // awaits, which would otherwise be part of every request's future,
+    // copied in at each level it is awaited through (`benches/RESULTS.md`,
+    // "Issue 27").
+    if ctx.rt.auth.is_some() {
+        Box::pin(authenticate(&req, &route, ctx)).await?;
+    }
     let (req, mut reserve) = reserve_costs(req, &route, ctx).await?;
-    let figures = decide_limits(&req, &route, ctx, &mut reserve).await?;
+    let figures = match route.limits.is_empty() {
+        true => Vec::new(),
+        false => Box::pin(decide_limits(&req, &route, ctx, &mut reserve)).await?,
+    };
     admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
     let mut response = match &route.action {
         Action::Respond {

@@ -34,6 +34,7 @@
 //! it, so a request on another thread would cross threads twice per
 //! exchange; each thread takes back only what it opened.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -42,6 +43,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::uri::Authority;
 use http::{Request, Response, StatusCode};
 use http_body::{Body as _, Frame, SizeHint};
@@ -230,17 +232,21 @@ impl Client {
     /// HTTP/1.1 requests must be in origin form, HTTP/2 requests absolute;
     /// the Host header is sent as given. The connection goes back to the
     /// pool when the response body has been read to its end.
-    pub async fn send(
+    ///
+    /// Not an async fn: the HTTP/1.1 path's future is returned as it is,
+    /// without one more future around it (which would hold the request and
+    /// the response once more, each copied through it).
+    pub fn send(
         &self,
         target: usize,
         request: Request<UpstreamBody>,
-    ) -> Result<Response<ResponseBody>, ClientError> {
+    ) -> impl Future<Output = Result<Response<ResponseBody>, ClientError>> + Send + '_ {
         if self.inner.http2 {
             // Boxed: kept out of the HTTP/1.1 path's future, which every
             // request of a plain upstream carries.
-            Box::pin(self.send_h2(target, request)).await
+            Either::Left(Box::pin(self.send_h2(target, request)))
         } else {
-            self.send_h1(target, request).await
+            Either::Right(self.send_h1(target, request))
         }
     }
 

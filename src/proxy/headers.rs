@@ -49,10 +49,15 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     if present == 0 {
         return;
     }
-    // Names listed in Connection. The common `keep-alive` / `close` /
-    // `upgrade` tokens name nothing more.
+    // Names listed in Connection (looked up only when it is there, as TE
+    // below). The common `keep-alive` / `close` / `upgrade` tokens name
+    // nothing more.
     let mut named: Vec<HeaderName> = Vec::new();
-    for value in headers.get_all(header::CONNECTION) {
+    let listed = match present & 1 << CONNECTION_BIT {
+        0 => None,
+        _ => Some(headers.get_all(header::CONNECTION)),
+    };
+    for value in listed.into_iter().flatten() {
         for token in value.as_bytes().split(|&b| b == b',') {
             let token = token.trim_ascii();
             if token.is_empty()
@@ -69,11 +74,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
             }
         }
     }
-    let te_trailers = headers.get_all(header::TE).iter().any(|v| {
-        v.as_bytes()
-            .split(|&b| b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
-    });
+    let te_trailers = present & 1 << TE_BIT != 0
+        && headers.get_all(header::TE).iter().any(|v| {
+            v.as_bytes()
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
+        });
 
     let present = HOP_BY_HOP
         .iter()
@@ -105,6 +111,10 @@ static HOP_BY_HOP: [HeaderName; 9] = [
     header::PROXY_AUTHORIZATION,
     header::PROXY_AUTHENTICATE,
 ];
+
+/// Connection's and TE's places in [`HOP_BY_HOP`].
+const CONNECTION_BIT: usize = 0;
+const TE_BIT: usize = 3;
 
 /// `name`'s place in [`HOP_BY_HOP`], if it is one of them.
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {

@@ -10,7 +10,7 @@ pub mod pool;
 pub mod tunnel;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
@@ -47,6 +47,13 @@ pub struct Outbound {
     pub upgrade: bool,
 }
 
+/// `timeout` after `start`; a timeout too long for the clock is 30 years,
+/// as `tokio::time::timeout` takes it.
+fn deadline(start: tokio::time::Instant, timeout: Duration) -> tokio::time::Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    start.checked_add(timeout).unwrap_or_else(|| start + FAR)
+}
+
 /// Whether a method is idempotent (RFC 9110 §9.2.2).
 fn idempotent(method: &Method) -> bool {
     matches!(
@@ -69,22 +76,15 @@ fn idempotent(method: &Method) -> bool {
 /// it within the retry loop, on the hot path of every proxied request;
 /// building it in a helper moved the request and its headers (see
 /// `pipeline::forward`, measured with it).
+///
+/// `out`'s fields are used where they lie: destructured into locals, they
+/// were kept twice in the future (the argument and the locals), which is
+/// copied whole into each future that awaits it.
 pub async fn forward(
     pool: &Arc<UpstreamPool>,
-    out: Outbound,
+    mut out: Outbound,
     metrics: &Metrics,
 ) -> Result<(Response<ResponseBody>, InFlight), GatewayError> {
-    let Outbound {
-        method,
-        mut headers,
-        path_and_query,
-        host,
-        preserve_host,
-        timeout,
-        key,
-        body,
-        upgrade,
-    } = out;
     // Each attempt goes to a target not tried yet.
     let attempts = (pool.config.retries as usize + 1).min(pool.targets.len());
     let version = if pool.config.http2 {
@@ -92,13 +92,13 @@ pub async fn forward(
     } else {
         Version::HTTP_11
     };
-    let (body, mut slot) = UpstreamBody::new(body);
+    let (body, mut slot) = UpstreamBody::new(out.body);
     let mut body = Some(body);
     let mut tried: SmallVec<[usize; 4]> = SmallVec::new();
     let mut last_error = GatewayError::NoHealthyUpstream;
 
     while tried.len() < attempts {
-        let Some(target) = pool.pick(key, &tried) else {
+        let Some(target) = pool.pick(out.key, &tried) else {
             break;
         };
         let Some(this_body) = body.take() else {
@@ -112,36 +112,41 @@ pub async fn forward(
             Uri::builder()
                 .scheme(t.scheme.clone())
                 .authority(t.authority.clone())
-                .path_and_query(path_and_query.clone())
+                .path_and_query(out.path_and_query.clone())
                 .build()
                 .map_err(|_| GatewayError::BadRequest {
                     reason: "request target",
                     close: false,
                 })?
         } else {
-            Uri::from(path_and_query.clone())
+            Uri::from(out.path_and_query.clone())
         };
-        let host_value = match (&host, preserve_host) {
+        let host_value = match (&out.host, out.preserve_host) {
             (Some(h), true) => h.clone(),
             _ => t.host.clone(),
         };
         // Keep the headers for a possible retry only when one could happen.
         let last_chance = tried.len() == attempts;
         let mut request_headers = if last_chance {
-            std::mem::take(&mut headers)
+            std::mem::take(&mut out.headers)
         } else {
-            headers.clone()
+            out.headers.clone()
         };
         request_headers.insert(header::HOST, host_value);
         let mut request = Request::new(this_body);
-        *request.method_mut() = method.clone();
+        *request.method_mut() = out.method.clone();
         *request.uri_mut() = uri;
         *request.version_mut() = version;
         *request.headers_mut() = request_headers;
 
         let guard = InFlight::new(pool.clone(), target);
-        let started = Instant::now();
-        let result = tokio::time::timeout(timeout, pool.client.send(target, request)).await;
+        // One clock read for the deadline and the latency.
+        let started = tokio::time::Instant::now();
+        let result = tokio::time::timeout_at(
+            deadline(started, out.timeout),
+            pool.client.send(target, request),
+        )
+        .await;
         let outcome = match &result {
             Ok(Ok(_)) => "response",
             Ok(Err(_)) => "error",
@@ -168,7 +173,7 @@ pub async fn forward(
                 }
                 pool.record(target, false);
                 tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
-                let retry = error.is_connect() || (idempotent(&method) && !upgrade);
+                let retry = error.is_connect() || (idempotent(&out.method) && !out.upgrade);
                 last_error = GatewayError::UpstreamUnavailable(Arc::new(error));
                 if !retry {
                     break;

@@ -1,6 +1,5 @@
 //! Serving one connection: HTTP/1.1 or HTTP/2 (h2c with prior knowledge,
-//! or h2 chosen by ALPN over TLS) through hyper-util's auto builder, plus a
-//! watchdog for what hyper does not time: a head not complete within
+//! or h2 chosen by ALPN over TLS), plus a watchdog for what hyper does not time: a head not complete within
 //! `header_read` of its first byte (the framing watcher, [`super::sniff`],
 //! says when one began), a connection with no request in progress for
 //! `idle` (from its start, or from its last response's end), and writes
@@ -12,6 +11,11 @@
 //! `send` is hyper's to reset (the pipeline asks for it on each response,
 //! see `vendor/README.md`), and a stalled request body is the body reader's
 //! (`body::ClientBody`).
+//!
+//! A plain connection whose first bytes are not the HTTP/2 preface (peeked,
+//! not read) is served by hyper's HTTP/1 connection itself; any other, and
+//! every TLS connection, by hyper-util's auto connection, which reads the
+//! preface (or its absence) first ([`serve_plain`]).
 //!
 //! Over TLS, the names of the client certificate rustls verified (if the
 //! listener asks for one, `server.tls.client_auth`) are read once, after
@@ -39,7 +43,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
-use hyper::service::service_fn;
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -50,8 +55,9 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::settings::{ConnSettings, Timeouts};
 use super::sniff::SniffIo;
-use super::{ConnInfo, Handler};
+use super::{ConnInfo, Handler, Responding};
 use crate::auth::mtls::PeerCert;
+use crate::body::Body;
 
 /// hyper refuses read buffers smaller than this.
 const MIN_BUF: usize = 8192;
@@ -70,7 +76,7 @@ pub(super) async fn serve(
     match settings.tls.take() {
         None => {
             let info = ConnInfo::new(peer, "http", closing);
-            serve_io(stream, info, &settings, handler, shutdown).await
+            serve_plain(stream, info, &settings, handler, shutdown).await
         }
         // Boxed: a TLS connection's state (rustls' connection, the
         // handshake) is several KiB, which every plain connection's task
@@ -121,7 +127,119 @@ fn client_cert(tls: &rustls::ServerConnection, peer: SocketAddr) -> Option<Arc<P
     }
 }
 
-/// Serve HTTP on `io`, the connection `info` tells of.
+/// The HTTP/2 connection preface (RFC 9113 §3.4), with which a client
+/// speaking h2c with prior knowledge opens.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Serve a plain TCP connection. Its first bytes, peeked (hyper reads them
+/// later), say whether it is HTTP/1 for certain: they differ from the
+/// HTTP/2 preface. Then hyper's own HTTP/1 connection serves it, without
+/// hyper-util's auto connection around it, whose version detection passes
+/// every later read through one more reader (the bytes it read first are
+/// replayed from there) and whose future holds an HTTP/2 connection's state
+/// beside the HTTP/1 one. Anything else (the preface, a part of it so far,
+/// the end of the stream, an error) goes to the auto connection, as over
+/// TLS, which reads the version as it always did.
+async fn serve_plain(
+    stream: TcpStream,
+    info: ConnInfo,
+    settings: &ConnSettings,
+    handler: Arc<dyn Handler>,
+    shutdown: CancellationToken,
+) {
+    let info = Arc::new(info);
+    let gate = Gate::new();
+    info.framing.wake_on_change(gate.waker.clone());
+    let watchdog = Watchdog::new(&info, settings.timeouts, shutdown);
+    tokio::pin!(watchdog);
+    let http1 = tokio::select! {
+        biased;
+        http1 = surely_http1(&stream) => http1,
+        // No byte yet: a drain or a close ends the connection, as either
+        // ended the auto connection's version detection.
+        alarm = gate.watch(watchdog.as_mut()) => {
+            if let Alarm::Close(why) = alarm {
+                tracing::debug!(peer = %info.peer, "{why}: closing");
+            }
+            return;
+        }
+    };
+    let io = TokioIo::new(sniffing(stream, &info, settings));
+    let svc = Serve {
+        handler,
+        info: info.clone(),
+    };
+    if http1 {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        http1_settings(&mut builder, settings);
+        let conn = builder.serve_connection(io, svc).with_upgrades();
+        drive(conn, |c| c.graceful_shutdown(), &info, &gate, watchdog).await;
+    } else {
+        // Boxed: rare, and the auto connection's future is larger.
+        let builder = auto_builder(settings);
+        let conn = builder.serve_connection_with_upgrades(io, svc);
+        Box::pin(drive(
+            conn,
+            |c| c.graceful_shutdown(),
+            &info,
+            &gate,
+            watchdog,
+        ))
+        .await;
+    }
+    if let Some(tunnel) = info.take_upgraded() {
+        tunnel.await;
+    }
+}
+
+/// Whether the first bytes to arrive on `stream` (left there for hyper)
+/// differ from the HTTP/2 preface.
+async fn surely_http1(stream: &TcpStream) -> bool {
+    let mut first = [0u8; H2_PREFACE.len()];
+    match stream.peek(&mut first).await {
+        Ok(n) if n > 0 => first[..n] != H2_PREFACE[..n],
+        _ => false,
+    }
+}
+
+/// `io` under the framing watcher of the connection `info` tells of.
+fn sniffing<IO>(io: IO, info: &ConnInfo, settings: &ConnSettings) -> SniffIo<IO> {
+    SniffIo::new(
+        io,
+        settings.max_header_bytes.max(MIN_BUF),
+        settings.max_chunk_bytes,
+        info.framing.clone(),
+    )
+}
+
+/// hyper's HTTP/1 settings for a connection served with `settings`.
+fn http1_settings(builder: &mut hyper::server::conn::http1::Builder, settings: &ConnSettings) {
+    builder
+        // The watchdog times heads (see the module doc).
+        .header_read_timeout(None)
+        .max_buf_size(settings.max_header_bytes.max(MIN_BUF))
+        .keep_alive(true);
+}
+
+/// hyper-util's auto (HTTP/1 or HTTP/2) connection builder, for a
+/// connection served with `settings`.
+fn auto_builder(settings: &ConnSettings) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        // The watchdog times heads (see the module doc).
+        .header_read_timeout(None)
+        .max_buf_size(settings.max_header_bytes.max(MIN_BUF))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(settings.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// Serve HTTP on `io` (over TLS), the connection `info` tells of, through
+/// the auto connection (HTTP/1, or HTTP/2 by its preface).
 async fn serve_io<IO>(
     io: IO,
     info: ConnInfo,
@@ -131,74 +249,88 @@ async fn serve_io<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let ConnSettings {
-        timeouts,
-        max_header_bytes,
-        max_chunk_bytes: max_chunk,
-        ..
-    } = *settings;
-    let peer = info.peer;
     let info = Arc::new(info);
-    let io = SniffIo::new(
-        io,
-        max_header_bytes.max(MIN_BUF),
-        max_chunk,
-        info.framing.clone(),
-    );
-
-    let svc = {
-        let info = info.clone();
-        service_fn(move |req| {
-            // Boxed by the handler (see `Handler`): the pipeline's future is
-            // ~3.4 KB, and lives only as long as its request.
-            let handling = handler.handle(req, info.clone());
-            async move { Ok::<_, Infallible>(handling.await) }
-        })
+    let io = TokioIo::new(sniffing(io, &info, settings));
+    let svc = Serve {
+        handler,
+        info: info.clone(),
     };
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        // The watchdog times heads (see the module doc).
-        .header_read_timeout(None)
-        .max_buf_size(max_header_bytes.max(MIN_BUF))
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX));
-    // hyper's part, until its connection future completes (the client
-    // closed, or an upgrade handed the I/O over) or the watchdog or the
-    // shutdown deadline closes the connection. hyper's connection is dropped
-    // at the end of the block, so a tunnel registered on a connection closed
-    // meanwhile finds no I/O and ends at once.
-    {
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-        tokio::pin!(conn);
-        let gate = Gate::new();
-        info.framing.wake_on_change(gate.waker.clone());
-        let watchdog = Watchdog::new(&info, timeouts, shutdown);
-        tokio::pin!(watchdog);
-        loop {
-            tokio::select! {
-                biased;
-                result = conn.as_mut() => {
-                    if let Err(error) = result {
-                        tracing::debug!(%peer, error = %error, "connection ended with an error");
-                    }
-                    break;
-                }
-                alarm = gate.watch(watchdog.as_mut()) => match alarm {
-                    Alarm::Drain => conn.as_mut().graceful_shutdown(),
-                    Alarm::Close(why) => {
-                        tracing::debug!(%peer, "{why}: closing");
-                        break;
-                    }
-                },
-            }
-        }
-    }
+    let builder = auto_builder(settings);
+    let conn = builder.serve_connection_with_upgrades(io, svc);
+    let gate = Gate::new();
+    info.framing.wake_on_change(gate.waker.clone());
+    let watchdog = Watchdog::new(&info, settings.timeouts, shutdown);
+    tokio::pin!(watchdog);
+    drive(conn, |c| c.graceful_shutdown(), &info, &gate, watchdog).await;
     if let Some(tunnel) = info.take_upgraded() {
         tunnel.await;
+    }
+}
+
+/// hyper's part of a connection, `conn`, until its future completes (the
+/// client closed, or an upgrade handed the I/O over) or the watchdog or the
+/// shutdown deadline closes the connection; `drain` asks it to finish the
+/// requests in flight and take no more. hyper's connection is dropped at
+/// the end, so a tunnel registered on a connection closed meanwhile finds
+/// no I/O and ends at once.
+async fn drive<C, E>(
+    conn: C,
+    drain: fn(Pin<&mut C>),
+    info: &ConnInfo,
+    gate: &Gate,
+    mut watchdog: Pin<&mut Watchdog>,
+) where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    tokio::pin!(conn);
+    loop {
+        tokio::select! {
+            biased;
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(peer = %info.peer, error = %error, "connection ended with an error");
+                }
+                break;
+            }
+            alarm = gate.watch(watchdog.as_mut()) => match alarm {
+                Alarm::Drain => drain(conn.as_mut()),
+                Alarm::Close(why) => {
+                    tracing::debug!(peer = %info.peer, "{why}: closing");
+                    break;
+                }
+            },
+        }
+    }
+}
+
+/// The service hyper calls for each request of a connection: the handler,
+/// with what the connection knows of itself.
+struct Serve {
+    handler: Arc<dyn Handler>,
+    info: Arc<ConnInfo>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Serve {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, req: Request<Incoming>) -> Answer {
+        // Boxed by the handler (see `Handler`): the pipeline's future is
+        // several KiB, and lives only as long as its request.
+        Answer(self.handler.handle(req, self.info.clone()))
+    }
+}
+
+/// A response on its way, as hyper's service future: it never fails.
+struct Answer(Responding);
+
+impl Future for Answer {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx).map(Ok)
     }
 }
 

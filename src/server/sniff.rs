@@ -25,7 +25,6 @@
 //! since HTTP/2 has no heads for it to time.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -34,9 +33,6 @@ use std::time::Instant;
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// The most header fields a watched head may have (hyper's own limit is 100).
-const MAX_HEADERS: usize = 128;
 
 /// The longest chunk-size or trailer line followed before giving up (a
 /// chunk-size line that long is a bad chunk).
@@ -269,21 +265,12 @@ impl Machine<'_> {
             return bytes;
         }
         if self.line.is_empty() {
-            // The common case: the whole head arrived in one read. Parse it
+            // The common case: the whole head arrived in one read. Read it
             // where it lies; only a head split across reads is copied.
-            let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-            let mut request = httparse::Request::new(&mut []);
-            match request.parse_with_uninit_headers(bytes, &mut headers) {
-                Ok(httparse::Status::Complete(end)) => {
-                    *self.state = self.classify(&request);
-                    self.framing.head_ended();
-                    return &bytes[end..];
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(_) => {
-                    self.stop();
-                    return &[];
-                }
+            if let Some((end, head)) = Head::read(bytes) {
+                *self.state = self.classify(&head);
+                self.framing.head_ended();
+                return &bytes[end..];
             }
         }
         let search_from = self.line.len().saturating_sub(3);
@@ -298,11 +285,9 @@ impl Machine<'_> {
         };
         let consumed_here = end - (self.line.len() - bytes.len());
         let line = std::mem::take(self.line);
-        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-        let mut request = httparse::Request::new(&mut []);
-        let next = match request.parse_with_uninit_headers(&line[..end], &mut headers) {
-            Ok(httparse::Status::Complete(_)) => self.classify(&request),
-            _ => State::Done,
+        let next = match Head::read(&line[..end]) {
+            Some((_, head)) => self.classify(&head),
+            None => State::Done,
         };
         // Keep the buffer's capacity for the next split head.
         *self.line = line;
@@ -312,34 +297,15 @@ impl Machine<'_> {
         &bytes[consumed_here..]
     }
 
-    /// Count a parsed head and say what comes after it.
-    fn classify(&mut self, request: &httparse::Request<'_, '_>) -> State {
-        if *self.heads == 0 && request.method == Some("PRI") && request.path == Some("*") {
+    /// Count a head and say what comes after it.
+    fn classify(&mut self, head: &Head<'_>) -> State {
+        if *self.heads == 0 && head.method == b"PRI" && head.target == b"*" {
             // The HTTP/2 preface (h2c with prior knowledge): no HTTP/1
             // heads follow, and HTTP/2 is timed by its streams.
             return State::Done;
         }
         *self.heads += 1;
-        let (mut length, mut chunked, mut has_cl, mut has_te, mut upgrade) =
-            (None, false, false, false, request.method == Some("CONNECT"));
-        for h in request.headers.iter() {
-            if h.name.eq_ignore_ascii_case("content-length") {
-                has_cl = true;
-                length = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u64>().ok());
-            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                has_te = true;
-                chunked = h
-                    .value
-                    .rsplit(|b| *b == b',')
-                    .next()
-                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            } else if h.name.eq_ignore_ascii_case("upgrade") {
-                upgrade = true;
-            }
-        }
-        if has_cl && has_te {
+        if head.has_cl && head.has_te {
             let _ = self.framing.first_ambiguous.compare_exchange(
                 0,
                 *self.heads,
@@ -347,19 +313,20 @@ impl Machine<'_> {
                 Ordering::Relaxed,
             );
         }
-        if upgrade || (request.version != Some(1) && has_te) {
+        let upgrade = head.upgrade || head.method == b"CONNECT";
+        if upgrade || (head.version != b"HTTP/1.1" && head.has_te) {
             // A tunnel follows, or hyper rejects the request: stop here.
             State::Done
-        } else if has_te {
-            if chunked {
+        } else if head.has_te {
+            if head.chunked {
                 State::ChunkSize
             } else {
                 State::Done
             }
-        } else if !has_cl {
+        } else if !head.has_cl {
             State::Head
         } else {
-            match length {
+            match head.length {
                 Some(0) => State::Head,
                 Some(n) => State::Body(n),
                 None => State::Done,
@@ -444,11 +411,100 @@ impl Machine<'_> {
 /// alone merged a head that ends in `\n\r\n` or `\n\n` and came in pieces
 /// with the requests after it (found by fuzz/, target h1_framing).
 fn head_end(buf: &[u8]) -> Option<usize> {
-    (0..buf.len()).find_map(|i| match &buf[i..] {
-        [b'\n', b'\n', ..] => Some(i + 2),
-        [b'\n', b'\r', b'\n', ..] => Some(i + 3),
-        _ => None,
-    })
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
+        let nl = from + i;
+        match &buf[nl + 1..] {
+            [b'\n', ..] => return Some(nl + 2),
+            [b'\r', b'\n', ..] => return Some(nl + 3),
+            _ => from = nl + 1,
+        }
+    }
+    None
+}
+
+/// What the watcher reads of a request head: the request line's three
+/// parts, and the fields that frame the body or end HTTP/1.
+///
+/// Read line by line, without checking what hyper's parser (httparse)
+/// checks: of a head httparse accepts, this reads the same request line
+/// and the same fields (a line ends in LF, after an optional CR; the
+/// request line is split at its spaces, a field line at its first `:`); a
+/// head httparse refuses, hyper answers 400 and closes the connection, so
+/// what the watcher makes of it does not matter. It replaces a second
+/// httparse parse of every head (`benches/RESULTS.md`, "Issue 27").
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Head<'a> {
+    method: &'a [u8],
+    target: &'a [u8],
+    version: &'a [u8],
+    /// A `Content-Length` field, and the last one's value as a number.
+    has_cl: bool,
+    length: Option<u64>,
+    /// A `Transfer-Encoding` field, and whether the last one ends in `chunked`.
+    has_te: bool,
+    chunked: bool,
+    /// An `Upgrade` field.
+    upgrade: bool,
+}
+
+impl<'a> Head<'a> {
+    /// The head `buf` starts with (not with an empty line), and where it
+    /// ends, as [`head_end`] finds it; `None` until its empty line is in.
+    fn read(buf: &'a [u8]) -> Option<(usize, Head<'a>)> {
+        let mut start = 0;
+        let mut head: Option<Head<'a>> = None;
+        for nl in memchr::memchr_iter(b'\n', buf) {
+            let line = &buf[start..nl];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            start = nl + 1;
+            match head.as_mut() {
+                None => head = Some(Head::request_line(line)),
+                Some(_) if line.is_empty() => return head.map(|h| (start, h)),
+                Some(head) => head.field(line),
+            }
+        }
+        None
+    }
+
+    fn request_line(line: &'a [u8]) -> Head<'a> {
+        let mut parts = line.splitn(3, |b| *b == b' ');
+        Head {
+            method: parts.next().unwrap_or_default(),
+            target: parts.next().unwrap_or_default(),
+            version: parts.next().unwrap_or_default(),
+            ..Head::default()
+        }
+    }
+
+    /// Note a field line. A field is named `content-length` (any case)
+    /// exactly when its line starts with that and a `:` (the first colon
+    /// ends the name), so no colon is searched for.
+    fn field(&mut self, line: &[u8]) {
+        let named = |name: &[u8]| {
+            line.len() > name.len()
+                && line[name.len()] == b':'
+                && line[..name.len()].eq_ignore_ascii_case(name)
+        };
+        // Most fields are none of the three: their first byte tells.
+        match line.first() {
+            Some(b'c' | b'C') if named(b"content-length") => {
+                self.has_cl = true;
+                self.length = std::str::from_utf8(&line[15..])
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+            }
+            Some(b't' | b'T') if named(b"transfer-encoding") => {
+                self.has_te = true;
+                self.chunked = line[18..]
+                    .rsplit(|b| *b == b',')
+                    .next()
+                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            }
+            Some(b'u' | b'U') if named(b"upgrade") => self.upgrade = true,
+            _ => {}
+        }
+    }
 }
 
 impl<T: AsyncRead> AsyncRead for SniffIo<T> {
@@ -542,6 +598,74 @@ mod tests {
         watch(stream, step, MAX_CHUNK)
             .first_ambiguous
             .load(Ordering::Relaxed)
+    }
+
+    /// What httparse reads of the head `head`, as a [`Head`]; `None` if it
+    /// refuses it.
+    fn by_httparse(head: &[u8]) -> Option<Head<'_>> {
+        let mut fields = [httparse::EMPTY_HEADER; 128];
+        let mut request = httparse::Request::new(&mut fields);
+        let Ok(httparse::Status::Complete(end)) = request.parse(head) else {
+            return None;
+        };
+        assert_eq!(end, head.len(), "the same end");
+        let version: &[u8] = match request.version? {
+            0 => b"HTTP/1.0",
+            _ => b"HTTP/1.1",
+        };
+        let mut read = Head {
+            method: request.method?.as_bytes(),
+            target: request.path?.as_bytes(),
+            version,
+            ..Head::default()
+        };
+        for h in request.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                read.has_cl = true;
+                read.length = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                read.has_te = true;
+                read.chunked = h
+                    .value
+                    .rsplit(|b| *b == b',')
+                    .next()
+                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            } else if h.name.eq_ignore_ascii_case("upgrade") {
+                read.upgrade = true;
+            }
+        }
+        Some(read)
+    }
+
+    #[test]
+    fn heads_httparse_accepts_are_read_as_httparse_reads_them() {
+        let heads: &[&[u8]] = &[
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /x?y=1 HTTP/1.0\nhost: a:80\nuser-agent: u\ncookie: c=1\n\n",
+            b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length:  5 \r\nTE: trailers\r\n\r\n",
+            b"POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\nconnection: x\r\n\r\n",
+            b"POST /a HTTP/1.1\r\nTRANSFER-ENCODING: chunked, gzip\r\n\r\n",
+            b"POST /a HTTP/1.0\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+            b"POST /a HTTP/1.1\r\ncontent-length: 3\r\nContent-Length: x\r\n\r\n",
+            b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-A:\tb: c\t\r\nContent-Type: t\r\nupgrade-insecure-requests: 1\r\n\n",
+            b"GET / HTTP/1.1\r\nHost: a\n\r\n",
+        ];
+        for head in heads {
+            let end = head_end(head).expect("a whole head");
+            assert_eq!(end, head.len());
+            let expected = by_httparse(head).expect("httparse accepts it");
+            let with_more = [*head, b"GET / HTTP/1.1\r\n".as_slice()].concat();
+            for buf in [*head, &with_more] {
+                let read = Head::read(buf);
+                let text = String::from_utf8_lossy(head);
+                assert_eq!(read, Some((end, expected.clone())), "{text}");
+            }
+            assert_eq!(Head::read(&head[..end - 1]), None);
+        }
     }
 
     #[test]
