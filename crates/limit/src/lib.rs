@@ -24,6 +24,9 @@
 //!   decision, the `on_error` policy, concurrency leases.
 //! - [`store`]: where state lives: [`store::memory`] and [`store::redis`],
 //!   and their configuration ([`StoreConfig`]).
+//! - [`leases`]: leased limits ([`Check::leased`]): the blocks of units an
+//!   instance takes from Redis and spends locally, never more than the
+//!   limit across a fleet ([`Limiter::return_leases`] at shutdown).
 //! - [`settle`]: a cost limit's estimate corrected when the response ends
 //!   ([`Settlement`], [`Limiter::settle`]), exactly once.
 //! - [`verdict`]: what a request's outcomes mean for it.
