@@ -395,22 +395,21 @@ impl LeaseTable {
 
     /// Takes in flight now (a request's, or a top-up).
     pub fn taking(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                s.values().filter(|slot| slot.taking.is_some()).count()
-            })
-            .sum()
+        self.count(|slot| slot.taking.is_some())
     }
 
     /// Leases held now.
     pub fn len(&self) -> usize {
+        self.count(|slot| slot.lease.is_some())
+    }
+
+    /// The slots `f` picks, over every shard.
+    fn count(&self, f: impl Fn(&Slot) -> bool) -> usize {
         self.shards
             .iter()
             .map(|s| {
                 let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                s.values().filter(|slot| slot.lease.is_some()).count()
+                s.values().filter(|slot| f(slot)).count()
             })
             .sum()
     }

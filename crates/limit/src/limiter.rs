@@ -152,6 +152,19 @@ pub enum Decision {
     NotApplied,
 }
 
+impl Decision {
+    /// `on_error: allow` with a store that could not decide: forward at
+    /// once, with no figures and no leases.
+    fn unchecked() -> Decision {
+        Decision::Allow {
+            delay: 0,
+            figures: Vec::new(),
+            leases: None,
+            shadow_rejected: false,
+        }
+    }
+}
+
 /// What the deny cache keeps beside one (limit, client) it rejects: the
 /// figures of the decision that put it there, and the parameters it was
 /// decided under (an override may give the same key other ones).
@@ -482,14 +495,7 @@ impl Limiter {
                     self.release_unanswered(&checks, now, &error);
                     match self.config.on_error {
                         OnError::Local => (self.local.decide(&checks, now), true),
-                        OnError::Allow => {
-                            return Decision::Allow {
-                                delay: 0,
-                                figures: Vec::new(),
-                                leases: None,
-                                shadow_rejected: false,
-                            }
-                        }
+                        OnError::Allow => return Decision::unchecked(),
                         OnError::Deny => return Decision::Unavailable,
                     }
                 }

@@ -146,14 +146,7 @@ impl Limiter {
                             .collect();
                         (self.local.decide(&exact, now), true)
                     }
-                    OnError::Allow => {
-                        return Decision::Allow {
-                            delay: 0,
-                            figures: Vec::new(),
-                            leases: None,
-                            shadow_rejected: false,
-                        }
-                    }
+                    OnError::Allow => return Decision::unchecked(),
                     OnError::Deny => {
                         put_back(table, &checks, &spent);
                         return Decision::Unavailable;
@@ -225,14 +218,6 @@ impl Limiter {
             displaced.extend(table.install(claim, lease));
         }
         self.give_back_soon(displaced);
-        if local {
-            // `on_error: local` decided: the figures are the memory store's.
-            for (o, s) in outcomes.iter_mut().zip(&spent) {
-                if s.is_none() {
-                    o.taken = 0;
-                }
-            }
-        }
         let decision = self.conclude(checks, describe, outcomes, now, local);
         debug_assert!(
             !(blocked && matches!(decision, Decision::Allow { .. })),

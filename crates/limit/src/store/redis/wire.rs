@@ -136,6 +136,15 @@ fn write_spec(c: &Check, w: &mut impl std::io::Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A script's clock argument: the gateway's `now`, or empty for Redis
+/// `TIME`.
+fn write_clock<W: ?Sized + RedisWrite>(out: &mut W, now: Option<Micros>, n: &mut itoa::Buffer) {
+    match now {
+        Some(now) => out.write_arg(n.format(now).as_bytes()),
+        None => out.write_arg(b""),
+    }
+}
+
 /// The arguments that follow a check's spec: a `concurrency` check's lease
 /// id; a leased check's units to give back and when they were taken.
 fn write_check_args<W: ?Sized + RedisWrite>(c: &Check, out: &mut W, n: &mut itoa::Buffer) {
@@ -181,10 +190,7 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchArgs<'_, R> {
         W: ?Sized + RedisWrite,
     {
         let mut n = itoa::Buffer::new();
-        match self.now {
-            Some(now) => out.write_arg(n.format(now).as_bytes()),
-            None => out.write_arg(b""),
-        }
+        write_clock(out, self.now, &mut n);
         out.write_arg(n.format(self.requests.len()).as_bytes());
         for checks in self.requests {
             let checks = checks.as_ref();
@@ -282,10 +288,7 @@ impl ToRedisArgs for RefundArgs<'_> {
     {
         let mut n = itoa::Buffer::new();
         out.write_arg(n.format(self.at).as_bytes());
-        match self.now {
-            Some(now) => out.write_arg(n.format(now).as_bytes()),
-            None => out.write_arg(b""),
-        }
+        write_clock(out, self.now, &mut n);
         for c in self.checks {
             // Writing to the command's buffer cannot fail.
             let _ = write_spec(c, &mut out.writer_for_next_arg());
@@ -310,10 +313,7 @@ impl ToRedisArgs for GiveBackArgs<'_> {
         W: ?Sized + RedisWrite,
     {
         let mut n = itoa::Buffer::new();
-        match self.now {
-            Some(now) => out.write_arg(n.format(now).as_bytes()),
-            None => out.write_arg(b""),
-        }
+        write_clock(out, self.now, &mut n);
         for r in self.leases {
             let check = Check::new("lease".into(), r.key, r.params.clone());
             // Writing to the command's buffer cannot fail.
@@ -343,10 +343,7 @@ impl ToRedisArgs for SettleArgs<'_> {
         let s = self.settlement;
         let mut n = itoa::Buffer::new();
         out.write_arg(n.format(s.at).as_bytes());
-        match self.now {
-            Some(now) => out.write_arg(n.format(now).as_bytes()),
-            None => out.write_arg(b""),
-        }
+        write_clock(out, self.now, &mut n);
         // Writing to the command's buffer cannot fail.
         let _ = write_spec(&s.as_check(), &mut out.writer_for_next_arg());
         out.write_arg(n.format(clamp_delta(s.delta)).as_bytes());
