@@ -14,10 +14,10 @@ KEYS: as dispatch.lua's for one request, without the lockout index: each
 ARGV: as dispatch.lua's for one request: now (µs; '' = Redis TIME), 1, n,
       then each check's spec (and lease id for concurrency; a probe's
       lease id holds no slot, so it takes none).
-Return: as dispatch.lua's (10 doubles per check, then the call's now). A
-        leased check is probed as dispatch would decide it (a lease's take
-        and give-back computed and dropped); the gateway probes its limits
-        as exact ones.
+Return: as dispatch.lua's, always full records (10 doubles per check),
+        then the call's now. A leased check is probed as dispatch would
+        decide it (a lease's take and give-back computed and dropped); the
+        gateway probes its limits as exact ones.
 
   one MGET reads every string state; each check is judged by dispatch's own
   check_one (the algorithm's pure check; a sorted set's load only reads it):

@@ -21,8 +21,9 @@
 //! distinct one once. `KEYS` are each check's state key, then its lockout
 //! key when it has a lockout, and last the lockout index when any check
 //! has one ([`DispatchKeys`](super::DispatchKeys)). The reply is one
-//! string of 10 little-endian `f64`s per check, each an integer, every
-//! request's checks in order ([`outcomes`]).
+//! string of little-endian `f64`s, each an integer: a record per check,
+//! every request's checks in order, 10 figures or the 6 of an allowed
+//! check's short record ([`outcomes`]).
 
 use redis::{RedisWrite, ToRedisArgs, Value};
 
@@ -204,36 +205,66 @@ impl<R: AsRef<[Check]>> ToRedisArgs for DispatchArgs<'_, R> {
     }
 }
 
-/// The figures per check in `dispatch.lua`'s reply.
+/// The figures of a full record in `dispatch.lua`'s reply.
 const OUTCOME_WIDTH: usize = 10;
 
-/// `dispatch.lua`'s reply: `OUTCOME_WIDTH` little-endian `f64`s per check
-/// (status, lock_started, delay, limit, window, remaining, reset,
-/// retry_after, grows_after, taken), each a non-negative integer below 2^53, then
-/// the call's `now`: one
-/// [`Outcome`] per check, `checks` in all (every request's, in order), and
-/// that `now` (when the allowed checks' units were taken; a Redis Cluster
-/// refund names it).
+/// The first figure of a short record: an allowed check with no delay and
+/// nothing leased, whose 5 other figures follow.
+const SHORT_ALLOWED: u64 = 8;
+
+/// The figures of a short record, [`SHORT_ALLOWED`] included.
+const SHORT_WIDTH: usize = 6;
+
+/// `dispatch.lua`'s reply: little-endian `f64`s, each a non-negative
+/// integer below 2^53: a record per check, then the call's `now`. A record
+/// is `OUTCOME_WIDTH` figures (status, lock_started, delay, limit, window,
+/// remaining, reset, retry_after, grows_after, taken), or `SHORT_WIDTH`
+/// ([`SHORT_ALLOWED`], limit, window, remaining, reset, grows_after: an
+/// allowed check whose lock_started, delay, retry_after and taken are 0;
+/// most answers are, and each figure costs Redis ~300 instructions to
+/// pack). One [`Outcome`] per check, `checks` in all (every request's, in
+/// order), and that `now` (when the allowed checks' units were taken; a
+/// Redis Cluster refund names it).
 pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Micros), ReplyError> {
     let Value::BulkString(bytes) = reply else {
         return Err(ReplyError(format!(
             "dispatch: expected a string, got {reply:?}"
         )));
     };
-    let want = (checks * OUTCOME_WIDTH + 1) * 8;
-    if bytes.len() != want {
-        return Err(ReplyError(format!(
-            "dispatch: {} bytes for {checks} checks, expected {want}",
-            bytes.len(),
-        )));
+    let short = |why: &str| {
+        ReplyError(format!(
+            "dispatch: {} bytes for {checks} checks: {why}",
+            bytes.len()
+        ))
+    };
+    if bytes.len() < 8 || !bytes.len().is_multiple_of(8) {
+        return Err(short("not whole figures"));
     }
-    let (figures, now) = bytes.split_at(want - 8);
+    let (mut figures, now) = bytes.split_at(bytes.len() - 8);
     let now = figure(now)?;
     let mut out = Vec::with_capacity(checks);
-    for o in figures.chunks_exact(OUTCOME_WIDTH * 8) {
+    for _ in 0..checks {
+        let Some(head) = figures.get(..8) else {
+            return Err(short("too few"));
+        };
+        let width = if figure(head)? == SHORT_ALLOWED {
+            SHORT_WIDTH
+        } else {
+            OUTCOME_WIDTH
+        };
+        let Some(o) = figures.get(..width * 8) else {
+            return Err(short("a record cut short"));
+        };
+        figures = &figures[width * 8..];
         let mut v = [0u64; OUTCOME_WIDTH];
         for (slot, b) in v.iter_mut().zip(o.chunks_exact(8)) {
             *slot = figure(b)?;
+        }
+        if width == SHORT_WIDTH {
+            // Spread out as a full record: allowed, no lock started, no
+            // delay, no retry, nothing leased.
+            let [_, limit, window, remaining, reset, grows, ..] = v;
+            v = [0, 0, 0, limit, window, remaining, reset, 0, grows, 0];
         }
         out.push(Outcome {
             status: match v[0] {
@@ -255,6 +286,9 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
             at: now,
             taken: v[9],
         });
+    }
+    if !figures.is_empty() {
+        return Err(short("too many"));
     }
     Ok((out, now))
 }
@@ -640,6 +674,69 @@ mod tests {
         );
         let big = outcomes(&ints(&[0, 0, 0, (1 << 53) - 1, 1, 1, 1, 1, 1, 0, 0]), 1).unwrap();
         assert_eq!(big.0[0].limit, (1 << 53) - 1);
+    }
+
+    #[test]
+    fn a_short_record_is_an_allowed_check_of_six_figures() {
+        // A short record, a full one, a short one, then now.
+        let (got, now) = outcomes(
+            &ints(&[
+                8, 10, 60000000, 9, 60000000, 6000000, //
+                1, 0, 0, 3, 1000, 0, 1000, 7000, 7000, 0, //
+                8, 5, 1000, 4, 900, 200, //
+                42,
+            ]),
+            3,
+        )
+        .unwrap();
+        assert_eq!(now, 42);
+        assert_eq!(got.len(), 3);
+        let full = |o: &Outcome| {
+            (
+                o.status,
+                o.lock_started,
+                o.delay,
+                o.limit,
+                o.window,
+                o.remaining,
+                o.reset,
+                o.retry_after,
+                o.grows_after,
+                o.taken,
+            )
+        };
+        assert_eq!(
+            full(&got[0]),
+            (
+                Status::Allowed,
+                false,
+                0,
+                10,
+                60_000_000,
+                9,
+                60_000_000,
+                0,
+                6_000_000,
+                0
+            )
+        );
+        assert_eq!(got[1].status, Status::Rejected);
+        assert_eq!(
+            full(&got[2]),
+            (Status::Allowed, false, 0, 5, 1000, 4, 900, 0, 200, 0)
+        );
+        assert!(
+            outcomes(&ints(&[8, 1, 1, 1, 1, 1, 42]), 2).is_err(),
+            "one record for two"
+        );
+        assert!(
+            outcomes(&ints(&[8, 1, 1, 1, 1, 42]), 1).is_err(),
+            "a short record cut"
+        );
+        assert!(
+            outcomes(&ints(&[8, 1, 1, 1, 1, 1, 8, 42]), 1).is_err(),
+            "a figure left over"
+        );
     }
 
     #[test]
