@@ -90,7 +90,8 @@ local SMALL = {}
 for j = 1, 64 do SMALL[tostring(j)] = j end
 
 -- spec string -> {algo, check, name, shadow, locks, quota, leased, plain,
--- cost, taken, p1 .. p4, after .. forget_after, most}; SPEC_COUNT entries.
+-- cost, taken, p1 .. p4, after .. forget_after, most, px, px_lo, px_text};
+-- SPEC_COUNT entries.
 local SPECS, SPEC_COUNT = {}, 0
 
 -- The parsed spec s (see ARGV above), from the cache or parsed now.
@@ -108,7 +109,7 @@ local function spec(s)
   end
   sp = {algo = algo, check = algo.check, name = words[1], shadow = flags % 2 == 1,
     locks = flags % 4 >= 2, quota = flags % 8 >= 4, leased = flags >= 8,
-    cost = int(words[3], 'cost'), taken = 1}
+    cost = int(words[3], 'cost'), taken = 1, px = 0, px_lo = 0, px_text = ''}
   if sp.leased and not LEASABLE[words[1]] then
     fail('dispatch: ' .. words[1] .. ' takes no leases')
   end
@@ -358,8 +359,9 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   return i, k, out + W * n, locks
 end
 
--- The lone call's short path (see dispatch): the states to write, by check.
-local L_NEW, L_TTL = {}, {}
+-- The lone call's short path (see dispatch): the states to write, by check,
+-- and their TTLs as PX texts (false: deleted).
+local L_NEW, L_PX = {}, {}
 
 -- Decides a lone request of n plain checks (KEYS[c] and ARGV[3 + c] check
 -- c's) when every one of them is allowed: writes their states and answers
@@ -391,16 +393,31 @@ local function lone(KEYS, ARGV, vals, n, now)
       OUT[out + 9], OUT[out + 10] = grows, 0
       out = out + W
     end
-    L_NEW[c], L_TTL[c] = new, ttl
+    -- The TTL in ms, rounded up (common.lua, ttl_ms), as text. A limit's
+    -- TTLs mostly repeat or shrink slowly (a window's end draws nearer),
+    -- so its spec keeps the last one formatted, px, and reuses it for any
+    -- TTL in (px - px / 64, px]: never shorter than needed, longer by less
+    -- than 1/64, and no string.format (~1,800 instructions) for most
+    -- writes.
+    local px = false
+    if ttl > 0 then
+      local ms = ttl / 1000
+      ms = ms + (-ms) % 1
+      if ms <= sp.px and ms > sp.px_lo then
+        px = sp.px_text
+      else
+        px = format('%d', ms)
+        sp.px, sp.px_lo, sp.px_text = ms, ms - ms / 64, px
+      end
+    end
+    L_NEW[c], L_PX[c] = new, px
   end
   for c = 1, n do
-    local new, ttl = L_NEW[c], L_TTL[c]
+    local new, px = L_NEW[c], L_PX[c]
     if new == nil then
       -- (a check that stores nothing)
-    elseif ttl > 0 then
-      -- put(), spelled out: one call fewer per state (common.lua, "Speed")
-      local ms = ttl / 1000
-      redis.call('SET', KEYS[c], new, 'PX', format('%d', ms + (-ms) % 1))
+    elseif px then
+      redis.call('SET', KEYS[c], new, 'PX', px)
     else
       redis.call('DEL', KEYS[c])
     end

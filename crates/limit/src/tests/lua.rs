@@ -302,10 +302,24 @@ const PEXPIRE_RACE: Micros = 10_000;
 /// when `ttl` is 0, else at most `max_pttl(ttl)`. Returns whether the key
 /// is there.
 pub(super) fn ttl_checked(pttl: i64, ttl: Micros) -> Result<bool, String> {
+    ttl_checked_below(pttl, ttl, max_pttl(ttl))
+}
+
+/// The longest PTTL (ms) `dispatch.lua` may give a state living `ttl` µs:
+/// a limit reuses the TTL text it last wrote for a TTL up to 1/64 shorter
+/// (lua/dispatch.lua, lone()), so the PTTL `p` set for `ms` needed has
+/// `p - p / 64 < ms`, i.e. `p < ms + ms / 63`.
+fn max_dispatch_pttl(ttl: Micros) -> i64 {
+    let ms = max_pttl(ttl);
+    ms + ms / 63
+}
+
+/// [`ttl_checked`] with `most` for the longest PTTL allowed.
+fn ttl_checked_below(pttl: i64, ttl: Micros, most: i64) -> Result<bool, String> {
     match (ttl, pttl) {
         (0, -2) => Ok(false),
         (0, p) => Err(format!("a state with ttl 0 must be deleted, has pttl {p}")),
-        (t, p) if (0..=max_pttl(t)).contains(&p) => Ok(true),
+        (_, p) if (0..=most).contains(&p) => Ok(true),
         (t, -2) if t <= PEXPIRE_RACE => Ok(false),
         (t, p) => Err(format!("pttl {p} for ttl {t}")),
     }
@@ -1229,7 +1243,8 @@ fn dispatch_matches_decide() {
                 let ttls = ints(&parts[1]);
 
                 // Apply the reference writes; every written key carries a
-                // TTL no longer than the reference's, untouched ones none.
+                // TTL no longer than the reference's (a state's by under 1/64:
+                // max_dispatch_pttl), untouched ones none.
                 for (i, (c, w)) in checks.iter().zip(&writes).enumerate() {
                     let entry = model.entry(c.key).or_default();
                     let (state, lock) = slots[i];
@@ -1242,7 +1257,9 @@ fn dispatch_matches_decide() {
                     };
                     match &w.algo {
                         Some((s, ttl)) => {
-                            let kept = ttl_checked(ttls[state], *ttl).map_err(|e| fail(step, e))?;
+                            let kept =
+                                ttl_checked_below(ttls[state], *ttl, max_dispatch_pttl(*ttl))
+                                    .map_err(|e| fail(step, e))?;
                             entry.algo = kept.then(|| s.clone());
                         }
                         None => untouched(state)?,
@@ -1413,6 +1430,36 @@ fn a_batch_decides_as_its_requests_would_one_by_one() {
         .unwrap();
 }
 
+/// A lone call's state keeps the TTL text its limit last wrote while the
+/// TTL needed is less than 1/64 shorter (lua/dispatch.lua, lone()): never
+/// shorter than needed, and a fresh text once it would be 1/64 too long.
+#[test]
+fn a_lone_call_reuses_a_ttl_up_to_a_64th_longer() {
+    let _busy = CPU.blocking_read();
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let hour = 3600 * SECOND;
+    let params =
+        AlgoParams::FixedWindow(fixed_window::Params::new(1000, Window::Fixed(hour)).unwrap());
+    let request = vec![vec![check(1, 1, params, 1)]];
+    let start = T0 - T0 % hour;
+    // (now, the PTTL needed, the PTTL set)
+    for (now, need, set) in [
+        (start + 1000, 3_599_999, 3_599_999),
+        // 10 s later: 10 s shorter, under 1/64 of an hour (56 s)
+        (start + 10 * SECOND + 1000, 3_589_999, 3_599_999),
+        // 100 s later: a fresh text
+        (start + 100 * SECOND + 1000, 3_499_999, 3_499_999),
+    ] {
+        let mut ttls = BTreeMap::new();
+        let (got, _) = dispatch_call(&mut conn, "a", &request, now, &mut ttls);
+        assert_eq!(got[0].status, crate::Status::Allowed);
+        let pttl = *ttls.values().next().expect("the state written");
+        assert_eq!((need, pttl), (need, set), "at {}", now - start);
+        assert!(pttl <= max_dispatch_pttl((need as u64) * 1000));
+    }
+}
+
 /// One `probe.lua` call for `checks` at `now`, keys under `prefix`,
 /// encoded as the store sends it: every check's outcome, in order.
 fn probe_call(
@@ -1522,7 +1569,8 @@ fn batch_as_one_by_one(
         spread = spread.max(t0.elapsed());
         prop_assert_eq!(&batch, &single, "round {}: the answers", round);
         // The same keys, values and TTLs (give or take the millisecond a
-        // TTL may lose before the probe reads it, and `spread`).
+        // TTL may lose before the probe reads it, `spread`, and the 1/64
+        // a lone call's TTL may add: max_dispatch_pttl).
         prop_assert_eq!(stored(conn, "a"), stored(conn, "b"), "round {}", round);
         prop_assert_eq!(
             ttl_a.keys().collect::<Vec<_>>(),
@@ -1531,7 +1579,7 @@ fn batch_as_one_by_one(
         let slack = 1 + spread.as_millis() as i64;
         for (key, t) in &ttl_a {
             prop_assert!(
-                (t - ttl_b[key]).abs() <= slack,
+                (t - ttl_b[key]).abs() <= slack + t.max(&ttl_b[key]) / 63,
                 "round {}: {} TTL {} vs {}",
                 round,
                 key,
