@@ -186,13 +186,27 @@ local function set_ttl(key, ttl)
   end
 end
 
+-- ms -> its text, for put: the states of a batch's clients of one limit
+-- mostly share their TTLs (one now, one window end), and a table read
+-- costs ~75 instructions where string.format costs ~1,800. At most
+-- 256 texts, then it starts over.
+local PX_TEXT, PX_COUNT = {}, 0
+
 local function put(key, st, ttl)
   if ttl <= 0 or not st then
     redis.call('DEL', key)
   else
-    -- ttl_ms(ttl), spelled out: one call fewer for every state written
+    -- ttl_ms(ttl), spelled out (one call fewer for every state written),
+    -- its text from PX_TEXT when it was made before
     local ms = ttl / 1000
-    redis.call('SET', key, st, 'PX', format('%d', ms + (-ms) % 1))
+    ms = ms + (-ms) % 1
+    local px = PX_TEXT[ms]
+    if px == nil then
+      if PX_COUNT >= 256 then PX_TEXT, PX_COUNT = {}, 0 end
+      px = format('%d', ms)
+      PX_TEXT[ms], PX_COUNT = px, PX_COUNT + 1
+    end
+    redis.call('SET', key, st, 'PX', px)
   end
 end
 
