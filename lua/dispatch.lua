@@ -49,7 +49,9 @@ Return: one string of little-endian doubles, each an integer: one record
         the request's cost included, its figures those after them; else
         0); or, for an allowed check with no delay and nothing leased, 6:
         8 (SHORT_ALLOWED), limit, window, remaining, reset, grows (its
-        lock_started, delay, retry_after and taken are 0). Binary
+        lock_started, delay, retry_after and taken are 0), which another
+        check's rejection turns into 12 (SHORT_NOT_CONSUMED) and the same
+        figures, its remaining given back what it would have taken. Binary
         (struct.pack), because Redis turns an array of n integers into its
         reply at several hundred instructions each, and a text of them costs
         an snprintf each (common.lua, "States"); short, because packing a
@@ -141,10 +143,10 @@ end
 
 -- The checks of the request being decided, by check number: its spec,
 -- the place of its state key (see the call's states below), the state to
--- store and its TTL; for a sorted set, the loaded state and the params it
+-- store and its TTL, where its answer starts in OUT; for a sorted set, the loaded state and the params it
 -- was decided under (its spec's, or its key's own), to store it; with a
 -- lockout, the place of its lockout key.
-local D_SPEC, D_AT, D_NEW, D_TTL = {}, {}, {}, {}
+local D_SPEC, D_AT, D_NEW, D_TTL, D_O = {}, {}, {}, {}, {}
 local D_ST, D_P1, D_P2, D_P3, D_P4, D_LAT = {}, {}, {}, {}, {}, {}
 
 -- The call's string states: vals (MGET's reply, or for a batch VALS) holds
@@ -167,11 +169,11 @@ local function keep(vals, j, st, ttl)
   DIRTY[j] = ttl
 end
 
--- The answers: W integers per check (see Return above; the short record
--- of an allowed check, SHORT_ALLOWED then 5), and struct formats of m
+-- The answers: W integers per check (see Return above; a short record,
+-- SHORT_ALLOWED or SHORT_NOT_CONSUMED then 5), and struct formats of m
 -- doubles.
 local W = 10
-local SHORT_ALLOWED = 8
+local SHORT_ALLOWED, SHORT_NOT_CONSUMED = 8, 12
 local OUT, OUT_FORMAT = {}, {}
 
 -- The reply: OUT[1 .. out], then now.
@@ -186,9 +188,10 @@ local function reply(out, now)
 end
 
 -- Decides check c of the request whose arguments continue at ARGV[i] and
--- keys at KEYS[k], and writes its answer at OUT[out + 1 .. out + W].
--- Returns i and k past it, and its status.
-local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
+-- keys at KEYS[k], and writes its answer from OUT[out + 1]: a short record
+-- if it can be one (unless full), else a full one. Returns i and k past
+-- it, its status, and out past its answer.
+local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out, full)
   local sp = SPECS[ARGV[i]] or spec(ARGV[i])
   i = i + 1
   local ok, delay, limit, window, remaining, reset, retry, ttl, new, grows
@@ -278,11 +281,18 @@ local function check_one(KEYS, ARGV, vals, batch, i, k, c, now, out)
     grows = retry
   end
   local OUT = OUT
+  D_SPEC[c], D_AT[c], D_NEW[c], D_TTL[c], D_O[c] = sp, at, new, ttl, out
+  if status == ALLOWED and delay == 0 and taken == 0 and not full then
+    -- (an allowed check's retry_after is 0: see lone())
+    OUT[out + 1], OUT[out + 2], OUT[out + 3], OUT[out + 4] = SHORT_ALLOWED, limit, window,
+      remaining
+    OUT[out + 5], OUT[out + 6] = reset, grows
+    return i, k, status, out + 6
+  end
   OUT[out + 1], OUT[out + 2], OUT[out + 3], OUT[out + 4] = status, 0, delay, limit
   OUT[out + 5], OUT[out + 6], OUT[out + 7], OUT[out + 8] = window, remaining, reset, retry
   OUT[out + 9], OUT[out + 10] = grows, taken
-  D_SPEC[c], D_AT[c], D_NEW[c], D_TTL[c] = sp, at, new, ttl
-  return i, k, status
+  return i, k, status, out + W
 end
 
 -- Counts a strike for the rejected check c; starts a lockout (and enters
@@ -317,8 +327,9 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   if n < 1 then fail('dispatch: a request of no checks') end
   i = i + 1
   local blocked, locks, status = false, false, nil
+  local past = out
   for c = 1, n do
-    i, k, status = check_one(KEYS, ARGV, vals, batch, i, k, c, now, out + W * (c - 1))
+    i, k, status, past = check_one(KEYS, ARGV, vals, batch, i, k, c, now, past, false)
     if status == REJECTED or status == LOCKED_OUT then blocked = true end
     if D_SPEC[c].locks then locks = true end
   end
@@ -339,9 +350,14 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
   else
     -- Store no limit state; count the strikes.
     for c = 1, n do
-      local o = out + W * (c - 1)
+      local o = D_O[c]
       local st = OUT[o + 1]
-      if st == ALLOWED then
+      if st == SHORT_ALLOWED then
+        -- As below: its short record (delay and taken 0) becomes
+        -- not_consumed's.
+        OUT[o + 1] = SHORT_NOT_CONSUMED
+        OUT[o + 4] = min(OUT[o + 4] + D_SPEC[c].taken, OUT[o + 2])
+      elseif st == ALLOWED then
         -- Another limit rejected the request: nothing was taken here (a
         -- lease gives back all it would have taken).
         local taken = OUT[o + 10] > 0 and OUT[o + 10] or D_SPEC[c].taken
@@ -356,7 +372,7 @@ local function decide_one(KEYS, ARGV, vals, batch, i, k, out, now)
       end
     end
   end
-  return i, k, out + W * n, locks
+  return i, k, past, locks
 end
 
 -- The lone call's short path (see dispatch): the states to write, by check,

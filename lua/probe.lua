@@ -74,7 +74,7 @@ local function probe(KEYS, ARGV)
   local vals = redis.call('MGET', unpack(KEYS))
   local i, k, blocked, status = 4, 1, false, nil
   for c = 1, n do
-    i, k, status = check_one(KEYS, ARGV, vals, false, i, k, c, now, P_WIDTH * (c - 1))
+    i, k, status = check_one(KEYS, ARGV, vals, false, i, k, c, now, P_WIDTH * (c - 1), true)
     if status == REJECTED or status == LOCKED_OUT then blocked = true end
   end
   if i ~= nargs + 1 then

@@ -212,6 +212,10 @@ const OUTCOME_WIDTH: usize = 10;
 /// nothing leased, whose 5 other figures follow.
 const SHORT_ALLOWED: u64 = 8;
 
+/// The first figure of a short record that another check's rejection
+/// turned into not consumed.
+const SHORT_NOT_CONSUMED: u64 = 12;
+
 /// The figures of a short record, [`SHORT_ALLOWED`] included.
 const SHORT_WIDTH: usize = 6;
 
@@ -219,10 +223,10 @@ const SHORT_WIDTH: usize = 6;
 /// integer below 2^53: a record per check, then the call's `now`. A record
 /// is `OUTCOME_WIDTH` figures (status, lock_started, delay, limit, window,
 /// remaining, reset, retry_after, grows_after, taken), or `SHORT_WIDTH`
-/// ([`SHORT_ALLOWED`], limit, window, remaining, reset, grows_after: an
-/// allowed check whose lock_started, delay, retry_after and taken are 0;
-/// most answers are, and each figure costs Redis ~300 instructions to
-/// pack). One [`Outcome`] per check, `checks` in all (every request's, in
+/// ([`SHORT_ALLOWED`] or [`SHORT_NOT_CONSUMED`], limit, window, remaining,
+/// reset, grows_after: a check whose lock_started, delay, retry_after and
+/// taken are 0; most answers are, and each figure costs Redis ~300
+/// instructions to pack). One [`Outcome`] per check, `checks` in all (every request's, in
 /// order), and that `now` (when the allowed checks' units were taken; a
 /// Redis Cluster refund names it).
 pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Micros), ReplyError> {
@@ -247,10 +251,10 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
         let Some(head) = figures.get(..8) else {
             return Err(short("too few"));
         };
-        let width = if figure(head)? == SHORT_ALLOWED {
-            SHORT_WIDTH
-        } else {
-            OUTCOME_WIDTH
+        let head = figure(head)?;
+        let width = match head {
+            SHORT_ALLOWED | SHORT_NOT_CONSUMED => SHORT_WIDTH,
+            _ => OUTCOME_WIDTH,
         };
         let Some(o) = figures.get(..width * 8) else {
             return Err(short("a record cut short"));
@@ -261,10 +265,10 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
             *slot = figure(b)?;
         }
         if width == SHORT_WIDTH {
-            // Spread out as a full record: allowed, no lock started, no
-            // delay, no retry, nothing leased.
+            // Spread out as a full record: allowed (0) or not consumed
+            // (4), no lock started, no delay, no retry, nothing leased.
             let [_, limit, window, remaining, reset, grows, ..] = v;
-            v = [0, 0, 0, limit, window, remaining, reset, 0, grows, 0];
+            v = [head - 8, 0, 0, limit, window, remaining, reset, 0, grows, 0];
         }
         out.push(Outcome {
             status: match v[0] {
@@ -677,20 +681,21 @@ mod tests {
     }
 
     #[test]
-    fn a_short_record_is_an_allowed_check_of_six_figures() {
+    fn a_short_record_is_a_check_of_six_figures() {
         // A short record, a full one, a short one, then now.
         let (got, now) = outcomes(
             &ints(&[
                 8, 10, 60000000, 9, 60000000, 6000000, //
                 1, 0, 0, 3, 1000, 0, 1000, 7000, 7000, 0, //
                 8, 5, 1000, 4, 900, 200, //
+                12, 5, 1000, 5, 900, 200, //
                 42,
             ]),
-            3,
+            4,
         )
         .unwrap();
         assert_eq!(now, 42);
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4);
         let full = |o: &Outcome| {
             (
                 o.status,
@@ -724,6 +729,10 @@ mod tests {
         assert_eq!(
             full(&got[2]),
             (Status::Allowed, false, 0, 5, 1000, 4, 900, 0, 200, 0)
+        );
+        assert_eq!(
+            full(&got[3]),
+            (Status::NotConsumed, false, 0, 5, 1000, 5, 900, 0, 200, 0)
         );
         assert!(
             outcomes(&ints(&[8, 1, 1, 1, 1, 1, 42]), 2).is_err(),
