@@ -143,8 +143,9 @@ end
 
 -- The checks of the request being decided, by check number: its spec,
 -- the place of its state key (see the call's states below), the state to
--- store and its TTL, where its answer starts in OUT; for a sorted set, the loaded state and the params it
--- was decided under (its spec's, or its key's own), to store it; with a
+-- store and its TTL, where its answer starts in OUT (records are of two
+-- widths); for a sorted set, the loaded state and the params it was
+-- decided under (its spec's, or its key's own), to store it; with a
 -- lockout, the place of its lockout key.
 local D_SPEC, D_AT, D_NEW, D_TTL, D_O = {}, {}, {}, {}, {}
 local D_ST, D_P1, D_P2, D_P3, D_P4, D_LAT = {}, {}, {}, {}, {}, {}
