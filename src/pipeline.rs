@@ -46,7 +46,7 @@ use crate::metrics::Metrics;
 use crate::proxy::client::ResponseBody;
 use crate::proxy::headers::{
     grpc_deadline, incoming_request_id, rewrite_location, set_forwarded, strip_hop_by_hop,
-    to_http1, Forwarded, LocationView, X_REQUEST_ID,
+    strip_hop_by_hop_keeping_trailers, to_http1, Forwarded, LocationView, X_REQUEST_ID,
 };
 use crate::proxy::pool::{InFlight, UpstreamPool};
 use crate::proxy::tunnel::{self, Summary};
@@ -895,22 +895,6 @@ impl Done {
         record.emit(took, bytes, completed, tunnelled);
         let since_accept = now.saturating_duration_since(conn.started);
         conn.activity.end(since_accept.as_millis() as u64);
-    }
-}
-
-/// Strip hop-by-hop headers, then declare again the trailer fields the
-/// sender declared: `Trailer` is hop-by-hop, but hyper's HTTP/1 encoder only
-/// sends trailer fields the message declares, so the gateway re-declares them
-/// as part of its own framing.
-fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let declared: Vec<HeaderValue> = if headers.contains_key(header::TRAILER) {
-        headers.get_all(header::TRAILER).iter().cloned().collect()
-    } else {
-        Vec::new()
-    };
-    strip_hop_by_hop(headers, keep_upgrade);
-    for value in declared {
-        headers.append(header::TRAILER, value);
     }
 }
 
