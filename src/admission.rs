@@ -46,7 +46,7 @@ pub fn admit<'rt, 'req, B>(
     deny(client, server)?;
     head_size(req, server.max_header_bytes)?;
     method(req.method())?;
-    if req.version() < Version::HTTP_2 {
+    let host = if req.version() < Version::HTTP_2 {
         if ambiguous_framing {
             return Err(GatewayError::BadRequest {
                 reason: "both Content-Length and Transfer-Encoding",
@@ -54,9 +54,12 @@ pub fn admit<'rt, 'req, B>(
             });
         }
         framing(req.headers())?;
-        single_host(req)?;
-    }
-    let host = request_host(req)?;
+        // The field `single_host` found is the one `request_host` would
+        // look up again: checked here, one lookup for both.
+        single_host(req)?.map(host_field).transpose()?
+    } else {
+        request_host(req)?
+    };
     if host.is_none() && req.version() >= Version::HTTP_2 {
         // An HTTP/2 request names its host in `:authority` or Host.
         return Err(GatewayError::BadRequest {
@@ -162,8 +165,9 @@ pub fn framing(headers: &HeaderMap) -> Result<(), GatewayError> {
     Ok(())
 }
 
-/// HTTP/1: exactly one Host on HTTP/1.1 (HTTP/1.0 may send none).
-pub fn single_host<B>(req: &Request<B>) -> Result<(), GatewayError> {
+/// HTTP/1: exactly one Host on HTTP/1.1 (HTTP/1.0 may send none); the
+/// field, if there is one.
+pub fn single_host<B>(req: &Request<B>) -> Result<Option<&HeaderValue>, GatewayError> {
     let mut hosts = req.headers().get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
         (None, _) if req.version() == Version::HTTP_11 => Err(GatewayError::BadRequest {
@@ -174,7 +178,7 @@ pub fn single_host<B>(req: &Request<B>) -> Result<(), GatewayError> {
             reason: "several Host fields",
             close: true,
         }),
-        _ => Ok(()),
+        (host, _) => Ok(host),
     }
 }
 
@@ -192,15 +196,21 @@ pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayE
                 .map_err(|_| bad());
         }
     }
-    let Some(value) = req.headers().get(header::HOST) else {
-        return Ok(None);
+    req.headers().get(header::HOST).map(host_field).transpose()
+}
+
+/// A Host field's value, if it is a valid authority without user info.
+fn host_field(value: &HeaderValue) -> Result<HeaderValue, GatewayError> {
+    let bad = || GatewayError::BadRequest {
+        reason: "invalid Host",
+        close: true,
     };
     let bytes = value.as_bytes();
     if bytes.is_empty() || bytes.contains(&b'@') {
         return Err(bad());
     }
     if plain_host_and_port(bytes) {
-        return Ok(Some(value.clone()));
+        return Ok(value.clone());
     }
     let authority = http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
     // `Authority` accepts any text after the last ':'; a port must be digits.
@@ -208,7 +218,7 @@ pub fn request_host<B>(req: &Request<B>) -> Result<Option<HeaderValue>, GatewayE
     if authority.as_str()[host_end..].contains(':') && authority.port_u16().is_none() {
         return Err(bad());
     }
-    Ok(Some(value.clone()))
+    Ok(value.clone())
 }
 
 /// The common Host, checked without parsing (which copies it): a name or
@@ -228,7 +238,8 @@ fn plain_host_and_port(bytes: &[u8]) -> bool {
     let port_ok = port.is_none_or(|p| {
         (1..=5).contains(&p.len())
             && p.iter().all(u8::is_ascii_digit)
-            && std::str::from_utf8(p).is_ok_and(|p| p.parse::<u16>().is_ok())
+            // At most five digits: no overflow in a u32.
+            && p.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= u32::from(u16::MAX)
     });
     host_ok && port_ok
 }

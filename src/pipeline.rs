@@ -46,7 +46,7 @@ use crate::metrics::Metrics;
 use crate::proxy::client::ResponseBody;
 use crate::proxy::headers::{
     grpc_deadline, incoming_request_id, rewrite_location, set_forwarded, strip_hop_by_hop,
-    to_http1, Forwarded, LocationView, X_REQUEST_ID,
+    strip_hop_by_hop_keeping_trailers, to_http1, Forwarded, LocationView, X_REQUEST_ID,
 };
 use crate::proxy::pool::{InFlight, UpstreamPool};
 use crate::proxy::tunnel::{self, Summary};
@@ -193,7 +193,12 @@ async fn route_request(
     if ctx.rt.auth.is_some() {
         Box::pin(authenticate(&req, &route, ctx)).await?;
     }
-    let (req, mut reserve) = reserve_costs(req, &route, ctx).await?;
+    // Only a route with cost limits reads anything for them: the others
+    // neither build nor poll that stage's future.
+    let (req, mut reserve) = match meter::reserve::any(&route.limits) {
+        true => reserve_costs(req, &route, ctx).await?,
+        false => (req.map(ReqBody::Streaming), Vec::new()),
+    };
     let figures = match route.limits.is_empty() {
         true => Vec::new(),
         false => Box::pin(decide_limits(&req, &route, ctx, &mut reserve)).await?,
@@ -531,14 +536,21 @@ async fn forward(
                 // Only a body can end with trailers.
                 incoming = incoming.scrubbing(ctx.rt.trailer_scrub.clone());
             }
-            let (body, trailers) = request_body(
-                incoming,
-                &parts.headers,
-                parts.version,
-                server.max_body_bytes,
-                ctx.grpc,
-            )
-            .await?;
+            let (body, trailers) = match has_body {
+                true => {
+                    request_body(
+                        incoming,
+                        &parts.headers,
+                        parts.version,
+                        server.max_body_bytes,
+                        ctx.grpc,
+                    )
+                    .await?
+                }
+                // The usual GET: no future built and polled for nothing
+                // to read.
+                false => (ended_body(incoming), Vec::new()),
+            };
             (body, trailers, has_body)
         }
     };
@@ -898,22 +910,6 @@ impl Done {
     }
 }
 
-/// Strip hop-by-hop headers, then declare again the trailer fields the
-/// sender declared: `Trailer` is hop-by-hop, but hyper's HTTP/1 encoder only
-/// sends trailer fields the message declares, so the gateway re-declares them
-/// as part of its own framing.
-fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let declared: Vec<HeaderValue> = if headers.contains_key(header::TRAILER) {
-        headers.get_all(header::TRAILER).iter().cloned().collect()
-    } else {
-        Vec::new()
-    };
-    strip_hop_by_hop(headers, keep_upgrade);
-    for value in declared {
-        headers.append(header::TRAILER, value);
-    }
-}
-
 /// The Host the client sent (HTTP/2 `:authority`, else `Host`), for the
 /// access log, valid or not.
 fn raw_host<B>(req: &Request<B>) -> Option<HeaderValue> {
@@ -950,6 +946,15 @@ fn ip_hash(ip: IpAddr) -> u64 {
     splitmix64((bits as u64) ^ splitmix64((bits >> 64) as u64))
 }
 
+/// The body of a request whose body has ended already (the usual GET):
+/// nothing to box when it is empty.
+fn ended_body(incoming: ClientBody<Incoming>) -> Body {
+    match incoming.size_hint().exact() {
+        Some(0) => body::empty(),
+        _ => body::boxed(incoming),
+    }
+}
+
 /// The body to send upstream, and the names of trailer fields already
 /// known to follow it. Unlimited: streamed as it comes, what has already
 /// arrived of it read first ([`body::prefetch`]: a chunked body's bad chunk
@@ -972,12 +977,7 @@ async fn request_body(
     let malformed = body_error;
     let sized = admission::content_length(headers).is_some();
     if incoming.is_end_stream() {
-        // The usual GET: nothing to box.
-        let body = match incoming.size_hint().exact() {
-            Some(0) => body::empty(),
-            _ => body::boxed(incoming),
-        };
-        return Ok((body, Vec::new()));
+        return Ok((ended_body(incoming), Vec::new()));
     }
     match max {
         Some(max) if !sized && grpc => {
@@ -1032,15 +1032,13 @@ enum ReqBody {
 /// request if its limit applies ([`limit::decide_reserving`]), while an
 /// LLM body that cannot be read answers it here. A route one of whose limits needs
 /// the request body reads it whole first: up to `max_body_bytes` (413
-/// beyond), within `timeouts.body_read`.
+/// beyond), within `timeouts.body_read`. Only for a route with cost
+/// limits ([`meter::reserve::any`]).
 async fn reserve_costs(
     req: Request<Incoming>,
     route: &RouteRuntime,
     ctx: &mut Ctx<'_>,
 ) -> Result<(Request<ReqBody>, Vec<Option<Result<u64, GatewayError>>>), GatewayError> {
-    if !meter::reserve::any(&route.limits) {
-        return Ok((req.map(ReqBody::Streaming), Vec::new()));
-    }
     if !meter::reserve::needs_body(&route.limits) {
         let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, &[]);
         return Ok((req.map(ReqBody::Streaming), estimates));

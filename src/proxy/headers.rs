@@ -39,48 +39,93 @@ const MAX_REQUEST_ID_LEN: usize = 200;
 /// - With `keep_upgrade`, `Connection: upgrade` is only set when an Upgrade
 ///   header is actually present.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    // One pass over the names finds the hop-by-hop ones present (most
-    // messages carry none, or only `Connection`), as bits of `HOP_BY_HOP`;
-    // removing every candidate blindly would hash each of them.
-    let present = headers
-        .keys()
-        .filter_map(hop_by_hop_index)
-        .fold(0u16, |bits, i| bits | 1 << i);
+    strip(headers, keep_upgrade, false);
+}
+
+/// [`strip_hop_by_hop`], then declare again the trailer fields the sender
+/// declared: `Trailer` is hop-by-hop, but hyper's HTTP/1 encoder only sends
+/// trailer fields the message declares, so the gateway re-declares them as
+/// part of its own framing (appended last, after the removals).
+pub fn strip_hop_by_hop_keeping_trailers(headers: &mut HeaderMap, keep_upgrade: bool) {
+    strip(headers, keep_upgrade, true);
+}
+
+/// What one pass over a message's fields found of its hop-by-hop ones.
+#[derive(Default)]
+struct HopByHop {
+    /// The [`HOP_BY_HOP`] names present, as bits of their places.
+    present: u16,
+    /// The names Connection lists beyond `close`, `keep-alive`, `upgrade`.
+    named: Vec<HeaderName>,
+    /// Whether a TE value lists `trailers`.
+    te_trailers: bool,
+    /// The Trailer values, when asked for.
+    declared: Vec<HeaderValue>,
+}
+
+impl HopByHop {
+    /// One pass over every field (each value of a repeated one) reads all
+    /// it needs: looking Connection, TE and Trailer up afterwards would
+    /// hash and probe for each (an upstream's `Connection: keep-alive` is on
+    /// nearly every response).
+    fn read(headers: &HeaderMap, keep_declared: bool) -> HopByHop {
+        let mut found = HopByHop::default();
+        for (name, value) in headers {
+            let Some(i) = hop_by_hop_index(name) else {
+                continue;
+            };
+            found.present |= 1 << i;
+            match i {
+                CONNECTION_BIT => connection_names(value, &mut found.named),
+                TE_BIT => {
+                    found.te_trailers |= value
+                        .as_bytes()
+                        .split(|&b| b == b',')
+                        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
+                }
+                TRAILER_BIT if keep_declared => found.declared.push(value.clone()),
+                _ => {}
+            }
+        }
+        found
+    }
+}
+
+/// The header names a Connection value lists, added to `named`. The common
+/// `keep-alive` / `close` / `upgrade` tokens name nothing more.
+fn connection_names(value: &HeaderValue, named: &mut Vec<HeaderName>) {
+    for token in value.as_bytes().split(|&b| b == b',') {
+        let token = token.trim_ascii();
+        if token.is_empty()
+            || token.eq_ignore_ascii_case(b"close")
+            || token.eq_ignore_ascii_case(b"keep-alive")
+            || token.eq_ignore_ascii_case(b"upgrade")
+        {
+            continue;
+        }
+        // `from_bytes` lowercases; a token that is not a header name names
+        // nothing we could be holding.
+        if let Ok(name) = HeaderName::from_bytes(token) {
+            named.push(name);
+        }
+    }
+}
+
+/// [`strip_hop_by_hop`], re-declaring the Trailer values when
+/// `keep_declared` ([`strip_hop_by_hop_keeping_trailers`]).
+fn strip(headers: &mut HeaderMap, keep_upgrade: bool, keep_declared: bool) {
+    let HopByHop {
+        present,
+        named,
+        te_trailers,
+        declared,
+    } = HopByHop::read(headers, keep_declared);
     if present == 0 {
         return;
     }
-    // Names listed in Connection (looked up only when it is there, as TE
-    // below). The common `keep-alive` / `close` / `upgrade` tokens name
-    // nothing more.
-    let mut named: Vec<HeaderName> = Vec::new();
-    let listed = match present & 1 << CONNECTION_BIT {
-        0 => None,
-        _ => Some(headers.get_all(header::CONNECTION)),
-    };
-    for value in listed.into_iter().flatten() {
-        for token in value.as_bytes().split(|&b| b == b',') {
-            let token = token.trim_ascii();
-            if token.is_empty()
-                || token.eq_ignore_ascii_case(b"close")
-                || token.eq_ignore_ascii_case(b"keep-alive")
-                || token.eq_ignore_ascii_case(b"upgrade")
-            {
-                continue;
-            }
-            // `from_bytes` lowercases; a token that is not a header name names
-            // nothing we could be holding.
-            if let Ok(name) = HeaderName::from_bytes(token) {
-                named.push(name);
-            }
-        }
-    }
-    let te_trailers = present & 1 << TE_BIT != 0
-        && headers.get_all(header::TE).iter().any(|v| {
-            v.as_bytes()
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
-        });
-
+    // The names Connection lists first, then the fixed ones in their
+    // order: removals reorder the fields left (`HeaderMap` swaps the last
+    // into a removed one's place), so the order is kept as it was.
     let present = HOP_BY_HOP
         .iter()
         .enumerate()
@@ -97,6 +142,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
+    for value in declared {
+        headers.append(header::TRAILER, value);
+    }
 }
 
 /// The fixed hop-by-hop headers (and Connection, which may name more).
@@ -112,9 +160,10 @@ static HOP_BY_HOP: [HeaderName; 9] = [
     header::PROXY_AUTHENTICATE,
 ];
 
-/// Connection's and TE's places in [`HOP_BY_HOP`].
+/// Connection's, TE's and Trailer's places in [`HOP_BY_HOP`].
 const CONNECTION_BIT: usize = 0;
 const TE_BIT: usize = 3;
+const TRAILER_BIT: usize = 4;
 
 /// `name`'s place in [`HOP_BY_HOP`], if it is one of them.
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
