@@ -482,6 +482,19 @@ mod tests {
         }
     }
 
+    /// Takes `k` afresh and installs a lease of 160 units with `left` of
+    /// them, ending at `ends`.
+    fn install_of_160(t: &Arc<LeaseTable>, k: &StoreKey, left: u64, ends: Micros) {
+        let (_, claim) = take(t, k, 1, 0);
+        t.install(
+            claim,
+            Lease {
+                size: 160,
+                ..lease(left, ends)
+            },
+        );
+    }
+
     fn left(t: &Arc<LeaseTable>, k: &StoreKey, cost: u64, now: Micros) -> Option<u64> {
         match t.spend(k, cost, now, &params(100), false) {
             Spend::Local(o, ..) => Some(o.remaining - 50),
@@ -551,14 +564,7 @@ mod tests {
     async fn a_nearly_spent_lease_is_topped_up_ahead_to_its_size() {
         let t = Arc::new(LeaseTable::new(64));
         let k = key(1);
-        let (_, claim) = take(&t, &k, 1, 0);
-        t.install(
-            claim,
-            Lease {
-                size: 160,
-                ..lease(13, 1_000)
-            },
-        );
+        install_of_160(&t, &k, 13, 1_000);
         // 12, 11 left: nothing; 10 left (a sixteenth of 160): a top-up of 150.
         for want in [None, None, Some(150)] {
             let Spend::Local(_, _, top_up) = t.spend(&k, 1, 1, &params(100), true) else {
@@ -592,14 +598,7 @@ mod tests {
         assert_eq!(left(&t, &k, 90, 3), Some(0));
         assert_eq!(t.drain().len(), 0);
         // A block of another window replaces the lease, and hands it back.
-        let (_, claim) = take(&t, &k, 1, 0);
-        t.install(
-            claim,
-            Lease {
-                size: 160,
-                ..lease(11, 1_000)
-            },
-        );
+        install_of_160(&t, &k, 11, 1_000);
         let Spend::Local(_, _, Some(u)) = t.spend(&k, 1, 1, &params(100), true) else {
             panic!("a top-up")
         };

@@ -235,21 +235,21 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
             "dispatch: expected a string, got {reply:?}"
         )));
     };
-    let short = |why: &str| {
+    let bad = |why: &str| {
         ReplyError(format!(
             "dispatch: {} bytes for {checks} checks: {why}",
             bytes.len()
         ))
     };
     if bytes.len() < 8 || !bytes.len().is_multiple_of(8) {
-        return Err(short("not whole figures"));
+        return Err(bad("not whole figures"));
     }
     let (mut figures, now) = bytes.split_at(bytes.len() - 8);
     let now = figure(now)?;
     let mut out = Vec::with_capacity(checks);
     for _ in 0..checks {
         let Some(head) = figures.get(..8) else {
-            return Err(short("too few"));
+            return Err(bad("too few"));
         };
         let head = figure(head)?;
         let width = match head {
@@ -257,7 +257,7 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
             _ => OUTCOME_WIDTH,
         };
         let Some(o) = figures.get(..width * 8) else {
-            return Err(short("a record cut short"));
+            return Err(bad("a record cut short"));
         };
         figures = &figures[width * 8..];
         let mut v = [0u64; OUTCOME_WIDTH];
@@ -292,7 +292,7 @@ pub(crate) fn outcomes(reply: &Value, checks: usize) -> Result<(Vec<Outcome>, Mi
         });
     }
     if !figures.is_empty() {
-        return Err(short("too many"));
+        return Err(bad("too many"));
     }
     Ok((out, now))
 }
