@@ -16,7 +16,9 @@
 //! anything but the limit store, the upstream and the client.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,11 +75,33 @@ impl Handler for Pipeline {
     fn handle(&self, req: Request<Incoming>, conn: Arc<ConnInfo>) -> Responding {
         // `handle`'s own future, boxed: an async block around it would
         // copy the whole of it once more, into the block, on the first poll.
-        Box::pin(handle(req, self.shared.clone(), conn))
+        boxed_in_place(|| handle(req, self.shared.clone(), conn))
     }
 }
 
-/// Handle one request: never fails, every error becomes a response.
+/// The future `make` makes, in a box allocated first: made first and then
+/// boxed, all of it (several KB for a request's) was copied into the box.
+#[inline(always)]
+fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
+/// `$result`'s value; an error is answered by the gateway, from
+/// [`handle`]: its response, stamped by [`finish`].
+macro_rules! or_answer {
+    ($result:expr, $ctx:ident) => {
+        match $result {
+            Ok(value) => value,
+            Err(error) => return answer(error, $ctx),
+        }
+    };
+}
+
+/// Handle one request: never fails, every error becomes a response. The
+/// stages between identifying the client and the response head run here
+/// rather than in a function of their own: their future was copied whole
+/// (~4 KB) into this one's, and the request with it (`benches/RESULTS.md`,
+/// "Issue 27").
 async fn handle(
     req: Request<Incoming>,
     shared: Arc<Shared>,
@@ -86,15 +110,56 @@ async fn handle(
     let (shared, conn) = (&shared, &conn);
     let rt = shared.runtime.load_full();
     let mut ctx = Ctx::new(&req, &rt, shared, conn);
-    let response = match route_request(req, &mut ctx).await {
-        Ok(response) => response,
-        Err(error) => {
-            tracing::debug!(request_id = ctx.record.request_id.to_str().unwrap_or_default(), %error, "request answered by the gateway");
-            error
-                .response(&ctx.record.request_id, ctx.grpc)
-                .map(Reply::Local)
-        }
+    let route = or_answer!(admit(&req, &mut ctx), ctx);
+    // Authentication and the limits are boxed, and only awaited where they
+    // apply: each keeps a limit decision's state (its store call) across
+    // awaits, which would otherwise be part of every request's future,
+    // copied in at each level it is awaited through (`benches/RESULTS.md`,
+    // "Issue 27").
+    if ctx.rt.auth.is_some() {
+        or_answer!(
+            boxed_in_place(|| authenticate(&req, &route, &mut ctx)).await,
+            ctx
+        );
+    }
+    // Only a route with cost limits reads anything for them: the others
+    // neither build nor poll that stage's future.
+    let (req, mut reserve) = match meter::reserve::any(&route.limits) {
+        true => or_answer!(reserve_costs(req, &route, &mut ctx).await, ctx),
+        false => (req.map(ReqBody::Streaming), Vec::new()),
     };
+    let figures = match route.limits.is_empty() {
+        true => Vec::new(),
+        false => or_answer!(
+            boxed_in_place(|| decide_limits(&req, &route, &mut ctx, &mut reserve)).await,
+            ctx
+        ),
+    };
+    let max_body = ctx.rt.config.server.max_body_bytes;
+    or_answer!(admission::body_size(req.headers(), max_body), ctx);
+    let mut response = match &route.action {
+        Action::Respond {
+            status,
+            body,
+            headers,
+        } => respond(*status, body, headers).map(Reply::Local),
+        Action::Upstream(pool) => or_answer!(forward(req, &route, pool, &mut ctx).await, ctx),
+    };
+    add_route_limit_headers(
+        &mut response,
+        route.limit_response.headers,
+        &figures,
+        &route.limits,
+    );
+    finish(response, ctx)
+}
+
+/// A request the gateway answers itself with `error`'s response.
+fn answer(error: GatewayError, ctx: Ctx<'_>) -> Response<Body> {
+    tracing::debug!(request_id = ctx.record.request_id.to_str().unwrap_or_default(), %error, "request answered by the gateway");
+    let response = error
+        .response(&ctx.record.request_id, ctx.grpc)
+        .map(Reply::Local);
     finish(response, ctx)
 }
 
@@ -177,48 +242,6 @@ impl<'a> Ctx<'a> {
             llm: None,
         }
     }
-}
-
-/// The stages between identifying the client and the response head.
-async fn route_request(
-    req: Request<Incoming>,
-    ctx: &mut Ctx<'_>,
-) -> Result<Response<Reply>, GatewayError> {
-    let route = admit(&req, ctx)?;
-    // Authentication and the limits are boxed, and only awaited where they
-    // apply: each keeps a limit decision's state (its store call) across
-    // awaits, which would otherwise be part of every request's future,
-    // copied in at each level it is awaited through (`benches/RESULTS.md`,
-    // "Issue 27").
-    if ctx.rt.auth.is_some() {
-        Box::pin(authenticate(&req, &route, ctx)).await?;
-    }
-    // Only a route with cost limits reads anything for them: the others
-    // neither build nor poll that stage's future.
-    let (req, mut reserve) = match meter::reserve::any(&route.limits) {
-        true => reserve_costs(req, &route, ctx).await?,
-        false => (req.map(ReqBody::Streaming), Vec::new()),
-    };
-    let figures = match route.limits.is_empty() {
-        true => Vec::new(),
-        false => Box::pin(decide_limits(&req, &route, ctx, &mut reserve)).await?,
-    };
-    admission::body_size(req.headers(), ctx.rt.config.server.max_body_bytes)?;
-    let mut response = match &route.action {
-        Action::Respond {
-            status,
-            body,
-            headers,
-        } => respond(*status, body, headers).map(Reply::Local),
-        Action::Upstream(pool) => forward(req, &route, pool, ctx).await?,
-    };
-    add_route_limit_headers(
-        &mut response,
-        route.limit_response.headers,
-        &figures,
-        &route.limits,
-    );
-    Ok(response)
 }
 
 /// Stage: admission (deny list, head and Host checks, the path, the route:
