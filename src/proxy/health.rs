@@ -126,8 +126,20 @@ impl Health {
 
     /// Whether balancing may pick the target at `now`.
     pub fn is_up(&self, now: u64) -> bool {
-        !self.probed_down.load(Ordering::Relaxed)
-            && self.ejected_until.load(Ordering::Relaxed) <= now
+        self.is_up_when(|| now)
+    }
+
+    /// [`Health::is_up`], reading the clock (`now`) only for a target that
+    /// was ejected at some point: most never are, and balancing asks for
+    /// every request.
+    pub fn is_up_when(&self, now: impl FnOnce() -> u64) -> bool {
+        if self.probed_down.load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.ejected_until.load(Ordering::Relaxed) {
+            0 => true,
+            until => until <= now(),
+        }
     }
 
     /// Bring the recorded state up to `now`: an ejection ends by itself, so

@@ -169,10 +169,9 @@ impl UpstreamPool {
     /// Pick a target that is up and not in `tried`, for a client whose key
     /// hashes to `key`. With every untried target down, none.
     pub fn pick(&self, key: u64, tried: &[usize]) -> Option<usize> {
-        let now = health::now_ms();
         self.balancer.pick(
             key,
-            |t| !tried.contains(&t) && self.targets[t].health.is_up(now),
+            |t| !tried.contains(&t) && self.targets[t].health.is_up_when(health::now_ms),
             |t| self.targets[t].in_flight.load(Ordering::Relaxed),
         )
     }
