@@ -1455,7 +1455,14 @@ fn a_lone_call_reuses_a_ttl_up_to_a_64th_longer() {
         let (got, _) = dispatch_call(&mut conn, "a", &request, now, &mut ttls);
         assert_eq!(got[0].status, crate::Status::Allowed);
         let pttl = *ttls.values().next().expect("the state written");
-        assert_eq!(pttl, set, "at {} (needs {need})", now - start);
+        // Redis counts the TTL down from the write until PTTL reads it: a
+        // millisecond or two on a busy machine (the texts this tells apart
+        // differ by 10 s).
+        assert!(
+            (set - 1000..=set).contains(&pttl),
+            "at {}: PTTL {pttl}, set {set} (needs {need})",
+            now - start
+        );
         assert!(pttl <= max_dispatch_pttl((need as u64) * 1000));
     }
 }
