@@ -71,3 +71,4 @@ pub mod server;
 pub mod shared;
 pub mod simulate;
 pub mod tls;
+pub mod trace;

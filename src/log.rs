@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tollgate_limit::DecisionKind;
 
 use crate::auth::Identity;
+use crate::trace::context::TraceId;
 use tracing_subscriber::EnvFilter;
 
 /// The `tracing` target of access-log lines.
@@ -65,6 +66,8 @@ pub struct AccessRecord {
     /// The verified consumer, if any (the line's `consumer`, `tenant`,
     /// `plan`).
     pub consumer: Option<Identity>,
+    /// The request's trace (the line's `trace_id`, 32 hex digits).
+    pub trace_id: TraceId,
     /// When the request arrived.
     pub started: Instant,
 }
@@ -120,6 +123,7 @@ impl AccessRecord {
         tracing::info!(
             target: ACCESS_TARGET,
             request_id = self.request_id.to_str().unwrap_or_default(),
+            trace_id = %self.trace_id,
             client = %self.client,
             method = self.method.as_str(),
             host = self.host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or_default(),

@@ -57,6 +57,7 @@ use crate::route::matcher::strip_prefix;
 use crate::runtime::{Action, RouteRuntime, Runtime};
 use crate::server::{ConnInfo, Handler, Responding};
 use crate::shared::Shared;
+use crate::trace::context::{SpanId, TraceContext, TraceId};
 
 /// The gateway's request handler: every request of every traffic
 /// connection goes through `handle`.
@@ -201,6 +202,10 @@ struct Ctx<'a> {
     meters: Vec<meter::Meter>,
     /// The request read as an LLM request, for its response's reading.
     llm: Option<meter::llm::Seen>,
+    /// The trace the request belongs to (continued or started here).
+    trace: TraceContext,
+    /// The gateway's span for this hop: the parent the upstream sees.
+    span: SpanId,
 }
 
 impl<'a> Ctx<'a> {
@@ -217,8 +222,14 @@ impl<'a> Ctx<'a> {
             req.headers(),
             &rt.config.server.trusted_proxies,
         );
-        let request_id =
-            incoming_request_id(req.headers(), client.trusted).unwrap_or_else(new_request_id);
+        // The request id the gateway makes is a new trace id's digits (128
+        // random bits in hex, as a request id always was): a trace the
+        // gateway starts for the request has the request's id.
+        let own = TraceId::random();
+        let request_id = incoming_request_id(req.headers(), client.trusted)
+            .unwrap_or_else(|| request_id_of(&own));
+        // A trace the gateway starts is not sampled: nothing records it.
+        let trace = TraceContext::of_or_new(req.headers(), || own, || false);
         Ctx {
             rt,
             shared,
@@ -242,10 +253,13 @@ impl<'a> Ctx<'a> {
                 status: 0,
                 decision: DecisionKind::NotApplied,
                 consumer: None,
+                trace_id: trace.trace_id,
                 started,
             },
             meters: Vec::new(),
             llm: None,
+            trace,
+            span: SpanId::random(),
         }
     }
 }
@@ -612,6 +626,7 @@ async fn forward(
     if ctx.grpc {
         grpc_deadline(&mut headers, route.timeout);
     }
+    ctx.trace.set_headers(&mut headers, ctx.span);
     set_forwarded(
         &mut headers,
         &Forwarded {
@@ -952,17 +967,12 @@ fn raw_host<B>(req: &Request<B>) -> Option<HeaderValue> {
     })
 }
 
-/// A fresh request id: 128 random bits in hex.
-fn new_request_id() -> HeaderValue {
-    let mut id = [0u8; 32];
-    // 16 bytes always fit 32 hex digits; the fallback is never taken.
-    if hex::encode_to_slice(fastrand::u128(..).to_be_bytes(), &mut id).is_err() {
-        return HeaderValue::from_static("0");
-    }
+/// The request id written as `id`'s 32 hex digits.
+fn request_id_of(id: &TraceId) -> HeaderValue {
     // Shared from the start (one allocation holding the digits and a count):
     // the id goes upstream, back to the client and into the log, and each
     // copy is then a count, where a plain value's first copy allocates.
-    HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(id))
+    HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(*id.digits()))
         .unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
@@ -1195,7 +1205,10 @@ routes:
 
     #[test]
     fn request_ids_are_32_lowercase_hex_digits_and_differ() {
-        let (a, b) = (new_request_id(), new_request_id());
+        let (a, b) = (
+            request_id_of(&TraceId::random()),
+            request_id_of(&TraceId::random()),
+        );
         for id in [&a, &b] {
             let text = id.to_str().unwrap();
             assert_eq!(text.len(), 32);

@@ -160,21 +160,30 @@ fn unframe<M: prost::Message + Default>(mut body: Bytes) -> M {
 async fn serve_grpc(req: Request<Incoming>) -> Result<Response<GrpcBody>, Infallible> {
     let grpc_timeout = header(req.headers(), "grpc-timeout");
     let forwarded_proto = header(req.headers(), "x-forwarded-proto");
+    let traceparent = header(req.headers(), "traceparent");
     let path = req.uri().path().to_owned();
     let response = match path.as_str() {
         "/test.Echo/Unary" => {
             let svc = Unary(move |request: tonic::Request<Ping>| {
-                let (grpc_timeout, forwarded_proto) =
-                    (grpc_timeout.clone(), forwarded_proto.clone());
+                let (grpc_timeout, forwarded_proto, traceparent) = (
+                    grpc_timeout.clone(),
+                    forwarded_proto.clone(),
+                    traceparent.clone(),
+                );
                 async move {
                     let ping = request.into_inner();
                     tokio::time::sleep(Duration::from_millis(ping.delay_ms.into())).await;
-                    Ok(tonic::Response::new(Pong {
+                    let mut response = tonic::Response::new(Pong {
                         text: ping.text,
                         grpc_timeout,
                         forwarded_proto,
                         ..Pong::default()
-                    }))
+                    });
+                    // What the upstream saw of the trace, sent back.
+                    if let Ok(seen) = traceparent.parse() {
+                        response.metadata_mut().insert("x-seen-traceparent", seen);
+                    }
+                    Ok(response)
                 }
             });
             let codec = ProstCodec::<Pong, Ping>::default();
@@ -719,4 +728,37 @@ async fn request_trailers_reach_a_grpc_upstream() {
         assert_eq!(pong.text, "with trailers");
         assert_eq!(pong.request_trailers, "x-checksum=abc123", "{md:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_context_reaches_a_grpc_upstream_with_the_gateways_span() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const SENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let s = setup("").await;
+    let h2c = s.h2c().await;
+    let r = unary(
+        &h2c,
+        "/test.Echo/Unary",
+        ping("traced"),
+        &[("traceparent", SENT)],
+        None,
+    )
+    .await
+    .unwrap();
+    let seen = metadata(&r, "x-seen-traceparent").expect("the upstream saw a traceparent");
+    let f: Vec<&str> = seen.split('-').collect();
+    assert_eq!(f.len(), 4, "{seen}");
+    assert_eq!((f[0], f[1], f[3]), ("00", TRACE, "01"), "{seen}");
+    assert_eq!(f[2].len(), 16, "{seen}");
+    assert_ne!(f[2], "00f067aa0ba902b7", "the gateway's span is the parent");
+    // None sent: one started, with the same shape.
+    let r = unary(&h2c, "/test.Echo/Unary", ping("untraced"), &[], None)
+        .await
+        .unwrap();
+    let seen = metadata(&r, "x-seen-traceparent").expect("a trace was started");
+    let f: Vec<&str> = seen.split('-').collect();
+    assert_eq!(
+        (f.len(), f[0], f[1].len(), f[2].len(), f[3]),
+        (4, "00", 32, 16, "00")
+    );
 }

@@ -700,3 +700,36 @@ async fn any_upgrade_protocol_is_tunnelled_with_bytes_sent_early_by_either_side(
     assert_eq!(line["tunnel_end"], "client_closed");
     assert_eq!(line["bytes_in"], "early bytes|and more".len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_request_carries_the_trace_context_to_the_upstream() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let ws = WsEcho::start().await;
+    let gw = to_ws(&ws).start().await;
+    let mut request = format!("ws://{}/ws", gw.addr())
+        .into_client_request()
+        .unwrap();
+    let headers = request.headers_mut();
+    headers.insert(
+        "traceparent",
+        format!("00-{TRACE}-00f067aa0ba902b7-01").parse().unwrap(),
+    );
+    headers.insert("tracestate", "rojo=00f067aa0ba902b7".parse().unwrap());
+    let (mut client, response) =
+        tokio::time::timeout(STEP, tokio_tungstenite::connect_async(request))
+            .await
+            .expect("the WebSocket handshake timed out")
+            .expect("the handshake");
+    assert_eq!(response.status(), 101);
+    echo(&mut client, Message::text("traced")).await;
+    let head = ws.heads().pop().expect("the upstream saw the upgrade");
+    let seen = head
+        .header("traceparent")
+        .expect("a traceparent")
+        .to_string();
+    let f: Vec<&str> = seen.split('-').collect();
+    assert_eq!((f[0], f[1], f[3]), ("00", TRACE, "01"), "{seen}");
+    assert_ne!(f[2], "00f067aa0ba902b7", "the gateway's span is the parent");
+    assert_eq!(head.header("tracestate"), Some("rojo=00f067aa0ba902b7"));
+}

@@ -1,0 +1,3 @@
+//! Traces: W3C Trace Context through the gateway.
+
+pub mod context;
