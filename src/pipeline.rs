@@ -1,7 +1,7 @@
 //! One request's whole story, as an explicit pipeline of named stages:
 //!
 //! ```text
-//! load runtime -> identify client (Ctx::new)
+//! load runtime -> identify client, request id and trace (Ctx::new)
 //!   -> admit: deny list, head and Host checks, path, route (admission.rs)
 //!   -> decide_limits (limit/engine.rs, planned by limit/plan.rs)
 //!   -> check_body_size -> respond | forward (proxy/)
