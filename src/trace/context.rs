@@ -55,9 +55,8 @@ impl TraceId {
         }
     }
 
-    /// The trace id these 32 lower-case hex digits write, unless they are
-    /// not that or all zeros. A request id the gateway made is one (the
-    /// trace it starts for the request then has the request's id).
+    /// The trace id these 32 lower-case hex digits write (a `traceparent`'s
+    /// trace-id field), unless they are not that or all zeros.
     pub fn from_hex(digits: &[u8]) -> Option<TraceId> {
         let bytes = lower_hex::<16>(digits)?;
         let text: [u8; 32] = digits.try_into().ok()?;
