@@ -188,8 +188,7 @@ impl TraceContext {
         out[35] = b'-';
         hex_into(&span.0, &mut out[36..52]);
         out[52..55].copy_from_slice(if self.sampled { b"-01" } else { b"-00" });
-        HeaderValue::from_maybe_shared(bytes::Bytes::copy_from_slice(&out))
-            .expect("hex digits and dashes are a valid header value")
+        HeaderValue::from_bytes(&out).expect("hex digits and dashes are a valid header value")
     }
 
     /// Replaces the request's `traceparent` and `tracestate` with the ones
