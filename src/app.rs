@@ -52,6 +52,7 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
     };
     let shared = Shared::new(prepared.runtime);
     shared.runtime.load().start_health_checks(None);
+    shared.start_telemetry(&shared.runtime.load());
     let server = Server::new(
         shared.clone(),
         Pipeline::new(shared.clone()),

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use opentelemetry::KeyValue;
 use tollgate_limit::DecisionKind;
 
 use crate::auth::Identity;
@@ -142,5 +143,62 @@ impl AccessRecord {
             tunnel_end = tunnel.map(|t| t.end),
             "access"
         );
+    }
+}
+
+impl AccessRecord {
+    /// The name of the request's span (docs/traces.md): `<METHOD> <route>`,
+    /// or the method alone when no route matched.
+    pub fn span_name(&self) -> String {
+        match &self.route {
+            Some(route) => format!("{} {route}", self.method),
+            None => self.method.to_string(),
+        }
+    }
+
+    /// The attributes of the request's span: what its access-log line
+    /// says, under OpenTelemetry's HTTP names where there is one.
+    pub fn span_attributes(&self, bytes: u64, completed: bool) -> Vec<KeyValue> {
+        let text = |v: &http::HeaderValue| v.to_str().unwrap_or_default().to_owned();
+        let mut out = Vec::with_capacity(14);
+        out.push(KeyValue::new(
+            "http.request.method",
+            self.method.as_str().to_owned(),
+        ));
+        out.push(KeyValue::new("url.path", self.path.as_str().to_owned()));
+        out.push(KeyValue::new("client.address", self.client.to_string()));
+        out.push(KeyValue::new(
+            "http.response.status_code",
+            i64::from(self.status),
+        ));
+        out.push(KeyValue::new("tollgate.request_id", text(&self.request_id)));
+        out.push(KeyValue::new("tollgate.decision", self.decision.label()));
+        out.push(KeyValue::new("http.response.body.size", bytes as i64));
+        out.push(KeyValue::new("tollgate.completed", completed));
+        if let Some(host) = &self.host {
+            out.push(KeyValue::new("server.address", text(host)));
+        }
+        if let Some(route) = &self.route {
+            out.push(KeyValue::new("tollgate.route", route.to_string()));
+        }
+        if let Some(upstream) = &self.upstream {
+            out.push(KeyValue::new(
+                "tollgate.upstream.target",
+                upstream.to_string(),
+            ));
+        }
+        if let Some(identity) = &self.consumer {
+            out.push(KeyValue::new(
+                "tollgate.consumer",
+                identity.consumer.to_string(),
+            ));
+            if let Some(tenant) = &identity.tenant {
+                out.push(KeyValue::new("tollgate.tenant", tenant.to_string()));
+            }
+            if let Some(plan) = &identity.plan {
+                out.push(KeyValue::new("tollgate.plan", plan.to_string()));
+            }
+        }
+        out
     }
 }

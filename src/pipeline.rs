@@ -58,6 +58,8 @@ use crate::runtime::{Action, RouteRuntime, Runtime};
 use crate::server::{ConnInfo, Handler, Responding};
 use crate::shared::Shared;
 use crate::trace::context::{SpanId, TraceContext, TraceId};
+use crate::trace::span::Recording;
+use crate::trace::Hop;
 
 /// The gateway's request handler: every request of every traffic
 /// connection goes through `handle`.
@@ -206,6 +208,9 @@ struct Ctx<'a> {
     trace: TraceContext,
     /// The gateway's span for this hop: the parent the upstream sees.
     span: SpanId,
+    /// The request's spans, when its trace is sampled and `telemetry:` is
+    /// configured (docs/traces.md).
+    recording: Option<Box<Recording>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -228,8 +233,20 @@ impl<'a> Ctx<'a> {
         let own = TraceId::random();
         let request_id = incoming_request_id(req.headers(), client.trusted)
             .unwrap_or_else(|| request_id_of(&own));
-        // A trace the gateway starts is not sampled: nothing records it.
-        let trace = TraceContext::of_or_new(req.headers(), || own, || false);
+        // A trace the gateway starts is sampled as `telemetry.sample`
+        // says (not at all without `telemetry:`: nothing records it); a
+        // continued one as its parent says.
+        let telemetry = rt.telemetry.as_ref();
+        let trace = TraceContext::of_or_new(
+            req.headers(),
+            || own,
+            || telemetry.is_some_and(|t| t.sample(own.bytes())),
+        );
+        let span = SpanId::random();
+        let recording = match telemetry {
+            Some(t) if trace.sampled => Some(Box::new(Recording::start(t.clone(), &trace, span))),
+            _ => None,
+        };
         Ctx {
             rt,
             shared,
@@ -259,7 +276,8 @@ impl<'a> Ctx<'a> {
             meters: Vec::new(),
             llm: None,
             trace,
-            span: SpanId::random(),
+            span,
+            recording,
         }
     }
 }
@@ -313,8 +331,9 @@ async fn decide_limits<B>(
     let view = request_view(req, route, ctx);
     let metrics = &ctx.shared.metrics;
     let limiter = &ctx.rt.limiter;
+    let observer = Observed::of(ctx);
     let (decision, reserved) =
-        limit::decide_reserving(limiter, &route.limits, &view, metrics, reserve).await?;
+        limit::decide_reserving(limiter, &route.limits, &view, &observer, reserve).await?;
     let meters: Vec<meter::Meter> = match &decision {
         Decision::Allow { figures, .. } => reserved
             .into_iter()
@@ -337,6 +356,9 @@ async fn decide_limits<B>(
     };
     count_decisions(metrics, route, &decision);
     note_offenders(metrics, &route.limits, &decision, &view);
+    if let Some(recording) = ctx.recording.as_deref_mut() {
+        record_decisions(recording, &decision);
+    }
     ctx.meters = meters;
     ctx.record.decision = decision.kind();
     match decision {
@@ -440,6 +462,9 @@ async fn authenticate<B>(
             }
             metrics.auth(&route.name, AuthOutcome::LockedOut, true);
             note_offenders(metrics, std::slice::from_ref(f), &denied, &view);
+            if let Some(recording) = ctx.recording.as_deref_mut() {
+                record_decisions(recording, &denied);
+            }
             return Err(rejection(denied, route));
         }
     }
@@ -448,9 +473,13 @@ async fn authenticate<B>(
     metrics.auth(&route.name, outcome, judged.is_err());
     let mut charged = None;
     if let (AuthOutcome::Invalid, Some(f)) = (outcome, failures) {
+        let observer = Observed::of(ctx);
         let decision =
-            limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, metrics).await;
+            limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, &observer).await;
         note_offenders(metrics, std::slice::from_ref(f), &decision, &view);
+        if let Some(recording) = ctx.recording.as_deref_mut() {
+            record_decisions(recording, &decision);
+        }
         charged = Some(decision);
     }
     match judged {
@@ -649,7 +678,11 @@ async fn forward(
         body,
         upgrade,
     };
-    let (mut response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics).await?;
+    let hop = Hop {
+        context: &ctx.trace,
+        recording: ctx.recording.as_deref(),
+    };
+    let (mut response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics, hop).await?;
     let target = in_flight.label().clone();
     ctx.record.upstream = Some(target.clone());
     ctx.held.in_flight = Some(in_flight);
@@ -790,6 +823,44 @@ fn note_offenders(
     }
 }
 
+/// The limiter's observer for one request: the store-call metrics, and
+/// the request's store-call spans when it is recorded.
+struct Observed<'a> {
+    metrics: &'a Metrics,
+    recording: Option<&'a Recording>,
+}
+
+impl<'a> Observed<'a> {
+    fn of(ctx: &'a Ctx<'_>) -> Observed<'a> {
+        Observed {
+            metrics: &ctx.shared.metrics,
+            recording: ctx.recording.as_deref(),
+        }
+    }
+}
+
+impl tollgate_limit::Observer for Observed<'_> {
+    fn store_call(&self, store: &'static str, ok: bool, elapsed: Duration) {
+        self.metrics.store_call(store, ok, elapsed);
+        if let Some(recording) = self.recording {
+            recording.store_call(store, ok, elapsed);
+        }
+    }
+}
+
+/// Each limit's decision of `decision`, as an event of the request's span.
+fn record_decisions(recording: &mut Recording, decision: &Decision) {
+    let figures = match decision {
+        Decision::Allow { figures, .. } | Decision::Reject { figures, .. } => figures,
+        Decision::Unavailable | Decision::NotApplied => return,
+    };
+    for f in figures {
+        if let Some(kind) = DecisionKind::of_outcome(&f.outcome) {
+            recording.limit_decision(&f.name, kind.label(), f.outcome.remaining);
+        }
+    }
+}
+
 /// What a request holds until its response body ends: its place in the
 /// upstream target's in-flight count, and its concurrency leases.
 #[derive(Default)]
@@ -823,6 +894,7 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
         held,
         upgrade,
         mut record,
+        recording,
         ..
     } = ctx;
     response
@@ -838,6 +910,7 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
         route,
         held,
         record,
+        recording,
     };
     if let Some(sides) = upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS) {
         let response = response.map(body::boxed);
@@ -919,6 +992,7 @@ struct Done {
     route: Option<Arc<RouteRuntime>>,
     held: Held,
     record: AccessRecord,
+    recording: Option<Box<Recording>>,
 }
 
 impl Done {
@@ -931,6 +1005,7 @@ impl Done {
             route,
             held,
             record,
+            recording,
         } = self;
         drop(held);
         // One clock read for the metrics, the log line and the idle clock.
@@ -948,6 +1023,10 @@ impl Done {
             bytes_in: t.from_client,
             end: t.end.as_str(),
         });
+        if let Some(recording) = recording {
+            let attributes = record.span_attributes(bytes, completed);
+            recording.finish(record.span_name(), attributes, record.status);
+        }
         record.emit(took, bytes, completed, tunnelled);
         let since_accept = now.saturating_duration_since(conn.started);
         conn.activity.end(since_accept.as_millis() as u64);

@@ -239,6 +239,7 @@ impl Gateway {
         self.shared.observe_leases(&runtime.limiter);
         self.shared.runtime.store(runtime.clone());
         runtime.start_health_checks(Some(&current));
+        self.shared.start_telemetry(&runtime);
         for (addr, listener) in prepared.bound {
             self.server.serve(addr, listener);
         }

@@ -30,6 +30,7 @@ use crate::route::matcher::{HostMatcher, RequestMatcher};
 use crate::route::normalise::normalise_path;
 use crate::route::Router;
 use crate::tls::{self, TlsError};
+use crate::trace::export::Telemetry;
 
 /// One config generation, compiled.
 pub struct Runtime {
@@ -62,6 +63,9 @@ pub struct Runtime {
     /// What request trailers lose before they are forwarded
     /// ([`scrub_request_trailers`], and the identity headers).
     pub trailer_scrub: TrailerScrub,
+    /// Span export (`telemetry:`); shared with the previous generation
+    /// while the section is unchanged.
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// What a route does once matched.
@@ -194,6 +198,18 @@ fn trailer_scrub(auth: Option<Arc<Authenticator>>) -> TrailerScrub {
     })
 }
 
+/// The TLS listeners' config (`server.tls`), its files read now.
+fn server_tls(config: &Config) -> Result<Option<Arc<rustls::ServerConfig>>, BuildError> {
+    let Some(t) = &config.server.tls else {
+        return Ok(None);
+    };
+    let client_auth = t.client_auth.as_ref().map(|c| tls::ClientAuth {
+        ca: &c.ca,
+        required: c.required,
+    });
+    Ok(Some(tls::server_config(&t.certificates, client_auth)?))
+}
+
 /// Every route's `path` and `exact` must be a normalised path under the
 /// config's `escaped_slashes`: the form request paths are matched in.
 /// Validation catches the common mistakes with the field's line; this is
@@ -256,16 +272,12 @@ impl Runtime {
             .as_ref()
             .and_then(|c| c.failure_limit.as_ref())
             .and_then(|name| policies.get(name).cloned());
-        let tls = match &config.server.tls {
-            Some(t) => {
-                let client_auth = t.client_auth.as_ref().map(|c| tls::ClientAuth {
-                    ca: &c.ca,
-                    required: c.required,
-                });
-                Some(tls::server_config(&t.certificates, client_auth)?)
-            }
-            None => None,
-        };
+        let tls = server_tls(&config)?;
+
+        let telemetry = config
+            .telemetry
+            .as_ref()
+            .map(|t| Telemetry::build(t, previous.and_then(|p| p.telemetry.as_ref())));
 
         let mut matchers = Vec::with_capacity(config.routes.len());
         let mut routes = Vec::with_capacity(config.routes.len());
@@ -319,6 +331,7 @@ impl Runtime {
             trailer_scrub: trailer_scrub(auth.clone()),
             auth,
             failure_limit,
+            telemetry,
         })
     }
 

@@ -50,6 +50,14 @@ impl Shared {
         });
     }
 
+    /// Start `runtime`'s span export, if it has one (a kept export is
+    /// running already); its counters are this process's.
+    pub fn start_telemetry(&self, runtime: &crate::runtime::Runtime) {
+        if let Some(telemetry) = &runtime.telemetry {
+            telemetry.start(&self.metrics.spans);
+        }
+    }
+
     /// Whether shutdown has begun.
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)

@@ -41,6 +41,43 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// Verified clients (`consumers:`), if any.
     pub consumers: Option<super::consumers::ConsumersConfig>,
+    /// Span export (`telemetry:`), if configured.
+    pub telemetry: Option<TelemetryConfig>,
+}
+
+/// `telemetry:`: spans exported by OTLP (docs/configuration/telemetry.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// Where and how spans are sent.
+    pub otlp: OtlpConfig,
+    /// The share of new traces recorded (0 to 1); a continued trace
+    /// follows its parent's `sampled` flag.
+    pub sample: f64,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+}
+
+/// `telemetry.otlp`: the collector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpConfig {
+    /// The URL spans are sent to: for `http`, the full URL (`/v1/traces`
+    /// added to one without a path); for `grpc`, the server's address.
+    pub endpoint: Uri,
+    /// OTLP over HTTP (protobuf) or gRPC.
+    pub protocol: OtlpProtocol,
+    /// Headers (gRPC metadata) sent with every export, in file order.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// `telemetry.otlp.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (port 4318 by convention).
+    #[default]
+    Http,
+    /// OTLP/gRPC (port 4317 by convention).
+    Grpc,
 }
 
 impl Config {

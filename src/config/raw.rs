@@ -14,7 +14,7 @@ use super::consumers::{CertName, CredentialKind, JwtAlgorithm};
 use super::cost::{LlmApi, OnMissingUsage, OnUpstreamError, StreamUsage};
 use super::model::{
     Balance, ClientMatch, EscapedSlashes, HeaderStyle, KeySource, Mode, OnError, OnMissingKey,
-    ResponseFormat, TimeSource,
+    OtlpProtocol, ResponseFormat, TimeSource,
 };
 use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
 
@@ -22,7 +22,7 @@ use super::units::{Addr, Cidr, Dur, Rate, Size, Window};
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with fields server, admin, store, upstreams, limits, routes, consumers"
+    expecting = "a mapping with fields server, admin, store, upstreams, limits, routes, consumers, telemetry"
 )]
 pub(crate) struct RawConfig {
     pub server: Option<RawServer>,
@@ -34,6 +34,30 @@ pub(crate) struct RawConfig {
     pub limits: Ordered<RawLimit>,
     pub routes: Option<Vec<RawRoute>>,
     pub consumers: Option<RawConsumers>,
+    pub telemetry: Option<RawTelemetry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields otlp, sample, service_name"
+)]
+pub(crate) struct RawTelemetry {
+    pub otlp: Option<RawOtlp>,
+    pub sample: Option<f64>,
+    pub service_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with fields endpoint, protocol, headers"
+)]
+pub(crate) struct RawOtlp {
+    pub endpoint: Option<String>,
+    pub protocol: Option<OtlpProtocol>,
+    #[serde(default)]
+    pub headers: Ordered<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

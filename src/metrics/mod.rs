@@ -189,6 +189,26 @@ pub struct BackendLabels {
     pub backend: &'static str,
 }
 
+/// Labels of `tollgate_spans_dropped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpanDropLabels {
+    /// `queue_full` (the export queue was full when the request ended) or
+    /// `export_failed` (the collector did not take the batch in time).
+    pub reason: &'static str,
+}
+
+/// The span export's counters, handed to the exporter's task
+/// ([`crate::trace::export`]): clones share their values.
+#[derive(Clone, Debug)]
+pub struct SpanCounters {
+    /// `tollgate_spans_exported_total`.
+    pub exported: Counter,
+    /// `tollgate_spans_dropped_total{reason="queue_full"}`.
+    pub queue_full: Counter,
+    /// `tollgate_spans_dropped_total{reason="export_failed"}`.
+    pub export_failed: Counter,
+}
+
 /// Labels of `tollgate_config_reloads_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -304,6 +324,9 @@ pub struct Metrics {
     pub store_duration: Histograms<StoreLabels>,
     /// `tollgate_store_errors_total{backend}`.
     pub store_errors: Family<BackendLabels, Counter>,
+    /// `tollgate_spans_exported_total` and
+    /// `tollgate_spans_dropped_total{reason}`.
+    pub spans: SpanCounters,
     /// `tollgate_config_reloads_total{result}`.
     pub reloads: Family<ReloadLabels, Counter>,
     /// `tollgate_config_generation`.
@@ -446,6 +469,7 @@ impl Metrics {
                 "Limit store calls that failed, by backend",
                 Family::<BackendLabels, Counter>::default(),
             ),
+            spans: span_counters(r),
             reloads: registered(
                 r,
                 "tollgate_config_reloads",
@@ -747,6 +771,29 @@ impl Default for Metrics {
 
 /// The limiter's store calls reach the store metrics
 /// (`tollgate_store_duration_seconds`, `tollgate_store_errors_total`).
+/// The span export's counters, registered; both drop reasons exist from
+/// the start, at 0.
+fn span_counters(r: &mut Registry) -> SpanCounters {
+    let exported = registered(
+        r,
+        "tollgate_spans_exported",
+        "Spans the OTLP collector accepted",
+        Counter::default(),
+    );
+    let dropped = registered(
+        r,
+        "tollgate_spans_dropped",
+        "Spans not exported, by reason (queue_full, export_failed)",
+        Family::<SpanDropLabels, Counter>::default(),
+    );
+    let reason = |reason| dropped.get_or_create(&SpanDropLabels { reason }).clone();
+    SpanCounters {
+        exported,
+        queue_full: reason("queue_full"),
+        export_failed: reason("export_failed"),
+    }
+}
+
 impl tollgate_limit::Observer for Metrics {
     /// Count one store call of `backend` that took `took`.
     fn store_call(&self, backend: &'static str, ok: bool, took: Duration) {

@@ -19,6 +19,9 @@ use smallvec::SmallVec;
 use crate::body::{Body, ClientFault, UpstreamBody};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
+use crate::trace::context::{SpanId, TRACEPARENT};
+use crate::trace::span::{Attempt, Recording};
+use crate::trace::Hop;
 use client::ResponseBody;
 use pool::{InFlight, UpstreamPool};
 
@@ -84,6 +87,7 @@ pub async fn forward(
     pool: &Arc<UpstreamPool>,
     mut out: Outbound,
     metrics: &Metrics,
+    hop: Hop<'_>,
 ) -> Result<(Response<ResponseBody>, InFlight), GatewayError> {
     // Each attempt goes to a target not tried yet.
     let attempts = (pool.config.retries as usize + 1).min(pool.targets.len());
@@ -133,6 +137,19 @@ pub async fn forward(
             out.headers.clone()
         };
         request_headers.insert(header::HOST, host_value);
+        // A recorded attempt's span is the upstream's parent; a retry is
+        // another hop, with a span id of its own.
+        let attempt = hop.recording.map(Recording::attempt);
+        match &attempt {
+            Some(a) => {
+                request_headers.insert(TRACEPARENT.clone(), hop.context.traceparent(a.span));
+            }
+            None if tried.len() > 1 => {
+                let span = SpanId::random();
+                request_headers.insert(TRACEPARENT.clone(), hop.context.traceparent(span));
+            }
+            None => {}
+        }
         let mut request = Request::new(this_body);
         *request.method_mut() = out.method.clone();
         *request.uri_mut() = uri;
@@ -154,6 +171,23 @@ pub async fn forward(
         };
         let took = started.elapsed();
         metrics.pool_upstream(&pool.metrics, &pool.name, (target, &t.label), outcome, took);
+        if let (Some(recording), Some(attempt)) = (hop.recording, attempt) {
+            let status = result
+                .as_ref()
+                .ok()
+                .and_then(|r| r.as_ref().ok())
+                .map(|r| r.status());
+            record_attempt(
+                recording,
+                attempt,
+                pool,
+                t,
+                &out.method,
+                tried.len(),
+                status,
+                outcome,
+            );
+        }
         match result {
             Ok(Ok(response)) => {
                 pool.record(target, !response.status().is_server_error());
@@ -193,4 +227,50 @@ pub async fn forward(
         }
     }
     Err(last_error)
+}
+
+/// A recorded attempt's span: `upstream <pool>`, its target, method, number
+/// (1 for the first) and what came of it (`outcome`: `response`, `error`,
+/// `timeout`; a response's status; a 5xx or no response is an error).
+#[allow(clippy::too_many_arguments)]
+fn record_attempt(
+    recording: &Recording,
+    attempt: Attempt,
+    pool: &UpstreamPool,
+    target: &pool::Target,
+    method: &Method,
+    number: usize,
+    status: Option<http::StatusCode>,
+    outcome: &'static str,
+) {
+    use opentelemetry::KeyValue;
+    let mut attributes = vec![
+        KeyValue::new("http.request.method", method.as_str().to_owned()),
+        KeyValue::new("tollgate.upstream", pool.name.to_string()),
+        KeyValue::new("tollgate.upstream.target", target.label.to_string()),
+        KeyValue::new("server.address", target.authority.host().to_owned()),
+        KeyValue::new("tollgate.attempt", number as i64),
+    ];
+    if let Some(port) = target.authority.port_u16() {
+        attributes.push(KeyValue::new("server.port", i64::from(port)));
+    }
+    let error = match status {
+        Some(status) => {
+            attributes.push(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status.as_u16()),
+            ));
+            status.is_server_error().then_some("upstream 5xx")
+        }
+        None => {
+            attributes.push(KeyValue::new("error.type", outcome));
+            Some(outcome)
+        }
+    };
+    recording.end_attempt(
+        attempt,
+        format!("upstream {}", pool.name),
+        attributes,
+        error,
+    );
 }

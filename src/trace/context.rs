@@ -63,6 +63,12 @@ impl TraceId {
         (bytes != [0; 16]).then_some(TraceId(text))
     }
 
+    /// The id's 16 bytes.
+    pub fn bytes(&self) -> [u8; 16] {
+        // Only hex digits are ever stored.
+        lower_hex::<16>(&self.0).unwrap_or_default()
+    }
+
     /// The id's 32 lower-case hex digits, as bytes.
     pub fn digits(&self) -> &[u8; 32] {
         &self.0

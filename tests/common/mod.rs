@@ -21,6 +21,7 @@ pub mod jwt;
 pub mod limits;
 pub mod llm;
 pub mod one_route;
+pub mod otlp;
 pub mod pattern;
 pub mod pki;
 pub mod raw;

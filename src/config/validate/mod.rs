@@ -6,7 +6,7 @@
 //! validation context (`Ctx`): `server` (listeners, timeouts, rejection
 //! responses), `admin`, `store`, `upstreams`, `limits` (policies, lockouts,
 //! overrides) with `params` (each algorithm's parameters), and `routes`
-//! with `matchers` (a route's `match:`). `validate` takes the sections in
+//! with `matchers` (a route's `match:`), and `telemetry`. `validate` takes the sections in
 //! that order, so a later one reads what an earlier one settled (routes
 //! name upstreams and limits, the admin listener avoids the server's).
 
@@ -20,6 +20,7 @@ mod params;
 mod routes;
 mod server;
 mod store;
+mod telemetry;
 mod upstreams;
 
 use std::time::Duration;
@@ -93,6 +94,10 @@ pub(crate) fn validate(
             leased.join(", ")
         ));
     }
+    let telemetry = match raw.telemetry {
+        Some(t) => Some(ctx.telemetry(t)?),
+        None => None,
+    };
     let config = Config {
         server,
         admin,
@@ -101,6 +106,7 @@ pub(crate) fn validate(
         limits,
         routes,
         consumers,
+        telemetry,
     };
     Ok((config, ctx.warnings))
 }
