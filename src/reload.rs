@@ -276,6 +276,11 @@ impl Gateway {
         if returned > 0 {
             tracing::info!(leases = returned, "leases given back");
         }
+        // The last requests' spans go out before the process ends (within
+        // one export's timeout).
+        if let Some(telemetry) = &self.shared.runtime.load().telemetry {
+            telemetry.flush(crate::trace::export::EXPORT_TIMEOUT).await;
+        }
     }
 }
 

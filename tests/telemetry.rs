@@ -478,3 +478,29 @@ async fn a_reload_changes_the_exporter_without_dropping_requests() {
     assert!(first.spans().iter().all(|s| s.protocol == Protocol::Http));
     assert!(second.spans().iter().all(|s| s.protocol == Protocol::Grpc));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_spans_are_sent_at_shutdown() {
+    let (collector, echo, down) = (
+        Collector::start().await,
+        Echo::start("e").await,
+        ClosedPort::bind(),
+    );
+    let mut gw = Gateway::start(&config(&echo, &down, &collector.url(), "http", "1")).await;
+    let t = trace_id(8);
+    assert_eq!(
+        get(&gw, "/local", &[("traceparent", &parent(&t))]).await,
+        204
+    );
+    // Before the batch's second is up: only the shutdown's flush sends it.
+    gw.sigterm();
+    let status = gw.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert_eq!(
+        collector
+            .wait_trace(&t, 1, Duration::from_secs(1))
+            .await
+            .len(),
+        1
+    );
+}

@@ -1592,3 +1592,95 @@ fn header_styles_include_draft10_where_standard_is_accepted() {
     );
     assert!(e.to_string().contains("draft10"), "{e}");
 }
+
+// ----- telemetry -----
+
+#[test]
+fn telemetry_as_the_spec_writes_it() {
+    let loaded = ok("telemetry:\n  otlp: { endpoint: \"http://127.0.0.1:4318\", protocol: http }\n  sample: 0.01\n  service_name: tollgate\n");
+    let t = loaded.config.telemetry.expect("telemetry");
+    assert_eq!(
+        t.otlp.endpoint.to_string(),
+        "http://127.0.0.1:4318/v1/traces",
+        "an HTTP endpoint without a path takes OTLP's traces path"
+    );
+    assert_eq!(t.otlp.protocol, OtlpProtocol::Http);
+    assert!(t.otlp.headers.is_empty());
+    assert_eq!((t.sample, t.service_name.as_str()), (0.01, "tollgate"));
+
+    let loaded = ok("telemetry:\n  otlp:\n    endpoint: \"http://collector:4317\"\n    protocol: grpc\n    headers: { Authorization: \"Bearer x\", x-scope: a }\n");
+    let t = loaded.config.telemetry.expect("telemetry");
+    assert_eq!(t.otlp.endpoint.to_string(), "http://collector:4317/");
+    assert_eq!(t.otlp.protocol, OtlpProtocol::Grpc);
+    assert_eq!(t.otlp.headers.len(), 2);
+    assert_eq!(
+        t.otlp.headers[0].0,
+        HeaderName::from_static("authorization")
+    );
+    assert_eq!((t.sample, t.service_name.as_str()), (1.0, "tollgate"));
+    let kept = ok("telemetry:\n  otlp: { endpoint: \"http://c:4318/custom/traces\" }\n");
+    assert_eq!(
+        kept.config.telemetry.unwrap().otlp.endpoint.to_string(),
+        "http://c:4318/custom/traces",
+        "a path given is the URL spans are posted to"
+    );
+    assert!(ok("").config.telemetry.is_none());
+}
+
+#[test]
+fn telemetry_errors_name_the_field_and_line() {
+    let e = err_at("telemetry:\n  sample: 0.5\n", "telemetry.otlp", 2);
+    assert!(e.message.contains("required"), "{e}");
+    err_at(
+        "telemetry:\n  otlp: { protocol: grpc }\n",
+        "telemetry.otlp.endpoint",
+        2,
+    );
+    let e = err_at(
+        "telemetry:\n  otlp: { endpoint: \"https://api.honeycomb.io\" }\n",
+        "telemetry.otlp.endpoint",
+        2,
+    );
+    assert!(
+        e.message.contains("TLS to the collector is not supported"),
+        "{e}"
+    );
+    let e = err_at(
+        "telemetry:\n  otlp: { endpoint: \"127.0.0.1:4318\" }\n",
+        "telemetry.otlp.endpoint",
+        2,
+    );
+    assert!(e.message.contains("http://"), "{e}");
+    let e = err_at(
+        "telemetry:\n  otlp: { endpoint: \"http://c:4317/v1/traces\", protocol: grpc }\n",
+        "telemetry.otlp.endpoint",
+        2,
+    );
+    assert!(e.message.contains("without a path"), "{e}");
+    let e = err("telemetry:\n  otlp: { endpoint: \"http://c\", protocol: thrift }\n");
+    assert!(e.message.contains("thrift"), "{e}");
+    let e = err_at(
+        "telemetry:\n  otlp:\n    endpoint: \"http://c\"\n    headers: { content-type: x }\n",
+        "telemetry.otlp.headers.content-type",
+        4,
+    );
+    assert!(e.message.contains("set by the export itself"), "{e}");
+    err_at(
+        "telemetry:\n  otlp:\n    endpoint: \"http://c\"\n    headers: { \"bad name\": x }\n",
+        "telemetry.otlp.headers.bad name",
+        4,
+    );
+    for bad in ["1.5", "-0.1", ".nan"] {
+        let e = err_at(
+            &format!("telemetry:\n  otlp: {{ endpoint: \"http://c\" }}\n  sample: {bad}\n"),
+            "telemetry.sample",
+            3,
+        );
+        assert!(e.message.contains("between 0 and 1"), "{bad}: {e}");
+    }
+    err_at(
+        "telemetry:\n  otlp: { endpoint: \"http://c\" }\n  service_name: \"\"\n",
+        "telemetry.service_name",
+        3,
+    );
+}

@@ -20,7 +20,7 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample, SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{OtlpProtocol, TelemetryConfig};
 use crate::metrics::SpanCounters;
@@ -55,6 +55,10 @@ pub struct Telemetry {
     pending: Mutex<Option<mpsc::Receiver<SpanData>>>,
     /// The counters, once started.
     counters: OnceLock<SpanCounters>,
+    /// Asks the task to send everything queued now ([`Telemetry::flush`]).
+    flushes: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    /// The flush requests' receiving side, until the task takes it.
+    pending_flushes: Mutex<Option<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>,
     /// The scope every span names (`tollgate`, the gateway's version).
     pub(crate) scope: InstrumentationScope,
 }
@@ -70,12 +74,15 @@ impl Telemetry {
             return kept.clone();
         }
         let (queue, pending) = mpsc::channel(QUEUE_CAPACITY);
+        let (flushes, pending_flushes) = mpsc::unbounded_channel();
         std::sync::Arc::new(Telemetry {
             config: config.clone(),
             sampler: Sampler::TraceIdRatioBased(config.sample),
             queue,
             pending: Mutex::new(Some(pending)),
             counters: OnceLock::new(),
+            flushes,
+            pending_flushes: Mutex::new(Some(pending_flushes)),
             scope: InstrumentationScope::builder("tollgate")
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
@@ -90,12 +97,26 @@ impl Telemetry {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let Some(receiver) = receiver else {
+        let flushes = self
+            .pending_flushes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let (Some(receiver), Some(flushes)) = (receiver, flushes) else {
             return;
         };
         let _ = self.counters.set(counters.clone());
         let (config, counters) = (self.config.clone(), counters.clone());
-        tokio::spawn(run(receiver, config, counters));
+        tokio::spawn(run(receiver, flushes, config, counters));
+    }
+
+    /// Send every span queued now, waiting up to `within` for it (at
+    /// shutdown: the last requests' spans are not lost with the process).
+    pub async fn flush(&self, within: Duration) {
+        let (done, sent) = oneshot::channel();
+        if self.flushes.send(done).is_ok() {
+            let _ = tokio::time::timeout(within, sent).await;
+        }
     }
 
     /// Whether a new trace (`trace_id`, 16 bytes) is recorded: the SDK's
@@ -127,10 +148,12 @@ impl Telemetry {
 
 /// The export task: batches of up to [`BATCH_SIZE`] spans, each sent when
 /// full or [`FLUSH_INTERVAL`] after its first span, one export at a time;
-/// when the queue closes (the export was replaced or the gateway stops),
-/// what is left is sent and the task ends.
+/// a flush (shutdown) sends everything queued at once; when the queue
+/// closes (the export was replaced), what is left is sent and the task
+/// ends.
 async fn run(
     mut receiver: mpsc::Receiver<SpanData>,
+    mut flushes: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
     config: TelemetryConfig,
     counters: SpanCounters,
 ) {
@@ -141,21 +164,42 @@ async fn run(
             None
         }
     };
+    let exporter = exporter.as_ref();
     let mut batch = Vec::with_capacity(BATCH_SIZE);
+    let mut flush_at = tokio::time::Instant::now();
     loop {
-        if receiver.recv_many(&mut batch, BATCH_SIZE).await == 0 {
-            break;
-        }
-        let flush_at = tokio::time::Instant::now() + FLUSH_INTERVAL;
-        while batch.len() < BATCH_SIZE {
-            let room = BATCH_SIZE - batch.len();
-            match tokio::time::timeout_at(flush_at, receiver.recv_many(&mut batch, room)).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+        let room = BATCH_SIZE - batch.len();
+        tokio::select! {
+            n = receiver.recv_many(&mut batch, room) => {
+                if n == 0 {
+                    break;
+                }
+                if batch.len() == n {
+                    flush_at = tokio::time::Instant::now() + FLUSH_INTERVAL;
+                }
+                if batch.len() >= BATCH_SIZE {
+                    export(exporter, std::mem::take(&mut batch), &counters).await;
+                }
+            }
+            () = tokio::time::sleep_until(flush_at), if !batch.is_empty() => {
+                export(exporter, std::mem::take(&mut batch), &counters).await;
+            }
+            Some(done) = flushes.recv() => {
+                while let Ok(span) = receiver.try_recv() {
+                    batch.push(span);
+                    if batch.len() >= BATCH_SIZE {
+                        export(exporter, std::mem::take(&mut batch), &counters).await;
+                    }
+                }
+                if !batch.is_empty() {
+                    export(exporter, std::mem::take(&mut batch), &counters).await;
+                }
+                let _ = done.send(());
             }
         }
-        let spans = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_SIZE));
-        export(exporter.as_ref(), spans, &counters).await;
+    }
+    if !batch.is_empty() {
+        export(exporter, batch, &counters).await;
     }
     if let Some(exporter) = exporter {
         let _ = exporter.shutdown();
