@@ -1024,7 +1024,7 @@ impl Done {
             end: t.end.as_str(),
         });
         if let Some(recording) = recording {
-            let attributes = record.span_attributes(bytes, completed);
+            let attributes = record.span_attributes(completed, recording.store_outcome());
             recording.finish(record.span_name(), attributes, record.status);
         }
         record.emit(took, bytes, completed, tunnelled);

@@ -241,6 +241,8 @@ def report(results_path):
         load = "wrk/oha, upstream nginx and Redis"
     else:
         load = "wrk/oha and the upstream nginx"
+    if any(n.startswith("tg-otel-") for n, _ in present):
+        load += ", and the OTLP sink (examples/otlp_sink.rs)"
     if cores_only:
         w(f"- pinning: each proxy on CPUs {meta['proxy_cpu']} and {meta['load_cpu']}; {load} on CPU {meta['load_cpu']}")
     else:
@@ -320,9 +322,12 @@ def main_tables(w, meta, by, m, total, present):
           f"A = {fmt(meta.get('rate'))} req/s (half NGINX's maximum), B = {fmt(meta.get('rate_lo'))} req/s "
           "(half tollgate's)")
     else:
+        basis = meta.get("rate_basis")
         w(f"Latency at a fixed rate (oha, open loop, 64 connections, corrected for coordinated omission) and cost: "
-          f"A = {fmt(meta.get('rate'))} req/s (half tollgate's maximum with 3 memory limits, no auth); no B here; "
-          "no fixed-rate figure for the new-token-per-request row (oha sends one header value)")
+          f"A = {fmt(meta.get('rate'))} req/s ("
+          + (f"{basis}); no B here" if basis else
+             "half tollgate's maximum with 3 memory limits, no auth); no B here; "
+             "no fixed-rate figure for the new-token-per-request row (oha sends one header value)"))
     w("")
     w("| scenario | A: p50 / p99 ms | A: added p50 / p99 ms | B: p50 / p99 ms | B: added p50 / p99 ms | "
       "proxy CPU s per 10k req (A) | RSS MiB | Redis per req: calls / cmds / µs (fallbacks) |")
@@ -381,6 +386,8 @@ def main_tables(w, meta, by, m, total, present):
         ("tollgate deny cache (Redis) ÷ NGINX return 429", "tg-deny-redis", "nginx-429"),
         ("tollgate access log ÷ NGINX access log", "tg-log", "nginx-log"),
         ("tollgate access log ÷ tollgate no log", "tg-log", "tg"),
+        ("telemetry sample 1.0 ÷ off (spans exported by OTLP/HTTP)", "tg-otel-1", "tg"),
+        ("telemetry sample 0.01 ÷ off (spans exported by OTLP/HTTP)", "tg-otel-001", "tg"),
         ("JWT, the same token ÷ no auth (3 limits memory)", "tg-jwt-mem", "tg-lim-mem"),
         ("JWT, a new token per request ÷ no auth (3 limits memory)", "tg-jwt-fresh", "tg-lim-mem"),
         ("API key ÷ no auth (3 limits memory)", "tg-key-mem", "tg-lim-mem"),
@@ -414,6 +421,7 @@ def main_tables(w, meta, by, m, total, present):
           f"{fmt(m('tg-lease-redis', 'max64', 'redis_per_req'), 4)} commands in all; "
           f"leased ÷ memory at 64 connections {r} (target >= 0.95).")
         w("")
+    otel_section(w, meta, by, m, total)
     auth_section(w, meta, by, m, total)
     mem_table(w, meta)
 
@@ -431,6 +439,74 @@ def main_tables(w, meta, by, m, total, present):
             w(f"- {note}")
         if rl.get("notes"):
             w("")
+
+
+# The telemetry rows: sample, and the req/s 64c ratio to telemetry off
+# (issue 28) they must reach.
+OTEL_ROWS = (("tg-otel-1", "1.0", 0.9), ("tg-otel-001", "0.01", 0.98))
+
+
+def otel_section(w, meta, by, m, total):
+    """Issue 28: span export's cost against the same gateway with telemetry
+    off, with its targets, and what became of the spans."""
+    rows = [r for r in OTEL_ROWS if (r[0], "max64") in by]
+    if not rows or ("tg", "max64") not in by:
+        return
+    w("#### Span export (issue 28: `telemetry:`, OTLP/HTTP to a local sink)")
+    w("")
+    w("Every row: the route of \"tollgate, no limits\" (telemetry off), plus `telemetry:` exporting every "
+      "recorded trace's spans by OTLP/HTTP (protobuf) to examples/otlp_sink.rs, which counts them, on the load CPU; "
+      "`sample` = the share of new traces recorded (wrk sends no traceparent, so every request starts one).")
+    w("")
+    w("| ratio (medians) | req/s 64c | req/s 256c | p99 64c | capacity by CPU 64c | sink CPU % 64c | "
+      "target (req/s 64c) |")
+    w("|---|---:|---:|---:|---:|---:|---|")
+
+    def r(a, b, phase="max64", field="rps"):
+        return ratio(m(a, phase, field), m(b, phase, field))
+
+    for name, sample, want in rows:
+        a, b = m(name, "max64", "rps"), m("tg", "max64", "rps")
+        ok = "-" if a is None or not b else ("met" if a / b >= want else "**not met**")
+        w(f"| telemetry sample {sample} ÷ off | {r(name, 'tg')} | {r(name, 'tg', 'max256')} | "
+          f"{r(name, 'tg', 'max64', 'p99_us')} | {r('tg', name, 'max64', 'cpu_per_10k')} | "
+          f"{fmt(m(name, 'max64', 'sink_cpu_pct'), 1)} | >= {want}: {ok} |")
+    w("")
+    w("Capacity by CPU = telemetry off's proxy CPU per request ÷ this row's (utime + stime over the 64-connection "
+      "runs): the req/s ratio the proxy's own work allows. Sink CPU % = the share of the load core the sink "
+      "(decoding every batch) took during the 64-connection runs, away from wrk and the upstream.")
+    w("")
+    spans = meta.get("otel_spans", {})
+    w("Spans, from each gateway's `/metrics` after its runs (`tollgate_spans_exported_total`, "
+      "`tollgate_spans_dropped_total` by reason; warm-up and start-up checks included):")
+    w("")
+    w("| row | requests measured | spans exported | exported per measured request | dropped: queue_full | "
+      "dropped: export_failed |")
+    w("|---|---:|---:|---:|---:|---:|")
+    exported_all = dropped_all = 0
+    for name, sample, _ in rows:
+        c = spans.get(name, {})
+        reqs = sum(total(name, p, "requests") for p in PHASES)
+        ex, qf, ef = c.get("exported"), c.get("queue_full"), c.get("export_failed")
+        exported_all += ex or 0
+        dropped_all += (qf or 0) + (ef or 0)
+        w(f"| sample {sample} | {fmt(reqs)} | {fmt(ex)} | {fmt(None if ex is None or not reqs else ex / reqs, 3)} | "
+          f"{fmt(qf)} | {fmt(ef)} |")
+    w("")
+    sink = meta.get("otel_sink")
+    if sink:
+        w(f"The sink received {sink['spans']:,} spans in {sink['batches']:,} export requests from the rows above, "
+          f"which counted {exported_all:,} exported before they stopped (the sink's count adds what they still "
+          "held and sent as they stopped, and must not be less)"
+          + (": it is **less**, a mismatch." if sink["spans"] < exported_all else "."))
+    else:
+        w("The sink's count is missing (see the observations below).")
+    if dropped_all:
+        w("")
+        w(f"**{dropped_all:,} span(s) dropped**: queue_full = the export queue (4,096 spans) was full when a "
+          "request ended (the export task, one batch at a time, fell behind); export_failed = a batch the sink "
+          "did not take within 5 s.")
+    w("")
 
 
 # The credential rows: what each must answer (None: 2xx), for the checks.

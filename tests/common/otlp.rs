@@ -3,7 +3,8 @@
 //! OTLP/gRPC (`TraceService/Export`, over h2c) on one listener, each
 //! decoded with the `opentelemetry-proto` types (the wire format as a
 //! collector reads it). Every span received is kept, flattened, with the
-//! protocol and the headers it came with.
+//! protocol and the headers it came with; or, started with
+//! [`Collector::start_counting`] (the benchmark's), only counted.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -92,6 +93,10 @@ pub const STATUS_ERROR: i32 = 2;
 #[derive(Default)]
 struct State {
     spans: Mutex<Vec<Span>>,
+    /// Count spans (in `counted`) instead of keeping them.
+    counting: bool,
+    /// Spans received, when `counting`.
+    counted: AtomicUsize,
     /// Batches received.
     batches: AtomicUsize,
     /// Milliseconds each answer waits (a slow collector).
@@ -115,8 +120,28 @@ impl Collector {
     /// A receiver on a free port of 127.0.0.1.
     pub async fn start() -> Collector {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        Collector::serve(listener, false)
+    }
+
+    /// A receiver on `addr` that counts what it is sent and keeps none of
+    /// it: [`count`](Collector::count) and [`batches`](Collector::batches)
+    /// as with [`start`](Collector::start), but [`spans`](Collector::spans)
+    /// is always empty, so its memory stays flat over a long benchmark
+    /// (examples/otlp_sink.rs). Each batch is still decoded whole (one
+    /// that does not decode is refused and not counted).
+    pub async fn start_counting(addr: SocketAddr) -> std::io::Result<Collector> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Collector::serve(listener, true))
+    }
+
+    /// Serve `listener` until dropped; `counting`: see
+    /// [`start_counting`](Collector::start_counting).
+    fn serve(listener: TcpListener, counting: bool) -> Collector {
         let addr = listener.local_addr().expect("local addr");
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            counting,
+            ..State::default()
+        });
         let st = state.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
@@ -144,7 +169,7 @@ impl Collector {
         format!("http://{}", self.addr)
     }
 
-    /// Every span received so far.
+    /// Every span received so far (none when counting).
     pub fn spans(&self) -> Vec<Span> {
         self.state
             .spans
@@ -155,6 +180,9 @@ impl Collector {
 
     /// How many spans were received.
     pub fn count(&self) -> usize {
+        if self.state.counting {
+            return self.state.counted.load(Ordering::SeqCst);
+        }
         self.state
             .spans
             .lock()
@@ -278,7 +306,7 @@ async fn answer(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, Inf
         .expect("response"))
 }
 
-/// Flatten and keep a batch.
+/// Flatten and keep a batch (when counting: count its spans).
 fn keep(
     state: &State,
     protocol: Protocol,
@@ -286,6 +314,16 @@ fn keep(
     batch: ExportTraceServiceRequest,
 ) {
     state.batches.fetch_add(1, Ordering::SeqCst);
+    if state.counting {
+        let n: usize = batch
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        state.counted.fetch_add(n, Ordering::SeqCst);
+        return;
+    }
     let mut out = Vec::new();
     for resource_spans in batch.resource_spans {
         let resource = resource_spans
