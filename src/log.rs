@@ -173,7 +173,9 @@ impl AccessRecord {
         out.push(text("url.path", self.path.as_str()));
         out.push(text("client.address", &ip_text(self.client)));
         out.push(int("http.response.status_code", i64::from(self.status)));
-        out.push(text("tollgate.decision", self.decision.label()));
+        if self.decision != DecisionKind::NotApplied {
+            out.push(text("tollgate.decision", self.decision.label()));
+        }
         if let Some(route) = &self.route {
             out.push(text("tollgate.route", route));
         }

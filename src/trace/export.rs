@@ -40,7 +40,7 @@ use crate::metrics::SpanCounters;
 pub const QUEUE_CAPACITY: usize = 2048;
 
 /// Spans sent in one export at most (a request's spans are never split).
-pub const BATCH_SIZE: usize = 512;
+pub const BATCH_SIZE: usize = 128;
 
 /// How long a span waits for its batch to fill before the batch is sent.
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
