@@ -167,7 +167,7 @@ impl AccessRecord {
     /// it is exported (converted, encoded, freed), so what the access log
     /// or a child span already says is left out.
     pub fn span_attributes(&self, completed: bool, store: Option<&'static str>) -> Vec<KeyValue> {
-        use crate::trace::span::{attribute, int, text};
+        use crate::trace::attributes::{attribute, int, text};
         let mut out = Vec::with_capacity(8);
         out.push(text("http.request.method", self.method.as_str()));
         out.push(text("url.path", self.path.as_str()));

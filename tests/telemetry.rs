@@ -15,15 +15,18 @@ use common::client::{self, Proto};
 use common::otlp::{self, Collector, Protocol, Span};
 use common::{ClosedPort, Echo, Gateway};
 use http::Request;
+use sha2::{Digest, Sha256};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT: &str = "00f067aa0ba902b7";
 const WAIT: Duration = Duration::from_secs(10);
+/// The API key of consumer `acme-app` (tenant `acme`, plan `gold`).
+const API_KEY: &str = "k-4f2a9c1e77d04b3a";
 
 /// The gateway's config: routes `api` (limit `two`: 2 per `x-user`),
 /// `lock` (limit `locking`: 1 per `x-user`, then locked out), `broken`
-/// (an upstream that refuses connections) and `local` (answered by the
-/// gateway), exporting to `endpoint` over `protocol` with `sample`.
+/// (an upstream that refuses connections), `local` (answered by the
+/// gateway) and `keyed` (an API key required), exporting to `endpoint` over `protocol` with `sample`.
 fn config(echo: &Echo, down: &ClosedPort, endpoint: &str, protocol: &str, sample: &str) -> String {
     common::config(&format!(
         r#"
@@ -38,6 +41,11 @@ fn config(echo: &Echo, down: &ClosedPort, endpoint: &str, protocol: &str, sample
           - {{ name: lock, match: {{ path: /lock }}, upstream: e, limits: [locking] }}
           - {{ name: broken, match: {{ path: /broken }}, upstream: down }}
           - {{ name: local, match: {{ path: /local }}, respond: {{ status: 204 }} }}
+          - {{ name: keyed, match: {{ path: /keyed }}, upstream: e, auth: {{ require: [api_key] }} }}
+        consumers:
+          api_keys: {{ header: x-api-key }}
+          list:
+            - {{ name: acme-app, tenant: acme, plan: gold, keys: ["sha256:{key}"] }}
         telemetry:
           otlp: {{ endpoint: "{endpoint}", protocol: {protocol}, headers: {{ x-tenant: acme }} }}
           sample: {sample}
@@ -45,6 +53,7 @@ fn config(echo: &Echo, down: &ClosedPort, endpoint: &str, protocol: &str, sample
         "#,
         echo = echo.url(),
         down = down.addr(),
+        key = hex::encode(Sha256::digest(API_KEY.as_bytes())),
     ))
 }
 
@@ -231,6 +240,25 @@ async fn spans_of_each_outcome(protocol: Protocol) {
     assert_eq!(attempts[0].attr("error.type"), Some("error"));
     assert!(stores.is_empty(), "no limit, no store call");
 
+    // A verified consumer: named on the request's span.
+    let t = trace_id(9);
+    let tp = parent(&t);
+    assert_eq!(
+        get(
+            &gw,
+            "/keyed",
+            &[("traceparent", &tp), ("x-api-key", API_KEY)]
+        )
+        .await,
+        200
+    );
+    let spans = collector.wait_trace(&t, 2, WAIT).await;
+    let (server, _, _) = parts(&spans);
+    assert_eq!(server.attr("tollgate.consumer"), Some("acme-app"));
+    assert_eq!(server.attr("tollgate.tenant"), Some("acme"));
+    assert_eq!(server.attr("tollgate.plan"), Some("gold"));
+    assert_eq!(server.attr("tollgate.route"), Some("keyed"));
+
     // Answered by the gateway: a server span alone.
     let t = trace_id(5);
     assert_eq!(
@@ -245,7 +273,7 @@ async fn spans_of_each_outcome(protocol: Protocol) {
         .metric("tollgate_spans_exported_total")
         .await
         .unwrap_or(0.0);
-    assert!(exported >= 9.0, "exported {exported}");
+    assert!(exported >= 11.0, "exported {exported}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

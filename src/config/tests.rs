@@ -1388,7 +1388,7 @@ fn yaml_syntax_errors_have_a_position() {
     assert_eq!(e.field, "");
     assert_eq!(
         e.message,
-        "expected a mapping with fields server, admin, store, upstreams, limits, routes, consumers, got a list"
+        "expected a mapping with fields server, admin, store, upstreams, limits, routes, consumers, telemetry, got a list"
     );
 }
 

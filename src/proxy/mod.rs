@@ -234,7 +234,7 @@ fn record_attempt(
     status: Option<http::StatusCode>,
     outcome: &'static str,
 ) {
-    use crate::trace::span::{int, text};
+    use crate::trace::attributes::{int, text};
     let mut attributes = Vec::with_capacity(3);
     attributes.push(text("tollgate.upstream.target", &target.label));
     let error = match status {

@@ -30,7 +30,7 @@ use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample};
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 
-use super::span::text;
+use super::attributes::text;
 use crate::config::{OtlpProtocol, TelemetryConfig};
 use crate::metrics::SpanCounters;
 

@@ -1,6 +1,7 @@
 //! Traces: W3C Trace Context through the gateway ([`context`]), and the
 //! spans of sampled requests ([`span`]) exported by OTLP ([`export`]).
 
+pub mod attributes;
 pub mod context;
 pub mod export;
 pub mod span;

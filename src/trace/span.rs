@@ -15,11 +15,14 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+#[cfg(test)]
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::{Event, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{Span, SpanFlags, Status};
 
+use super::attributes::{int, text};
 use super::context::{SpanId, TraceContext};
 use super::export::Telemetry;
 
@@ -42,25 +45,6 @@ fn flags(remote: bool) -> u32 {
 fn nanos(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// An attribute.
-pub fn attribute(key: &str, value: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
-/// A text attribute.
-pub fn text(key: &str, value: &str) -> KeyValue {
-    attribute(key, any_value::Value::StringValue(value.to_owned()))
-}
-
-/// An integer attribute.
-pub fn int(key: &str, value: i64) -> KeyValue {
-    attribute(key, any_value::Value::IntValue(value))
 }
 
 /// What one sampled request records until its response ends.
