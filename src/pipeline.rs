@@ -1,11 +1,12 @@
 //! One request's whole story, as an explicit pipeline of named stages:
 //!
 //! ```text
-//! load runtime -> identify client, request id and trace (Ctx::new)
+//! load runtime -> identify client, request id and trace, sampled or not (Ctx::new)
 //!   -> admit: deny list, head and Host checks, path, route (admission.rs)
 //!   -> decide_limits (limit/engine.rs, planned by limit/plan.rs)
 //!   -> check_body_size -> respond | forward (proxy/)
-//!   -> rate-limit headers -> finish: X-Request-Id, metrics, access log when the body ends
+//!   -> rate-limit headers -> finish: X-Request-Id, metrics, access log (and a
+//!      sampled request's spans, trace/span.rs) when the body ends
 //!      (after a 101: when the tunnel ends, proxy/tunnel.rs)
 //! ```
 //!
