@@ -39,7 +39,9 @@ use crate::metrics::SpanCounters;
 /// queue full has its spans dropped (counted).
 pub const QUEUE_CAPACITY: usize = 2048;
 
-/// Spans sent in one export at most (a request's spans are never split).
+/// Spans a batch is sent at (a request's spans are never split, and up
+/// to 64 requests are taken from the queue at once: a batch may hold a
+/// few hundred more).
 pub const BATCH_SIZE: usize = 128;
 
 /// How long a span waits for its batch to fill before the batch is sent.
