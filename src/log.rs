@@ -171,7 +171,10 @@ impl AccessRecord {
         let mut out = Vec::with_capacity(8);
         out.push(text("http.request.method", self.method.as_str()));
         out.push(text("url.path", self.path.as_str()));
-        out.push(text("client.address", &ip_text(self.client)));
+        out.push(text(
+            "client.address",
+            &crate::identity::ip_text(self.client),
+        ));
         out.push(int("http.response.status_code", i64::from(self.status)));
         if self.decision != DecisionKind::NotApplied {
             out.push(text("tollgate.decision", self.decision.label()));
@@ -199,21 +202,4 @@ impl AccessRecord {
         }
         out
     }
-}
-
-/// An address as text; an IPv4 one written digit by digit (`Display`
-/// goes through the formatter's padding: ~1,600 instructions a request).
-fn ip_text(ip: IpAddr) -> String {
-    let IpAddr::V4(v4) = ip else {
-        return ip.to_string();
-    };
-    let mut out = String::with_capacity(15);
-    let mut buf = itoa::Buffer::new();
-    for (i, octet) in v4.octets().into_iter().enumerate() {
-        if i > 0 {
-            out.push('.');
-        }
-        out.push_str(buf.format(octet));
-    }
-    out
 }

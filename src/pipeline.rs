@@ -357,9 +357,7 @@ async fn decide_limits<B>(
     };
     count_decisions(metrics, route, &decision);
     note_offenders(metrics, &route.limits, &decision, &view);
-    if let Some(recording) = ctx.recording.as_deref_mut() {
-        record_decisions(recording, &decision);
-    }
+    record_decisions(ctx.recording.as_deref_mut(), &decision);
     ctx.meters = meters;
     ctx.record.decision = decision.kind();
     match decision {
@@ -463,9 +461,7 @@ async fn authenticate<B>(
             }
             metrics.auth(&route.name, AuthOutcome::LockedOut, true);
             note_offenders(metrics, std::slice::from_ref(f), &denied, &view);
-            if let Some(recording) = ctx.recording.as_deref_mut() {
-                record_decisions(recording, &denied);
-            }
+            record_decisions(ctx.recording.as_deref_mut(), &denied);
             return Err(rejection(denied, route));
         }
     }
@@ -478,9 +474,7 @@ async fn authenticate<B>(
         let decision =
             limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, &observer).await;
         note_offenders(metrics, std::slice::from_ref(f), &decision, &view);
-        if let Some(recording) = ctx.recording.as_deref_mut() {
-            record_decisions(recording, &decision);
-        }
+        record_decisions(ctx.recording.as_deref_mut(), &decision);
         charged = Some(decision);
     }
     match judged {
@@ -849,8 +843,12 @@ impl tollgate_limit::Observer for Observed<'_> {
     }
 }
 
-/// Each limit's decision of `decision`, as an event of the request's span.
-fn record_decisions(recording: &mut Recording, decision: &Decision) {
+/// Each limit's decision of `decision`, as an event of the request's span
+/// (when it is recorded).
+fn record_decisions(recording: Option<&mut Recording>, decision: &Decision) {
+    let Some(recording) = recording else {
+        return;
+    };
     let figures = match decision {
         Decision::Allow { figures, .. } | Decision::Reject { figures, .. } => figures,
         Decision::Unavailable | Decision::NotApplied => return,

@@ -231,18 +231,7 @@ impl TraceService for Receiver {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let headers = request
-            .metadata()
-            .clone()
-            .into_headers()
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    v.to_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect();
+        let headers = text_headers(&request.metadata().clone().into_headers());
         keep(&self.0, Protocol::Grpc, headers, request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
@@ -278,16 +267,7 @@ async fn answer(state: Arc<State>, req: Request<Incoming>) -> Result<Answer, Inf
     if req.method() != hyper::Method::POST || req.uri().path() != "/v1/traces" {
         return Ok(plain(404));
     }
-    let headers = req
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                v.to_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
+    let headers = text_headers(req.headers());
     let Ok(body) = req.into_body().collect().await else {
         return Ok(plain(400));
     };
@@ -363,6 +343,19 @@ fn keep(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .extend(out);
+}
+
+/// A request's header fields as text, by lower-case name.
+fn text_headers(headers: &http::HeaderMap) -> HashMap<String, String> {
+    headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                v.to_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -319,12 +319,6 @@ impl Ctx<'_> {
         Ok(headers)
     }
 
-    /// A header name at `field`, lowercased.
-    pub(super) fn header_name(&self, field: &str, name: &str) -> Result<HeaderName> {
-        HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| self.err(field, format!("\"{name}\" is not a valid header name")))
-    }
-
     /// `failure_limit`: a named limit whose key does not depend on the
     /// consumer (a failed credential has none).
     pub(super) fn failure_limit(

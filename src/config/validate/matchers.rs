@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use http::{HeaderName, HeaderValue, Method};
+use http::{HeaderName, Method};
 
 use super::{Ctx, Result};
 use crate::config::raw::{Ordered, RawMatch};
@@ -113,14 +113,11 @@ impl Ctx<'_> {
         let mut headers = Vec::new();
         for (name, value) in raw.0 {
             let field = format!("{path}.headers.{name}");
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| self.err(&field, format!("\"{name}\" is not a valid header name")))?;
+            let header = self.header_name(&field, &name)?;
             let matcher = if value == "*" {
                 HeaderMatch::Present
             } else {
-                HeaderValue::from_str(&value).map_err(|_| {
-                    self.err(&field, format!("\"{value}\" is not a valid header value"))
-                })?;
+                self.header_value(&field, &value)?;
                 HeaderMatch::Exact(value)
             };
             if headers.iter().any(|(h, _)| *h == header) {

@@ -25,7 +25,7 @@ mod upstreams;
 
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::error::ConfigError;
 use super::model::{Config, LimitConfig, RouteAction, RouteConfig, UpstreamConfig};
@@ -140,6 +140,18 @@ impl Ctx<'_> {
             field: field.to_owned(),
             message: message.into(),
         }
+    }
+
+    /// A configured header name at `field`, lowercased.
+    fn header_name(&self, field: &str, name: &str) -> Result<HeaderName> {
+        HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| self.err(field, format!("\"{name}\" is not a valid header name")))
+    }
+
+    /// A configured header value at `field`.
+    fn header_value(&self, field: &str, value: &str) -> Result<HeaderValue> {
+        HeaderValue::from_str(value)
+            .map_err(|_| self.err(field, format!("\"{value}\" is not a valid header value")))
     }
 
     /// `path` as written, or relative to the config file's directory.

@@ -4,8 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use http::{HeaderName, HeaderValue};
-
 use super::{known_list, status_code, Ctx, Result};
 use crate::config::consumers::ConsumersConfig;
 use crate::config::model::{
@@ -251,17 +249,14 @@ impl Ctx<'_> {
         let mut headers = Vec::new();
         for (name, value) in raw.headers.0 {
             let field = format!("{path}.headers.{name}");
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| self.err(&field, format!("\"{name}\" is not a valid header name")))?;
+            let header = self.header_name(&field, &name)?;
             if GATEWAY_HEADERS.contains(&header.as_str()) {
                 return Err(self.err(
                     &field,
                     format!("\"{header}\" is set by the gateway and cannot be configured"),
                 ));
             }
-            let value = HeaderValue::from_str(&value).map_err(|_| {
-                self.err(&field, format!("\"{value}\" is not a valid header value"))
-            })?;
+            let value = self.header_value(&field, &value)?;
             headers.push((header, value));
         }
         Ok(RespondConfig {

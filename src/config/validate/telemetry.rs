@@ -2,7 +2,7 @@
 //! ratio of new traces, and the service name.
 
 use http::uri::{PathAndQuery, Scheme};
-use http::{HeaderName, HeaderValue, Uri};
+use http::Uri;
 
 use super::{Ctx, Result};
 use crate::config::model::{OtlpConfig, OtlpProtocol, TelemetryConfig};
@@ -39,17 +39,14 @@ impl Ctx<'_> {
         let mut headers = Vec::with_capacity(otlp.headers.0.len());
         for (name, value) in otlp.headers.0 {
             let field = format!("telemetry.otlp.headers.{name}");
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| self.err(&field, format!("\"{name}\" is not a valid header name")))?;
+            let header = self.header_name(&field, &name)?;
             if EXPORT_HEADERS.contains(&header.as_str()) || header.as_str().starts_with("grpc-") {
                 return Err(self.err(
                     &field,
                     format!("\"{header}\" is set by the export itself and cannot be configured"),
                 ));
             }
-            let value = HeaderValue::from_str(&value).map_err(|_| {
-                self.err(&field, format!("\"{value}\" is not a valid header value"))
-            })?;
+            let value = self.header_value(&field, &value)?;
             headers.push((header, value));
         }
         let sample = raw.sample.unwrap_or(1.0);
