@@ -106,62 +106,69 @@ macro_rules! or_answer {
 /// rather than in a function of their own: their future was copied whole
 /// (~4 KB) into this one's, and the request with it (`benches/RESULTS.md`,
 /// "Issue 27").
-async fn handle(
+#[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
+fn handle(
     req: Request<Incoming>,
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
-) -> Response<Body> {
-    let (shared, conn) = (&shared, &conn);
-    let rt = shared.runtime.load_full();
-    let mut ctx = Ctx::new(&req, &rt, shared, conn);
-    let route = or_answer!(admit(&req, &mut ctx), ctx);
-    // Authentication and the limits are boxed, and only awaited where they
-    // apply: each keeps a limit decision's state (its store call) across
-    // awaits, which would otherwise be part of every request's future,
-    // copied in at each level it is awaited through (`benches/RESULTS.md`,
-    // "Issue 27").
-    if ctx.rt.auth.is_some() {
-        or_answer!(
-            boxed_in_place(|| authenticate(&req, &route, &mut ctx)).await,
-            ctx
+) -> impl Future<Output = Response<Body>> {
+    // A plain function around an `async move` block rather than an `async
+    // fn`: an `async fn` keeps each argument twice in its future (as passed,
+    // and moved into a local at the first poll), the request's 264 bytes
+    // copied once more (`benches/RESULTS.md`, "Issue 27").
+    async move {
+        let (shared, conn) = (&shared, &conn);
+        let rt = shared.runtime.load_full();
+        let mut ctx = Ctx::new(&req, &rt, shared, conn);
+        let route = or_answer!(admit(&req, &mut ctx), ctx);
+        // Authentication and the limits are boxed, and only awaited where they
+        // apply: each keeps a limit decision's state (its store call) across
+        // awaits, which would otherwise be part of every request's future,
+        // copied in at each level it is awaited through (`benches/RESULTS.md`,
+        // "Issue 27").
+        if ctx.rt.auth.is_some() {
+            or_answer!(
+                boxed_in_place(|| authenticate(&req, &route, &mut ctx)).await,
+                ctx
+            );
+        }
+        // Only a route with cost limits reads anything for them: the others
+        // neither build nor poll that stage's future.
+        let (req, mut reserve) = match meter::reserve::any(&route.limits) {
+            true => or_answer!(reserve_costs(req, &route, &mut ctx).await, ctx),
+            false => (req.map(ReqBody::Streaming), Vec::new()),
+        };
+        let figures = match route.limits.is_empty() {
+            true => Vec::new(),
+            false => or_answer!(
+                boxed_in_place(|| decide_limits(&req, &route, &mut ctx, &mut reserve)).await,
+                ctx
+            ),
+        };
+        let max_body = ctx.rt.config.server.max_body_bytes;
+        or_answer!(admission::body_size(req.headers(), max_body), ctx);
+        let mut response = match &route.action {
+            Action::Respond {
+                status,
+                body,
+                headers,
+            } => respond(*status, body, headers).map(Reply::Local),
+            // Boxed in place too: made on the stack, its ~3 KB were copied into
+            // this future (−115 instructions a request; boxing `proxy::forward`
+            // in turn cost 400 more).
+            Action::Upstream(pool) => or_answer!(
+                boxed_in_place(|| forward(req, &route, pool, &mut ctx)).await,
+                ctx
+            ),
+        };
+        add_route_limit_headers(
+            &mut response,
+            route.limit_response.headers,
+            &figures,
+            &route.limits,
         );
+        finish(response, ctx)
     }
-    // Only a route with cost limits reads anything for them: the others
-    // neither build nor poll that stage's future.
-    let (req, mut reserve) = match meter::reserve::any(&route.limits) {
-        true => or_answer!(reserve_costs(req, &route, &mut ctx).await, ctx),
-        false => (req.map(ReqBody::Streaming), Vec::new()),
-    };
-    let figures = match route.limits.is_empty() {
-        true => Vec::new(),
-        false => or_answer!(
-            boxed_in_place(|| decide_limits(&req, &route, &mut ctx, &mut reserve)).await,
-            ctx
-        ),
-    };
-    let max_body = ctx.rt.config.server.max_body_bytes;
-    or_answer!(admission::body_size(req.headers(), max_body), ctx);
-    let mut response = match &route.action {
-        Action::Respond {
-            status,
-            body,
-            headers,
-        } => respond(*status, body, headers).map(Reply::Local),
-        // Boxed in place too: made on the stack, its ~3 KB were copied into
-        // this future (−115 instructions a request; boxing `proxy::forward`
-        // in turn cost 400 more).
-        Action::Upstream(pool) => or_answer!(
-            boxed_in_place(|| forward(req, &route, pool, &mut ctx)).await,
-            ctx
-        ),
-    };
-    add_route_limit_headers(
-        &mut response,
-        route.limit_response.headers,
-        &figures,
-        &route.limits,
-    );
-    finish(response, ctx)
 }
 
 /// A request the gateway answers itself with `error`'s response.
@@ -553,164 +560,172 @@ fn respond(status: http::StatusCode, body: &bytes::Bytes, headers: &HeaderMap) -
 /// `proxy::forward`'s request building), it cost 540 to 735 more
 /// instructions per request (+0.9 to +1.2 %, `benches/e2e/callgrind`),
 /// inlined or not: the head and response were moved through the helpers.
-async fn forward(
+#[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
+fn forward<'a, 'c>(
     mut req: Request<ReqBody>,
-    route: &RouteRuntime,
-    pool: &Arc<UpstreamPool>,
-    ctx: &mut Ctx<'_>,
-) -> Result<Response<Reply>, GatewayError> {
-    let client_side = (!pool.config.http2 && tunnel::wanted(req.version(), req.headers()))
-        .then(|| req.extensions_mut().remove::<OnUpgrade>())
-        .flatten();
-    let upgrade = client_side.is_some();
-    let server = &ctx.rt.config.server;
-    // `hide`: the API key's query parameter is not forwarded.
-    let hidden = ctx.rt.auth.as_deref().and_then(|a| a.hidden_param());
-    let path_and_query = match &ctx.record.path {
-        // The request's own path and query, unchanged: shared, not copied.
-        LoggedPath::Target(pq) if !route.strip_prefix && hidden.is_none() => pq.clone(),
-        path => {
-            let forwarded = match route.strip_prefix {
-                true => strip_prefix(&route.path, path.as_str()),
-                false => std::borrow::Cow::Borrowed(path.as_str()),
-            };
-            let query = match (req.uri().query(), hidden) {
-                (Some(q), Some(name)) => auth::credentials::without_param(q, name).map(Cow::Owned),
-                (q, _) => q.map(Cow::Borrowed),
-            };
-            path_and_query(&forwarded, query.as_deref())?
-        }
-    };
-    let host = ctx.host.take();
-    let (parts, incoming) = req.into_parts();
-    let (body, trailers, has_body) = match incoming {
-        ReqBody::Buffered(bytes) => {
-            let has_body = !bytes.is_empty();
-            (body::full(bytes), Vec::new(), has_body)
-        }
-        ReqBody::Streaming(incoming) => {
-            let has_body = !incoming.is_end_stream();
-            // An HTTP/1 body is also failed at a chunk the framing watcher
-            // found too large.
-            let chunks = (has_body && parts.version < Version::HTTP_2).then(|| {
-                (
-                    ctx.conn.framing.clone() as Arc<dyn body::ChunkWatch>,
-                    ctx.number,
-                )
-            });
-            let mut incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
-            if has_body {
-                // Only a body can end with trailers.
-                incoming = incoming.scrubbing(ctx.rt.trailer_scrub.clone());
+    route: &'a RouteRuntime,
+    pool: &'a Arc<UpstreamPool>,
+    ctx: &'a mut Ctx<'c>,
+) -> impl Future<Output = Result<Response<Reply>, GatewayError>> + use<'a, 'c> {
+    // Not an `async fn`, which would keep the request twice ([`handle`]).
+    async move {
+        let client_side = (!pool.config.http2 && tunnel::wanted(req.version(), req.headers()))
+            .then(|| req.extensions_mut().remove::<OnUpgrade>())
+            .flatten();
+        let upgrade = client_side.is_some();
+        let server = &ctx.rt.config.server;
+        // `hide`: the API key's query parameter is not forwarded.
+        let hidden = ctx.rt.auth.as_deref().and_then(|a| a.hidden_param());
+        let path_and_query = match &ctx.record.path {
+            // The request's own path and query, unchanged: shared, not copied.
+            LoggedPath::Target(pq) if !route.strip_prefix && hidden.is_none() => pq.clone(),
+            path => {
+                let forwarded = match route.strip_prefix {
+                    true => strip_prefix(&route.path, path.as_str()),
+                    false => std::borrow::Cow::Borrowed(path.as_str()),
+                };
+                let query = match (req.uri().query(), hidden) {
+                    (Some(q), Some(name)) => {
+                        auth::credentials::without_param(q, name).map(Cow::Owned)
+                    }
+                    (q, _) => q.map(Cow::Borrowed),
+                };
+                path_and_query(&forwarded, query.as_deref())?
             }
-            let (body, trailers) = match has_body {
-                true => {
-                    request_body(
-                        incoming,
-                        &parts.headers,
-                        parts.version,
-                        server.max_body_bytes,
-                        ctx.grpc,
+        };
+        let host = ctx.host.take();
+        let (parts, incoming) = req.into_parts();
+        let (body, trailers, has_body) = match incoming {
+            ReqBody::Buffered(bytes) => {
+                let has_body = !bytes.is_empty();
+                (body::full(bytes), Vec::new(), has_body)
+            }
+            ReqBody::Streaming(incoming) => {
+                let has_body = !incoming.is_end_stream();
+                // An HTTP/1 body is also failed at a chunk the framing watcher
+                // found too large.
+                let chunks = (has_body && parts.version < Version::HTTP_2).then(|| {
+                    (
+                        ctx.conn.framing.clone() as Arc<dyn body::ChunkWatch>,
+                        ctx.number,
                     )
-                    .await?
+                });
+                let mut incoming = ClientBody::new(incoming, server.body_read_timeout, chunks);
+                if has_body {
+                    // Only a body can end with trailers.
+                    incoming = incoming.scrubbing(ctx.rt.trailer_scrub.clone());
                 }
-                // The usual GET: no future built and polled for nothing
-                // to read.
-                false => (ended_body(incoming), Vec::new()),
-            };
-            (body, trailers, has_body)
-        }
-    };
-    let mut headers = parts.headers;
-    if has_body {
-        strip_hop_by_hop_keeping_trailers(&mut headers, upgrade);
-    } else {
-        strip_hop_by_hop(&mut headers, upgrade);
-    }
-    if let Some(auth) = ctx.rt.auth.as_deref() {
-        auth.upstream_headers(&mut headers, ctx.record.consumer.as_ref());
-    }
-    if parts.version >= Version::HTTP_2 {
-        // An HTTP/2 client always takes trailers; an HTTP/1.1 upstream
-        // sends them only to a peer that says so.
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    }
-    if !pool.config.http2 {
-        to_http1(&mut headers, &trailers);
-        if has_body && body.size_hint().exact().is_none() {
-            // hyper sends a GET, HEAD or CONNECT body of unknown length as
-            // no body at all unless the framing is set: a body is forwarded
-            // whatever the method (docs/protocols.md).
-            headers.insert(
-                header::TRANSFER_ENCODING,
-                HeaderValue::from_static("chunked"),
-            );
-        }
-    }
-    if ctx.grpc {
-        grpc_deadline(&mut headers, route.timeout);
-    }
-    ctx.trace.set_headers(&mut headers, ctx.span);
-    set_forwarded(
-        &mut headers,
-        &Forwarded {
-            peer: ctx.client.peer,
-            peer_value: Some(ctx.conn.peer_value()),
-            peer_trusted: ctx.client.trusted,
-            proto: ctx.conn.proto,
-            host: host.as_ref(),
-            request_id: &ctx.record.request_id,
-        },
-    );
-    let out = Outbound {
-        method: parts.method,
-        headers,
-        path_and_query,
-        host,
-        preserve_host: route.preserve_host,
-        timeout: route.timeout,
-        key: ip_hash(ctx.client.addr),
-        body,
-        upgrade,
-    };
-    let hop = Hop {
-        context: &ctx.trace,
-        recording: ctx.recording.as_deref(),
-    };
-    let (mut response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics, hop).await?;
-    let target = in_flight.label().clone();
-    ctx.record.upstream = Some(target.clone());
-    ctx.held.in_flight = Some(in_flight);
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        let Some(client) = client_side else {
-            return Err(GatewayError::UpstreamUnavailable(Arc::new(
-                std::io::Error::other("101 Switching Protocols to a request that asked for none"),
-            )));
+                let (body, trailers) = match has_body {
+                    true => {
+                        request_body(
+                            incoming,
+                            &parts.headers,
+                            parts.version,
+                            server.max_body_bytes,
+                            ctx.grpc,
+                        )
+                        .await?
+                    }
+                    // The usual GET: no future built and polled for nothing
+                    // to read.
+                    false => (ended_body(incoming), Vec::new()),
+                };
+                (body, trailers, has_body)
+            }
         };
-        ctx.upgrade = Some(tunnel::Pending {
-            client,
-            upstream: hyper::upgrade::on(&mut response),
-        });
-        let (mut parts, _) = response.into_parts();
-        strip_hop_by_hop(&mut parts.headers, true);
-        return Ok(Response::from_parts(parts, Reply::Local(body::empty())));
-    }
-    let (mut parts, incoming) = response.into_parts();
-    strip_hop_by_hop_keeping_trailers(&mut parts.headers, false);
-    if let (true, PathMatch::Prefix(prefix)) = (route.rewrite_location, &route.path) {
-        let view = LocationView {
-            prefix,
-            target: &target,
-            scheme: ctx.conn.proto,
-            host: ctx.record.host.as_ref().and_then(|h| h.to_str().ok()),
+        let mut headers = parts.headers;
+        if has_body {
+            strip_hop_by_hop_keeping_trailers(&mut headers, upgrade);
+        } else {
+            strip_hop_by_hop(&mut headers, upgrade);
+        }
+        if let Some(auth) = ctx.rt.auth.as_deref() {
+            auth.upstream_headers(&mut headers, ctx.record.consumer.as_ref());
+        }
+        if parts.version >= Version::HTTP_2 {
+            // An HTTP/2 client always takes trailers; an HTTP/1.1 upstream
+            // sends them only to a peer that says so.
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+        if !pool.config.http2 {
+            to_http1(&mut headers, &trailers);
+            if has_body && body.size_hint().exact().is_none() {
+                // hyper sends a GET, HEAD or CONNECT body of unknown length as
+                // no body at all unless the framing is set: a body is forwarded
+                // whatever the method (docs/protocols.md).
+                headers.insert(
+                    header::TRANSFER_ENCODING,
+                    HeaderValue::from_static("chunked"),
+                );
+            }
+        }
+        if ctx.grpc {
+            grpc_deadline(&mut headers, route.timeout);
+        }
+        ctx.trace.set_headers(&mut headers, ctx.span);
+        set_forwarded(
+            &mut headers,
+            &Forwarded {
+                peer: ctx.client.peer,
+                peer_value: Some(ctx.conn.peer_value()),
+                peer_trusted: ctx.client.trusted,
+                proto: ctx.conn.proto,
+                host: host.as_ref(),
+                request_id: &ctx.record.request_id,
+            },
+        );
+        let out = Outbound {
+            method: parts.method,
+            headers,
+            path_and_query,
+            host,
             preserve_host: route.preserve_host,
+            timeout: route.timeout,
+            key: ip_hash(ctx.client.addr),
+            body,
+            upgrade,
         };
-        rewrite_location(&mut parts.headers, &view);
+        let hop = Hop {
+            context: &ctx.trace,
+            recording: ctx.recording.as_deref(),
+        };
+        let (mut response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics, hop).await?;
+        let target = in_flight.label().clone();
+        ctx.record.upstream = Some(target.clone());
+        ctx.held.in_flight = Some(in_flight);
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(client) = client_side else {
+                return Err(GatewayError::UpstreamUnavailable(Arc::new(
+                    std::io::Error::other(
+                        "101 Switching Protocols to a request that asked for none",
+                    ),
+                )));
+            };
+            ctx.upgrade = Some(tunnel::Pending {
+                client,
+                upstream: hyper::upgrade::on(&mut response),
+            });
+            let (mut parts, _) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers, true);
+            return Ok(Response::from_parts(parts, Reply::Local(body::empty())));
+        }
+        let (mut parts, incoming) = response.into_parts();
+        strip_hop_by_hop_keeping_trailers(&mut parts.headers, false);
+        if let (true, PathMatch::Prefix(prefix)) = (route.rewrite_location, &route.path) {
+            let view = LocationView {
+                prefix,
+                target: &target,
+                scheme: ctx.conn.proto,
+                host: ctx.record.host.as_ref().and_then(|h| h.to_str().ok()),
+                preserve_host: route.preserve_host,
+            };
+            rewrite_location(&mut parts.headers, &view);
+        }
+        // The client's connection is the gateway's: an HTTP/1.0 upstream does
+        // not make it HTTP/1.0 (and close after the response).
+        parts.version = Version::HTTP_11;
+        Ok(Response::from_parts(parts, Reply::Upstream(incoming)))
     }
-    // The client's connection is the gateway's: an HTTP/1.0 upstream does
-    // not make it HTTP/1.0 (and close after the response).
-    parts.version = Version::HTTP_11;
-    Ok(Response::from_parts(parts, Reply::Upstream(incoming)))
 }
 
 /// A response body before [`finish`] wraps it: an upstream's, kept as it

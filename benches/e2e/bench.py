@@ -367,9 +367,13 @@ def main_tables(w, meta, by, m, total, present):
     w("|---|---:|---:|---:|---:|")
 
     def rline(label, a, b):
+        cpu = ratio(m(a, 'rate', 'cpu_per_10k'), m(b, 'rate', 'cpu_per_10k'))
+        if m(a, 'rate', 'cpu_per_10k') is None and m(a, 'max64', 'cpu_per_10k') is not None:
+            # No fixed-rate run (--only floor): the CPU per request of the
+            # 64-connection runs, both proxies at full load.
+            cpu = f"{ratio(m(a, 'max64', 'cpu_per_10k'), m(b, 'max64', 'cpu_per_10k'))} (64c)"
         w(f"| {label} | {ratio(rps(a), rps(b))} | {ratio(rps(a, 'max256'), rps(b, 'max256'))} | "
-          f"{ratio(m(a, 'max64', 'p99_us'), m(b, 'max64', 'p99_us'))} | "
-          f"{ratio(m(a, 'rate', 'cpu_per_10k'), m(b, 'rate', 'cpu_per_10k'))} |")
+          f"{ratio(m(a, 'max64', 'p99_us'), m(b, 'max64', 'p99_us'))} | {cpu} |")
 
     pairs = [
         ("tollgate ÷ NGINX (proxy, no limits)", "tg", "nginx"),

@@ -259,34 +259,39 @@ impl Client {
             .map_or(0, |ep| ep.idle.iter().map(|l| lock(l).len()).sum())
     }
 
-    async fn send_h1(
+    /// Not an `async fn`, which would keep the request twice in its future
+    /// (as passed, and moved into a local at the first poll).
+    #[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
+    fn send_h1(
         &self,
         target: usize,
         mut request: Request<UpstreamBody>,
-    ) -> Result<Response<ResponseBody>, ClientError> {
-        let mut pooled = self.inner.checkout(target);
-        loop {
-            let reused = pooled.is_some();
-            let mut sender = match pooled.take() {
-                Some(sender) => sender,
-                // Boxed: connecting is rare, and its future (resolving,
-                // connecting, the TLS handshake) would otherwise swell
-                // every request's.
-                None => Box::pin(self.connect_h1(target)).await?,
-            };
-            match sender.try_send_request(request).await {
-                Ok(response) => {
-                    return Ok(ResponseBody::pooled(response, &self.inner, target, sender))
-                }
-                Err(mut error) => match error.take_message() {
-                    // The reused connection closed before the request was
-                    // written: once more, on a new connection.
-                    Some(unsent) if reused => {
-                        tracing::debug!(error = %error.error(), "pooled upstream connection closed; retrying on a new one");
-                        request = unsent;
+    ) -> impl Future<Output = Result<Response<ResponseBody>, ClientError>> + Send + '_ {
+        async move {
+            let mut pooled = self.inner.checkout(target);
+            loop {
+                let reused = pooled.is_some();
+                let mut sender = match pooled.take() {
+                    Some(sender) => sender,
+                    // Boxed: connecting is rare, and its future (resolving,
+                    // connecting, the TLS handshake) would otherwise swell
+                    // every request's.
+                    None => Box::pin(self.connect_h1(target)).await?,
+                };
+                match sender.try_send_request(request).await {
+                    Ok(response) => {
+                        return Ok(ResponseBody::pooled(response, &self.inner, target, sender))
                     }
-                    _ => return Err(ClientError::Request(error.into_error())),
-                },
+                    Err(mut error) => match error.take_message() {
+                        // The reused connection closed before the request was
+                        // written: once more, on a new connection.
+                        Some(unsent) if reused => {
+                            tracing::debug!(error = %error.error(), "pooled upstream connection closed; retrying on a new one");
+                            request = unsent;
+                        }
+                        _ => return Err(ClientError::Request(error.into_error())),
+                    },
+                }
             }
         }
     }

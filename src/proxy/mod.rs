@@ -9,6 +9,7 @@ pub mod health;
 pub mod pool;
 pub mod tunnel;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,141 +84,146 @@ fn idempotent(method: &Method) -> bool {
 /// `out`'s fields are used where they lie: destructured into locals, they
 /// were kept twice in the future (the argument and the locals), which is
 /// copied whole into each future that awaits it.
-pub async fn forward(
-    pool: &Arc<UpstreamPool>,
+#[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice
+pub fn forward<'a>(
+    pool: &'a Arc<UpstreamPool>,
     mut out: Outbound,
-    metrics: &Metrics,
-    hop: Hop<'_>,
-) -> Result<(Response<ResponseBody>, InFlight), GatewayError> {
-    // Each attempt goes to a target not tried yet.
-    let attempts = (pool.config.retries as usize + 1).min(pool.targets.len());
-    let version = if pool.config.http2 {
-        Version::HTTP_2
-    } else {
-        Version::HTTP_11
-    };
-    let (body, mut slot) = UpstreamBody::new(out.body);
-    let mut body = Some(body);
-    let mut tried: SmallVec<[usize; 4]> = SmallVec::new();
-    let mut last_error = GatewayError::NoHealthyUpstream;
-
-    while tried.len() < attempts {
-        let Some(target) = pool.pick(out.key, &tried) else {
-            break;
-        };
-        let Some(this_body) = body.take() else {
-            break;
-        };
-        tried.push(target);
-        let t = &pool.targets[target];
-        // HTTP/1.1 sends the origin form; HTTP/2 needs `:scheme` and
-        // `:authority`.
-        let uri = if pool.config.http2 {
-            Uri::builder()
-                .scheme(t.scheme.clone())
-                .authority(t.authority.clone())
-                .path_and_query(out.path_and_query.clone())
-                .build()
-                .map_err(|_| GatewayError::BadRequest {
-                    reason: "request target",
-                    close: false,
-                })?
+    metrics: &'a Metrics,
+    hop: Hop<'a>,
+) -> impl Future<Output = Result<(Response<ResponseBody>, InFlight), GatewayError>> + use<'a> {
+    // Not an `async fn`, which would keep `out` twice in the future (as
+    // passed, and moved into a local at the first poll).
+    async move {
+        // Each attempt goes to a target not tried yet.
+        let attempts = (pool.config.retries as usize + 1).min(pool.targets.len());
+        let version = if pool.config.http2 {
+            Version::HTTP_2
         } else {
-            Uri::from(out.path_and_query.clone())
+            Version::HTTP_11
         };
-        let host_value = match (&out.host, out.preserve_host) {
-            (Some(h), true) => h.clone(),
-            _ => t.host.clone(),
-        };
-        // Keep the headers for a possible retry only when one could happen.
-        let last_chance = tried.len() == attempts;
-        let mut request_headers = if last_chance {
-            std::mem::take(&mut out.headers)
-        } else {
-            out.headers.clone()
-        };
-        request_headers.insert(header::HOST, host_value);
-        // A recorded attempt's span is the upstream's parent; a retry is
-        // another hop, with a span id of its own.
-        let attempt = hop.recording.map(Recording::attempt);
-        match &attempt {
-            Some(a) => {
-                request_headers.insert(TRACEPARENT.clone(), hop.context.traceparent(a.span));
-            }
-            None if tried.len() > 1 => {
-                let span = SpanId::random();
-                request_headers.insert(TRACEPARENT.clone(), hop.context.traceparent(span));
-            }
-            None => {}
-        }
-        let mut request = Request::new(this_body);
-        *request.method_mut() = out.method.clone();
-        *request.uri_mut() = uri;
-        *request.version_mut() = version;
-        *request.headers_mut() = request_headers;
+        let (body, mut slot) = UpstreamBody::new(out.body);
+        let mut body = Some(body);
+        let mut tried: SmallVec<[usize; 4]> = SmallVec::new();
+        let mut last_error = GatewayError::NoHealthyUpstream;
 
-        let guard = InFlight::new(pool.clone(), target);
-        // One clock read for the deadline and the latency.
-        let started = tokio::time::Instant::now();
-        let result = tokio::time::timeout_at(
-            deadline(started, out.timeout),
-            pool.client.send(target, request),
-        )
-        .await;
-        let outcome = match &result {
-            Ok(Ok(_)) => "response",
-            Ok(Err(_)) => "error",
-            Err(_) => "timeout",
-        };
-        let took = started.elapsed();
-        metrics.pool_upstream(&pool.metrics, &pool.name, (target, &t.label), outcome, took);
-        if let (Some(recording), Some(attempt)) = (hop.recording, attempt) {
-            let status = result
-                .as_ref()
-                .ok()
-                .and_then(|r| r.as_ref().ok())
-                .map(|r| r.status());
-            record_attempt(recording, attempt, pool, t, tried.len(), status, outcome);
-        }
-        match result {
-            Ok(Ok(response)) => {
-                pool.record(target, !response.status().is_server_error());
-                return Ok((response, guard));
+        while tried.len() < attempts {
+            let Some(target) = pool.pick(out.key, &tried) else {
+                break;
+            };
+            let Some(this_body) = body.take() else {
+                break;
+            };
+            tried.push(target);
+            let t = &pool.targets[target];
+            // HTTP/1.1 sends the origin form; HTTP/2 needs `:scheme` and
+            // `:authority`.
+            let uri = if pool.config.http2 {
+                Uri::builder()
+                    .scheme(t.scheme.clone())
+                    .authority(t.authority.clone())
+                    .path_and_query(out.path_and_query.clone())
+                    .build()
+                    .map_err(|_| GatewayError::BadRequest {
+                        reason: "request target",
+                        close: false,
+                    })?
+            } else {
+                Uri::from(out.path_and_query.clone())
+            };
+            let host_value = match (&out.host, out.preserve_host) {
+                (Some(h), true) => h.clone(),
+                _ => t.host.clone(),
+            };
+            // Keep the headers for a possible retry only when one could happen.
+            let last_chance = tried.len() == attempts;
+            let mut request_headers = if last_chance {
+                std::mem::take(&mut out.headers)
+            } else {
+                out.headers.clone()
+            };
+            request_headers.insert(header::HOST, host_value);
+            // A recorded attempt's span is the upstream's parent; a retry is
+            // another hop, with a span id of its own.
+            let attempt = hop.recording.map(Recording::attempt);
+            match &attempt {
+                Some(a) => {
+                    request_headers.insert(TRACEPARENT.clone(), hop.context.traceparent(a.span));
+                }
+                None if tried.len() > 1 => {
+                    let span = SpanId::random();
+                    request_headers.insert(TRACEPARENT.clone(), hop.context.traceparent(span));
+                }
+                None => {}
             }
-            Ok(Err(error)) => {
-                match slot.client_fault() {
-                    Some(ClientFault::Broken) => {
-                        return Err(GatewayError::BadRequest {
-                            reason: "malformed request body",
-                            close: true,
-                        })
+            let mut request = Request::new(this_body);
+            *request.method_mut() = out.method.clone();
+            *request.uri_mut() = uri;
+            *request.version_mut() = version;
+            *request.headers_mut() = request_headers;
+
+            let guard = InFlight::new(pool.clone(), target);
+            // One clock read for the deadline and the latency.
+            let started = tokio::time::Instant::now();
+            let result = tokio::time::timeout_at(
+                deadline(started, out.timeout),
+                pool.client.send(target, request),
+            )
+            .await;
+            let outcome = match &result {
+                Ok(Ok(_)) => "response",
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            };
+            let took = started.elapsed();
+            metrics.pool_upstream(&pool.metrics, &pool.name, (target, &t.label), outcome, took);
+            if let (Some(recording), Some(attempt)) = (hop.recording, attempt) {
+                let status = result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.as_ref().ok())
+                    .map(|r| r.status());
+                record_attempt(recording, attempt, pool, t, tried.len(), status, outcome);
+            }
+            match result {
+                Ok(Ok(response)) => {
+                    pool.record(target, !response.status().is_server_error());
+                    return Ok((response, guard));
+                }
+                Ok(Err(error)) => {
+                    match slot.client_fault() {
+                        Some(ClientFault::Broken) => {
+                            return Err(GatewayError::BadRequest {
+                                reason: "malformed request body",
+                                close: true,
+                            })
+                        }
+                        Some(ClientFault::TooLarge) => return Err(GatewayError::BodyTooLarge),
+                        Some(ClientFault::TimedOut) => return Err(GatewayError::BodyTimeout),
+                        None => {}
                     }
-                    Some(ClientFault::TooLarge) => return Err(GatewayError::BodyTooLarge),
-                    Some(ClientFault::TimedOut) => return Err(GatewayError::BodyTimeout),
-                    None => {}
-                }
-                pool.record(target, false);
-                tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
-                let retry = error.is_connect() || (idempotent(&out.method) && !out.upgrade);
-                last_error = GatewayError::UpstreamUnavailable(Arc::new(error));
-                if !retry {
-                    break;
-                }
-                match slot.take_back() {
-                    Some((b, s)) => {
-                        body = Some(b);
-                        slot = s;
+                    pool.record(target, false);
+                    tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");
+                    let retry = error.is_connect() || (idempotent(&out.method) && !out.upgrade);
+                    last_error = GatewayError::UpstreamUnavailable(Arc::new(error));
+                    if !retry {
+                        break;
                     }
-                    None => break,
+                    match slot.take_back() {
+                        Some((b, s)) => {
+                            body = Some(b);
+                            slot = s;
+                        }
+                        None => break,
+                    }
                 }
-            }
-            Err(_elapsed) => {
-                pool.record(target, false);
-                return Err(GatewayError::UpstreamTimeout);
+                Err(_elapsed) => {
+                    pool.record(target, false);
+                    return Err(GatewayError::UpstreamTimeout);
+                }
             }
         }
+        Err(last_error)
     }
-    Err(last_error)
 }
 
 /// A recorded attempt's span, `upstream <pool>`: its target, and what
