@@ -6,8 +6,18 @@
 //!
 //! ```text
 //! hyper_floor LISTEN UPSTREAM    e.g. 127.0.0.1:18085 127.0.0.1:18081
+//! hyper_floor LISTEN UPSTREAM --headers
 //! hyper_floor LISTEN --answer    answer "hello world\n" itself (the server alone)
 //! ```
+//!
+//! `--headers`: the floor also sends the fields every request of tollgate's
+//! carries (docs/protocols.md, docs/traces.md): `X-Forwarded-For`,
+//! `X-Forwarded-Proto`, `X-Forwarded-Host` and a new `X-Request-Id` and
+//! `traceparent` upstream, the `X-Request-Id` back on the response. Nothing
+//! else of the gateway (no checks, no stripping): what the fields the gateway
+//! must add cost the stack by themselves, its own bytes in the kernel
+//! included (the "hyper floor + headers" row of `benches/e2e/run --only
+//! floor`).
 //!
 //! Like tollgate: Tokio's current-thread scheduler when TOKIO_WORKER_THREADS=1,
 //! else the multi-thread one, the accept loop as a task, glibc's allocator, TCP_NODELAY on both sides. Unlike it:
@@ -22,8 +32,9 @@ use std::convert::Infallible;
 
 use anyhow::Context as _;
 use bytes::Bytes;
+use http::header::{HeaderName, HOST};
 use http::uri::{Authority, Uri};
-use http::{Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{Either, Empty, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -38,9 +49,15 @@ const HELLO: &[u8] = b"hello world\n";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [listen, target] = args.as_slice() else {
-        eprintln!("usage: hyper_floor LISTEN (UPSTREAM | --answer)");
-        std::process::exit(2);
+    let (listen, target, headers) = match args.as_slice() {
+        [listen, target] => (listen, target, false),
+        [listen, target, flag] if flag == "--headers" && target != "--answer" => {
+            (listen, target, true)
+        }
+        _ => {
+            eprintln!("usage: hyper_floor LISTEN (UPSTREAM [--headers] | --answer)");
+            std::process::exit(2);
+        }
     };
     let upstream = match target.as_str() {
         "--answer" => None,
@@ -57,16 +74,16 @@ fn main() -> anyhow::Result<()> {
     .enable_all()
     .build()?;
     // The accept loop is a task, as tollgate's is.
-    runtime.block_on(runtime.spawn(serve(listen.clone(), upstream)))?
+    runtime.block_on(runtime.spawn(serve(listen.clone(), upstream, headers)))?
 }
 
-async fn serve(listen: String, upstream: Option<Authority>) -> anyhow::Result<()> {
+async fn serve(listen: String, upstream: Option<Authority>, headers: bool) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&listen).await.context("LISTEN")?;
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Upstream = Client::builder(TokioExecutor::new()).build(connector);
     loop {
-        let (stream, _) = listener.accept().await?;
+        let (stream, peer) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(stream);
         let mut conn = http1::Builder::new();
@@ -77,7 +94,11 @@ async fn serve(listen: String, upstream: Option<Authority>) -> anyhow::Result<()
             }),
             Some(authority) => {
                 let client = client.clone();
-                let svc = service_fn(move |req| forward(client.clone(), authority.clone(), req));
+                let peer = headers
+                    .then(|| HeaderValue::from_str(&peer.ip().to_string()).expect("an address"));
+                let svc = service_fn(move |req| {
+                    forward(client.clone(), authority.clone(), peer.clone(), req)
+                });
                 tokio::spawn(async move {
                     let _ = conn.serve_connection(io, svc).await;
                 })
@@ -90,11 +111,16 @@ async fn answer(_req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infall
     Ok(Response::new(Full::new(Bytes::from_static(HELLO))))
 }
 
+/// `peer`: the client's address when `--headers` is on.
 async fn forward(
     client: Upstream,
     authority: Authority,
+    peer: Option<HeaderValue>,
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    let request_id = peer
+        .as_ref()
+        .map(|peer| add_headers(req.headers_mut(), peer));
     let mut parts = std::mem::take(req.uri_mut()).into_parts();
     parts.scheme = Some(http::uri::Scheme::HTTP);
     parts.authority = Some(authority);
@@ -103,11 +129,58 @@ async fn forward(
     }
     *req.uri_mut() = Uri::from_parts(parts).expect("scheme, authority and path are set");
     Ok(match client.request(req).await {
-        Ok(resp) => resp.map(Either::Left),
+        Ok(mut resp) => {
+            if let Some(id) = request_id {
+                resp.headers_mut().insert(X_REQUEST_ID, id);
+            }
+            resp.map(Either::Left)
+        }
         Err(_) => {
             let mut resp = Response::new(Either::Right(Empty::new()));
             *resp.status_mut() = StatusCode::BAD_GATEWAY;
             resp
         }
     })
+}
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// `--headers`: the fields tollgate adds to every request it forwards, with
+/// values of the same lengths, made as cheaply as tollgate makes them (hex
+/// digits from a table, one allocation per value); returns the request id,
+/// for the response.
+fn add_headers(headers: &mut HeaderMap, peer: &HeaderValue) -> HeaderValue {
+    let host = headers.get(HOST).cloned();
+    headers.insert(HeaderName::from_static("x-forwarded-for"), peer.clone());
+    headers.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static("http"),
+    );
+    if let Some(host) = host {
+        headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+    }
+    let mut trace = [0u8; 32];
+    hex_into(&fastrand::u128(1..).to_be_bytes(), &mut trace);
+    let id = HeaderValue::from_maybe_shared(Bytes::from_owner(trace)).expect("hex digits");
+    headers.insert(X_REQUEST_ID, id.clone());
+    let mut parent = [0u8; 55];
+    parent[..3].copy_from_slice(b"00-");
+    parent[3..35].copy_from_slice(&trace);
+    parent[35] = b'-';
+    hex_into(&fastrand::u64(1..).to_be_bytes(), &mut parent[36..52]);
+    parent[52..].copy_from_slice(b"-00");
+    headers.insert(
+        HeaderName::from_static("traceparent"),
+        HeaderValue::from_bytes(&parent).expect("hex digits and dashes"),
+    );
+    id
+}
+
+/// `bytes` as lower-case hex digits into `out` (twice as long).
+fn hex_into(bytes: &[u8], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
+    }
 }
