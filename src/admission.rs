@@ -206,11 +206,12 @@ fn host_field(value: &HeaderValue) -> Result<HeaderValue, GatewayError> {
         close: true,
     };
     let bytes = value.as_bytes();
-    if bytes.is_empty() || bytes.contains(&b'@') {
-        return Err(bad());
-    }
+    // A plain host has no `@` (user info) to look for.
     if plain_host_and_port(bytes) {
         return Ok(value.clone());
+    }
+    if bytes.is_empty() || bytes.contains(&b'@') {
+        return Err(bad());
     }
     let authority = http::uri::Authority::try_from(bytes).map_err(|_| bad())?;
     // `Authority` accepts any text after the last ':'; a port must be digits.

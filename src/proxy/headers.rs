@@ -126,11 +126,10 @@ fn strip(headers: &mut HeaderMap, keep_upgrade: bool, keep_declared: bool) {
     // The names Connection lists first, then the fixed ones in their
     // order: removals reorder the fields left (`HeaderMap` swaps the last
     // into a removed one's place), so the order is kept as it was.
-    let present = HOP_BY_HOP
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| present & 1 << i != 0)
-        .map(|(_, name)| name);
+    // The set bits, lowest first: usually one (an upstream's `Connection`).
+    let present = std::iter::successors(Some(present), |bits| Some(bits & bits.wrapping_sub(1)))
+        .take_while(|bits| *bits != 0)
+        .map(|bits| &HOP_BY_HOP[bits.trailing_zeros() as usize]);
     for name in named.iter().chain(present) {
         if !(keep_upgrade && name == header::UPGRADE) {
             headers.remove(name);
