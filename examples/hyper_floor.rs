@@ -16,8 +16,8 @@
 //! `traceparent` upstream, the `X-Request-Id` back on the response. Nothing
 //! else of the gateway (no checks, no stripping): what the fields the gateway
 //! must add cost the stack by themselves, its own bytes in the kernel
-//! included (the "hyper floor + headers" row of `benches/e2e/run --only
-//! floor`).
+//! included (the `floor-h` row of `benches/e2e/run --only floor`, "hyper
+//! floor + the fields tollgate adds").
 //!
 //! Like tollgate: Tokio's current-thread scheduler when TOKIO_WORKER_THREADS=1,
 //! else the multi-thread one, the accept loop as a task, glibc's allocator, TCP_NODELAY on both sides. Unlike it:
