@@ -69,6 +69,15 @@ async fn get(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> u16 {
     r.status.as_u16()
 }
 
+/// [`get`] with the client's `traceparent` for trace `trace` (sampled)
+/// before `headers`.
+async fn get_traced(gw: &Gateway, path: &str, trace: &str, headers: &[(&str, &str)]) -> u16 {
+    let parent = parent(trace);
+    let mut all = vec![("traceparent", parent.as_str())];
+    all.extend_from_slice(headers);
+    get(gw, path, &all).await
+}
+
 /// A client's `traceparent` for trace `trace` (sampled).
 fn parent(trace: &str) -> String {
     format!("00-{trace}-{PARENT}-01")
@@ -130,9 +139,8 @@ async fn spans_of_each_outcome(protocol: Protocol) {
     // Allowed: continued from the client's span, one attempt, one store
     // call, the upstream's parent is the attempt.
     let t = trace_id(1);
-    let tp = parent(&t);
     assert_eq!(
-        get(&gw, "/api/a", &[("traceparent", &tp), ("x-user", "ann")]).await,
+        get_traced(&gw, "/api/a", &t, &[("x-user", "ann")]).await,
         200
     );
     let seen = echo.last().unwrap().header("traceparent").unwrap();
@@ -182,12 +190,7 @@ async fn spans_of_each_outcome(protocol: Protocol) {
     assert_eq!(get(&gw, "/api/b", &[("x-user", "bob")]).await, 200);
     let t = trace_id(2);
     assert_eq!(
-        get(
-            &gw,
-            "/api/b",
-            &[("traceparent", &parent(&t)), ("x-user", "bob")]
-        )
-        .await,
+        get_traced(&gw, "/api/b", &t, &[("x-user", "bob")]).await,
         429
     );
     let spans = collector.wait_trace(&t, 2, WAIT).await;
@@ -207,15 +210,7 @@ async fn spans_of_each_outcome(protocol: Protocol) {
     assert_eq!(get(&gw, "/lock", &[("x-user", "cy")]).await, 200);
     assert_eq!(get(&gw, "/lock", &[("x-user", "cy")]).await, 429);
     let t = trace_id(3);
-    assert_eq!(
-        get(
-            &gw,
-            "/lock",
-            &[("traceparent", &parent(&t)), ("x-user", "cy")]
-        )
-        .await,
-        429
-    );
+    assert_eq!(get_traced(&gw, "/lock", &t, &[("x-user", "cy")]).await, 429);
     let spans = collector.wait_trace(&t, 1, WAIT).await;
     let (server, attempts, _) = parts(&spans);
     assert_eq!(server.attr("tollgate.decision"), Some("locked_out"));
@@ -227,10 +222,7 @@ async fn spans_of_each_outcome(protocol: Protocol) {
 
     // Upstream error: the attempt failed, the request span is an error.
     let t = trace_id(4);
-    assert_eq!(
-        get(&gw, "/broken", &[("traceparent", &parent(&t))]).await,
-        502
-    );
+    assert_eq!(get_traced(&gw, "/broken", &t, &[]).await, 502);
     let spans = collector.wait_trace(&t, 2, WAIT).await;
     let (server, attempts, stores) = parts(&spans);
     assert_eq!(server.attr("http.response.status_code"), Some("502"));
@@ -242,14 +234,8 @@ async fn spans_of_each_outcome(protocol: Protocol) {
 
     // A verified consumer: named on the request's span.
     let t = trace_id(9);
-    let tp = parent(&t);
     assert_eq!(
-        get(
-            &gw,
-            "/keyed",
-            &[("traceparent", &tp), ("x-api-key", API_KEY)]
-        )
-        .await,
+        get_traced(&gw, "/keyed", &t, &[("x-api-key", API_KEY)]).await,
         200
     );
     let spans = collector.wait_trace(&t, 2, WAIT).await;
@@ -261,10 +247,7 @@ async fn spans_of_each_outcome(protocol: Protocol) {
 
     // Answered by the gateway: a server span alone.
     let t = trace_id(5);
-    assert_eq!(
-        get(&gw, "/local", &[("traceparent", &parent(&t))]).await,
-        204
-    );
+    assert_eq!(get_traced(&gw, "/local", &t, &[]).await, 204);
     let spans = collector.wait_trace(&t, 1, WAIT).await;
     assert_eq!(spans.len(), 1, "{spans:#?}");
     assert_eq!(spans[0].name, "GET local");
@@ -305,10 +288,7 @@ async fn sampling_follows_the_parent_and_the_ratio_decides_new_traces() {
         "a trace not recorded is not sampled: {sent}"
     );
     let t = trace_id(6);
-    assert_eq!(
-        get(&gw, "/local", &[("traceparent", &parent(&t))]).await,
-        204
-    );
+    assert_eq!(get_traced(&gw, "/local", &t, &[]).await, 204);
     assert_eq!(collector.wait_trace(&t, 1, WAIT).await.len(), 1);
     // An unsampled parent is followed too: nothing recorded, the flag kept.
     let t2 = trace_id(7);
@@ -524,10 +504,7 @@ async fn the_last_spans_are_sent_at_shutdown() {
     );
     let mut gw = Gateway::start(&config(&echo, &down, &collector.url(), "http", "1")).await;
     let t = trace_id(8);
-    assert_eq!(
-        get(&gw, "/local", &[("traceparent", &parent(&t))]).await,
-        204
-    );
+    assert_eq!(get_traced(&gw, "/local", &t, &[]).await, 204);
     // Before the batch's second is up: only the shutdown's flush sends it.
     gw.sigterm();
     let status = gw.wait_exit(Duration::from_secs(10)).await;
