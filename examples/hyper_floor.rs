@@ -19,9 +19,12 @@
 //! included (the `floor-h` row of `benches/e2e/run --only floor`, "hyper
 //! floor + the fields tollgate adds").
 //!
-//! Like tollgate: Tokio's current-thread scheduler when TOKIO_WORKER_THREADS=1,
-//! else the multi-thread one, the accept loop as a task, glibc's allocator, TCP_NODELAY on both sides. Unlike it:
-//! hyper's `server::conn::http1::Builder` (keep-alive, no timer) instead of the
+//! Like tollgate with TOKIO_WORKER_THREADS=1 (the benches' setting): one
+//! current-thread Tokio runtime, the accept loop as a task, TCP_NODELAY on
+//! both sides. Unlike it: glibc's allocator (tollgate's is jemalloc,
+//! `src/main.rs`), Tokio's multi-thread scheduler for more workers (tollgate
+//! runs a current-thread runtime per worker), hyper's
+//! `server::conn::http1::Builder` (keep-alive, no timer) instead of the
 //! auto (h1 + h2c) builder, and one default `hyper_util::client::legacy::Client`
 //! to UPSTREAM, whose response body is streamed back as it comes. Built as an
 //! example, it also gets the dev-dependencies' tokio features ("full",
@@ -63,8 +66,8 @@ fn main() -> anyhow::Result<()> {
         "--answer" => None,
         addr => Some(addr.parse::<Authority>().context("UPSTREAM")?),
     };
-    // The scheduler tollgate picks (src/main.rs): current-thread for one
-    // worker, else multi-thread.
+    // Current-thread for one worker, as tollgate's (src/main.rs); else
+    // Tokio's multi-thread scheduler.
     let one = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|n| n.trim() == "1");
     let runtime = if one {
         tokio::runtime::Builder::new_current_thread()
