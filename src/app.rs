@@ -66,6 +66,8 @@ pub async fn run(path: &Path) -> Result<(), RunError> {
         admin::serve(listener, gateway.clone());
     }
     tracing::info!(generation = 1, config = %path.display(), "tollgate started");
+    // Lines from now on go through the log writer's thread.
+    crate::log::serving();
 
     loop {
         tokio::select! {

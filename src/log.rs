@@ -2,7 +2,8 @@
 //! access-log line written once per request.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
@@ -10,36 +11,92 @@ use tollgate_limit::DecisionKind;
 
 use crate::auth::Identity;
 use crate::trace::context::TraceId;
+use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::fmt::writer::{EitherWriter, MakeWriter};
 use tracing_subscriber::EnvFilter;
 
 /// The `tracing` target of access-log lines.
 pub const ACCESS_TARGET: &str = "tollgate::access";
 
-/// Keeps the log writer's thread alive; dropping it flushes what is queued.
-pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
+/// Flushes the log writer's queue when dropped (keep it until exit).
+pub struct LogGuard(());
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        // Dropping the writer's guard waits for its queue to be written.
+        drop(lock_guard().take());
+    }
+}
+
+/// The log writer's guard, once its thread runs.
+static WRITER_GUARD: Mutex<Option<WorkerGuard>> = Mutex::new(None);
+
+fn lock_guard() -> std::sync::MutexGuard<'static, Option<WorkerGuard>> {
+    WRITER_GUARD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether the gateway serves yet: from then on lines go through the
+/// writer's thread ([`serving`]).
+static SERVING: AtomicBool = AtomicBool::new(false);
+
+/// The writer's queue, made at the first line written once serving.
+static QUEUE: OnceLock<NonBlocking> = OnceLock::new();
+
+/// Lines are written by a dedicated thread once the gateway serves, so a
+/// request never waits on a `write` to stdout; when its queue is full, the
+/// writer applies backpressure rather than dropping access-log lines.
+/// Before that (start-up, `check`, `simulate`) a line is written in place.
+/// The thread starts with the first line written while serving: a gateway
+/// that logs nothing per request (the access log filtered out) stays
+/// without it, which keeps a one-worker process single-threaded: the C
+/// library and the kernel then take their single-threaded shortcuts on
+/// every socket call (`benches/RESULTS.md`, "Issue 27: a sixth pass").
+struct LazyWriter;
+
+impl<'a> MakeWriter<'a> for LazyWriter {
+    type Writer = EitherWriter<std::io::Stdout, NonBlocking>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        if !SERVING.load(Ordering::Acquire) {
+            return EitherWriter::A(std::io::stdout());
+        }
+        EitherWriter::B(
+            QUEUE
+                .get_or_init(|| {
+                    let (writer, guard) = NonBlockingBuilder::default()
+                        .lossy(false)
+                        .finish(std::io::stdout());
+                    *lock_guard() = Some(guard);
+                    writer
+                })
+                .clone(),
+        )
+    }
+}
+
+/// The gateway serves: lines written from now on go through the writer's
+/// thread (started with the first of them).
+pub fn serving() {
+    SERVING.store(true, Ordering::Release);
+}
 
 /// Install the global subscriber: JSON lines on stdout, one object per event
 /// with its fields at the top level, filtered by `TOLLGATE_LOG` (`RUST_LOG`
-/// syntax, default `info`).
-///
-/// Lines are written by a dedicated thread, so a request never waits on a
-/// `write` to stdout; when its queue is full, the writer applies
-/// backpressure rather than dropping access-log lines. Keep the returned
-/// guard until exit so the last lines are flushed.
+/// syntax, default `info`), written as [`LazyWriter`] says. Keep the
+/// returned guard until exit so the last lines are flushed.
 pub fn init() -> LogGuard {
     let filter = EnvFilter::try_from_env("TOLLGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .finish(std::io::stdout());
     let _ = tracing_subscriber::fmt()
         .json()
         .flatten_event(true)
         .with_current_span(false)
         .with_span_list(false)
         .with_env_filter(filter)
-        .with_writer(writer)
+        .with_writer(LazyWriter)
         .try_init();
-    guard
+    LogGuard(())
 }
 
 /// What the access log says of one request, filled in as the request goes.

@@ -18,10 +18,9 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read once at its start (its `malloc_conf` global,
 /// named with the `_rjem_` prefix tikv-jemalloc-sys gives its symbols).
-/// `background_thread`: a jemalloc thread purges freed pages, so they go
-/// back to the kernel even while the gateway is idle (without it, purging
-/// runs only inside allocation calls, and a million expired entries freed by
-/// the sweeper stayed resident). `dirty_decay_ms: 1000`: freed pages are
+/// `background_thread:false`: freed pages are purged by [`purging`]'s
+/// choice, a jemalloc thread with several workers, the first worker itself
+/// with one. `dirty_decay_ms: 1000`: freed pages are
 /// returned after about a second instead of ten, so the tables a growing
 /// map leaves behind do not add to the peak (a million clients: 151-162
 /// MiB instead of 190-200 MiB, `tests/memory_bound.rs`).
@@ -36,8 +35,96 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// "Memory").
 #[cfg(all(unix, not(target_env = "musl")))]
 #[export_name = "_rjem_malloc_conf"]
-static JEMALLOC_CONF: &[u8; 100] =
-    b"background_thread:true,dirty_decay_ms:1000,tcache_nslots_small_min:128,tcache_gc_incr_bytes:1048576\0";
+static JEMALLOC_CONF: &[u8; 101] =
+    b"background_thread:false,dirty_decay_ms:1000,tcache_nslots_small_min:128,tcache_gc_incr_bytes:1048576\0";
+
+/// Who gives freed pages back to the kernel, also while the gateway is idle
+/// (without anyone doing it, jemalloc purges only inside allocation calls,
+/// and a million memory-store entries freed by the sweeper of an idle
+/// gateway stayed resident: 150 MiB instead of 52, `tests/memory_bound.rs`).
+#[cfg(all(unix, not(target_env = "musl")))]
+mod purging {
+    use std::ffi::{c_void, CStr};
+    use std::ptr::null_mut;
+    use std::time::Duration;
+
+    /// Several workers: jemalloc's background thread purges, off the
+    /// workers. One worker: that worker purges once a second
+    /// ([`decay_every_second`]); its process then has no other thread (the
+    /// log writer's starts with the first line logged while serving), so
+    /// the C library and the kernel take their single-threaded shortcuts
+    /// on every socket call, and no purging thread is scheduled between its
+    /// requests (benches/RESULTS.md, "Issue 27: a sixth pass"). An
+    /// operator's `background_thread` in `_RJEM_MALLOC_CONF` is left as set.
+    /// Returns whether the caller's worker is to purge.
+    pub fn choose(workers: usize) -> bool {
+        let set_by_operator =
+            std::env::var("_RJEM_MALLOC_CONF").is_ok_and(|conf| conf.contains("background_thread"));
+        if set_by_operator {
+            return !background_thread();
+        }
+        if workers > 1 && set_background_thread(true) {
+            return false;
+        }
+        true
+    }
+
+    /// Purge, every second, the freed pages whose decay time has passed.
+    pub async fn decay_every_second() {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            // All arenas (`MALLCTL_ARENAS_ALL`).
+            // SAFETY: `arena.4096.decay` reads and writes nothing: every
+            // pointer null, every length 0, as its documentation asks.
+            unsafe {
+                tikv_jemalloc_sys::mallctl(
+                    c"arena.4096.decay".as_ptr(),
+                    null_mut(),
+                    null_mut(),
+                    null_mut(),
+                    0,
+                );
+            }
+        }
+    }
+
+    /// Whether jemalloc's background thread is on.
+    fn background_thread() -> bool {
+        let mut on = false;
+        let mut len = std::mem::size_of::<bool>();
+        // SAFETY: `background_thread` is a `bool`; `on` and `len` describe
+        // a `bool` to write it into.
+        let read = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                NAME.as_ptr(),
+                (&mut on as *mut bool).cast::<c_void>(),
+                &mut len,
+                null_mut(),
+                0,
+            )
+        };
+        read == 0 && on
+    }
+
+    /// Turn jemalloc's background thread on or off; whether it took.
+    fn set_background_thread(mut on: bool) -> bool {
+        // SAFETY: `background_thread` is a `bool`; the new value's pointer
+        // and length describe `on`.
+        let written = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                NAME.as_ptr(),
+                null_mut(),
+                null_mut(),
+                (&mut on as *mut bool).cast::<c_void>(),
+                std::mem::size_of::<bool>(),
+            )
+        };
+        written == 0
+    }
+
+    const NAME: &CStr = c"background_thread";
+}
 
 /// A reverse proxy and API gateway that protects HTTP backends with throttling.
 #[derive(Parser)]
@@ -174,6 +261,10 @@ fn run(config: &std::path::Path) -> ExitCode {
         }
     }
     tollgate::server::set_threads(threads);
+    #[cfg(all(unix, not(target_env = "musl")))]
+    if purging::choose(workers) {
+        runtime.spawn(purging::decay_every_second());
+    }
     match runtime.block_on(tollgate::app::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -529,7 +529,10 @@ impl Gate {
         inner: impl FnOnce(&mut Context<'_>) -> Poll<T>,
     ) -> Poll<T> {
         self.flag.task.register(cx.waker());
-        if !self.flag.woken.swap(false, Ordering::AcqRel) {
+        // A load first: the usual answer (not woken) costs no atomic write.
+        if !self.flag.woken.load(Ordering::Acquire)
+            || !self.flag.woken.swap(false, Ordering::AcqRel)
+        {
             return Poll::Pending;
         }
         inner(&mut Context::from_waker(&self.waker))

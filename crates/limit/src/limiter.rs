@@ -78,6 +78,12 @@ const LEASE_CAPACITY: usize = 100_000;
 /// How often leases whose time is up are swept and given back.
 const LEASE_SWEEP: Duration = Duration::from_millis(100);
 
+/// The most entries (state and settlement markers) a memory store may hold
+/// for its once-a-second sweep to run in place on the runtime rather than on
+/// the blocking pool: a few tens of microseconds at most, and a process whose
+/// store stays this small starts no blocking thread for it.
+const SWEEP_IN_PLACE: usize = 1024;
+
 /// How many failed concurrency releases wait for a retry at most
 /// ([`Releases`]; 32 bytes each).
 const RELEASE_RETRY_CAPACITY: usize = 100_000;
@@ -413,7 +419,14 @@ impl Limiter {
                 let local = limiter.local.clone();
                 let now = limiter.clock.now();
                 drop(limiter);
-                let _ = tokio::task::spawn_blocking(move || local.sweep(now)).await;
+                // A small store is swept in place (microseconds); a large
+                // one on the blocking pool, so the worker never stalls on
+                // it. No thread is started for a store that stays small.
+                if local.len() + local.settled_len() <= SWEEP_IN_PLACE {
+                    local.sweep(now);
+                } else {
+                    let _ = tokio::task::spawn_blocking(move || local.sweep(now)).await;
+                }
             }
         });
         if let Backend::Redis(_) = &self.backend {
