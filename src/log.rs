@@ -84,7 +84,8 @@ pub fn serving() {
 
 /// Install the global subscriber: JSON lines on stdout, one object per event
 /// with its fields at the top level, filtered by `TOLLGATE_LOG` (`RUST_LOG`
-/// syntax, default `info`), written as [`LazyWriter`] says. Keep the
+/// syntax, default `info`), written in place until [`serving`], then by
+/// the log writer's thread. Keep the
 /// returned guard until exit so the last lines are flushed.
 pub fn init() -> LogGuard {
     let filter = EnvFilter::try_from_env("TOLLGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
