@@ -59,7 +59,7 @@ mod purging {
     /// Returns whether the caller's worker is to purge.
     pub fn choose(workers: usize) -> bool {
         let set_by_operator =
-            std::env::var("_RJEM_MALLOC_CONF").is_ok_and(|conf| conf.contains("background_thread"));
+            std::env::var("_RJEM_MALLOC_CONF").is_ok_and(|conf| sets_background_thread(&conf));
         if set_by_operator {
             return !background_thread();
         }
@@ -67,6 +67,13 @@ mod purging {
             return false;
         }
         true
+    }
+
+    /// Whether jemalloc options (`key:value,...`) set `background_thread`
+    /// (not merely `max_background_threads`).
+    pub fn sets_background_thread(conf: &str) -> bool {
+        conf.split(',')
+            .any(|option| option.split(':').next().map(str::trim) == Some("background_thread"))
     }
 
     /// Purge, every second, the freed pages whose decay time has passed.
@@ -124,6 +131,20 @@ mod purging {
     }
 
     const NAME: &CStr = c"background_thread";
+
+    #[cfg(test)]
+    mod tests {
+        use super::sets_background_thread;
+
+        #[test]
+        fn only_the_background_thread_option_counts_as_set() {
+            assert!(sets_background_thread("background_thread:true"));
+            assert!(sets_background_thread("narenas:2, background_thread:false"));
+            assert!(!sets_background_thread("max_background_threads:4"));
+            assert!(!sets_background_thread("dirty_decay_ms:10000"));
+            assert!(!sets_background_thread(""));
+        }
+    }
 }
 
 /// A reverse proxy and API gateway that protects HTTP backends with throttling.
