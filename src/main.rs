@@ -63,15 +63,12 @@ mod purging {
         if set_by_operator {
             return !background_thread();
         }
-        if workers > 1 && set_background_thread(true) {
-            return false;
-        }
-        true
+        !(workers > 1 && start_background_thread())
     }
 
     /// Whether jemalloc options (`key:value,...`) set `background_thread`
     /// (not merely `max_background_threads`).
-    pub fn sets_background_thread(conf: &str) -> bool {
+    fn sets_background_thread(conf: &str) -> bool {
         conf.split(',')
             .any(|option| option.split(':').next().map(str::trim) == Some("background_thread"))
     }
@@ -114,8 +111,9 @@ mod purging {
         read == 0 && on
     }
 
-    /// Turn jemalloc's background thread on or off; whether it took.
-    fn set_background_thread(mut on: bool) -> bool {
+    /// Turn jemalloc's background thread on; whether it took.
+    fn start_background_thread() -> bool {
+        let mut on = true;
         // SAFETY: `background_thread` is a `bool`; the new value's pointer
         // and length describe `on`.
         let written = unsafe {

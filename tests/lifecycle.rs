@@ -109,6 +109,65 @@ async fn admin_reload_adds_a_route_and_bumps_generation() {
     assert_eq!(s2["sha256"], s1["sha256"]);
 }
 
+/// The threads of the gateway process (`/proc/PID/task`).
+fn threads(gw: &Gateway) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", gw.pid()))
+        .expect("the gateway's /proc entry")
+        .count()
+}
+
+/// One worker and no access log: one thread, through traffic, the
+/// once-a-second memory sweep and page purging (docs/performance.md); the
+/// log writer's thread starts with the first line logged while serving,
+/// and that line still reaches stdout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_logging_nothing_per_request_runs_one_thread() {
+    let echo = Echo::start("e").await;
+    let config = OneRoute::new()
+        .named("e")
+        .matching("{ path: /e }")
+        .upstream(&echo)
+        .limit(
+            "per_client",
+            "{ algorithm: fixed_window, limit: 1000, window: 1m }",
+        )
+        .config();
+    let gw = Gateway::start_env(
+        &config,
+        &[
+            ("TOKIO_WORKER_THREADS", "1"),
+            ("TOLLGATE_LOG", "info,tollgate::access=off"),
+        ],
+    )
+    .await;
+    for _ in 0..50 {
+        assert_eq!(client::get(gw.addr(), "/e").await.status, 200);
+    }
+    // Past a sweep and a purge.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        threads(&gw),
+        1,
+        "a one-worker gateway logging nothing per request"
+    );
+
+    let g0 = gw.generation().await;
+    gw.sighup();
+    eventually(Duration::from_secs(5), "the reload's log line", || async {
+        gw.json_logs()
+            .iter()
+            .any(|l| l["message"] == "config reloaded")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(gw.generation().await, g0 + 1);
+    assert_eq!(
+        threads(&gw),
+        2,
+        "the log writer's thread, started by that line"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads() {
     let echo = Echo::start("e").await;
