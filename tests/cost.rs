@@ -32,7 +32,9 @@ fn body_100() -> String {
 
 /// The route `/v1/` to `llm` with a 10,000-token hourly budget per
 /// `x-tenant`, `extra` lines under its `cost:`, and a requests limit
-/// (1,000 a minute) and a concurrency limit beside it.
+/// (1,000 an hour, the token budget's window: with a minute's, a test that
+/// ran across a minute's end found the window new and its count gone) and a
+/// concurrency limit beside it.
 fn budget(llm: &MockLlm, cost_extra: &str) -> String {
     format!(
         r#"
@@ -49,7 +51,7 @@ limits:
       settle: llm_usage
       llm: {{ api: openai, bytes_per_token: 1, stream_usage: force }}
 {cost_extra}
-  requests: {{ algorithm: fixed_window, limit: 1000, window: 1m, key: "header:x-tenant" }}
+  requests: {{ algorithm: fixed_window, limit: 1000, window: 1h, key: "header:x-tenant" }}
   in_flight: {{ algorithm: concurrency, limit: 1000, key: "header:x-tenant" }}
 routes:
   - {{ name: llm, match: {{ path: /v1/ }}, upstream: llm, limits: [tokens, requests, in_flight] }}
