@@ -1,17 +1,18 @@
 //! The upstream HTTP client: a small per-target connection pool built
 //! directly on hyper's connection API.
 //!
-//! **HTTP/1.1.** Each target keeps a stack of idle keep-alive connections
-//! (the `SendRequest` half; the connection itself runs in its own task). A
-//! request pops the most recently used one that is open and ready, or opens a
-//! new one; nothing is hashed, boxed or spawned per request. The response
-//! body ([`ResponseBody`]) pushes the connection back when it reaches its
-//! end, and drops it (which closes the connection) when it is dropped early
-//! or fails. A connection that is not ready yet (its task has not caught up,
-//! or it is still sending the previous request's body after an early
-//! response) is skipped, never waited for. A request that a reused
-//! connection hands back unsent (it closed before the request was written)
-//! is sent once more on a new connection.
+//! **HTTP/1.1.** Each target keeps a stack of idle keep-alive connections.
+//! A request pops the most recently used one that is open and ready, or
+//! opens a new one; nothing is hashed, boxed or spawned per request. The
+//! connection has no task of its own: the request's task polls it while it
+//! waits for the response, and the response body's polls go on polling it
+//! ([`super::drive`]). The response body ([`ResponseBody`]) pushes the
+//! connection back when it reaches its end, and drops it (which closes the
+//! connection) when it is dropped early or fails; a connection still busy
+//! then (sending the request's body after an early response) finishes in a
+//! task of its own and is closed, as is one that switched protocols. A
+//! request that a reused connection hands back unsent (it had closed before
+//! the request was written) is sent once more on a new connection.
 //!
 //! **HTTP/2** (`http2: true`: h2c with prior knowledge, or h2 by ALPN on an
 //! `https://` target). One multiplexed connection per target, shared by
@@ -23,7 +24,9 @@
 //! one.
 //!
 //! **Idle connections** are closed after the idle timeout by one reaper task
-//! per client, which holds only a `Weak` reference and ends with the client.
+//! per client, which holds only a `Weak` reference and ends with the client;
+//! at each tick it also drops the HTTP/1.1 connections their upstream has
+//! closed.
 //! Its ticks also drive a coarse clock (`idle / 10` per tick) that stamps
 //! connections when they go idle, so returning a connection reads no clock.
 //! At most [`MAX_IDLE_PER_TARGET`] idle connections are kept per target and
@@ -57,6 +60,7 @@ use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use super::drive::Driven;
 use crate::body::{self, UpstreamBody};
 
 /// The most idle connections kept per target; a connection coming back to a
@@ -160,9 +164,16 @@ struct Endpoint {
 }
 
 struct Idle {
-    sender: Sender1,
+    conn: Conn1,
     /// The clock when it went idle.
     since: u32,
+}
+
+/// An HTTP/1.1 connection: its request sender, and its future, driven by
+/// the task that uses it.
+struct Conn1 {
+    sender: Sender1,
+    driven: Driven,
 }
 
 struct Shared {
@@ -271,23 +282,30 @@ impl Client {
             let mut pooled = self.inner.checkout(target);
             loop {
                 let reused = pooled.is_some();
-                let mut sender = match pooled.take() {
-                    Some(sender) => sender,
+                let mut conn = match pooled.take() {
+                    Some(conn) => conn,
                     // Boxed: connecting is rare, and its future (resolving,
                     // connecting, the TLS handshake) would otherwise swell
                     // every request's.
                     None => Box::pin(self.connect_h1(target)).await?,
                 };
-                match sender.try_send_request(request).await {
+                let mut sent = std::pin::pin!(conn.sender.try_send_request(request));
+                let result = std::future::poll_fn(|cx| {
+                    conn.driven.poll_with(cx, |cx| sent.as_mut().poll(cx))
+                })
+                .await;
+                match result {
                     Ok(response) => {
-                        return Ok(ResponseBody::pooled(response, &self.inner, target, sender))
+                        return Ok(ResponseBody::pooled(response, &self.inner, target, conn))
                     }
                     Err(mut error) => match error.take_message() {
                         // The reused connection closed before the request was
-                        // written: once more, on a new connection.
+                        // written: once more, on the next pooled one or a new
+                        // one.
                         Some(unsent) if reused => {
-                            tracing::debug!(error = %error.error(), "pooled upstream connection closed; retrying on a new one");
+                            tracing::debug!(error = %error.error(), "pooled upstream connection closed; retrying on another");
                             request = unsent;
+                            pooled = self.inner.checkout(target);
                         }
                         _ => return Err(ClientError::Request(error.into_error())),
                     },
@@ -326,8 +344,8 @@ impl Client {
         }
     }
 
-    /// A new HTTP/1.1 connection to `target`, its task spawned.
-    async fn connect_h1(&self, target: usize) -> Result<Sender1, ClientError> {
+    /// A new HTTP/1.1 connection to `target`.
+    async fn connect_h1(&self, target: usize) -> Result<Conn1, ClientError> {
         let io = self.inner.connect(target).await?;
         let (sender, conn) = self
             .inner
@@ -335,12 +353,10 @@ impl Client {
             .handshake(io)
             .await
             .map_err(ClientError::Handshake)?;
-        tokio::spawn(async move {
-            if let Err(error) = conn.with_upgrades().await {
-                tracing::debug!(%error, "upstream connection ended with an error");
-            }
-        });
-        Ok(sender)
+        Ok(Conn1 {
+            sender,
+            driven: Driven::new(conn.with_upgrades()),
+        })
     }
 
     /// The shared HTTP/2 connection of `target`, opened (or, with `replace`,
@@ -440,33 +456,32 @@ impl AsyncWrite for Stream {
 }
 
 impl Inner {
-    /// An idle HTTP/1.1 connection of `target` that is open and ready, most
-    /// recently used first. Closed ones are dropped on the way; ones not
-    /// ready yet stay for later.
-    fn checkout(&self, target: usize) -> Option<Sender1> {
-        let mut idle = lock(&self.endpoints[target].idle[idle_list()]);
-        let mut i = idle.len();
-        while i > 0 {
-            i -= 1;
-            let sender = &idle[i].sender;
-            if sender.is_closed() {
-                idle.remove(i);
-            } else if sender.is_ready() {
-                return Some(idle.remove(i).sender);
-            }
-        }
-        None
+    /// The idle HTTP/1.1 connection of `target` used most recently. Only
+    /// open and ready connections are pooled ([`Inner::checkin`]); one the
+    /// upstream has closed since is found when the request is sent on it.
+    fn checkout(&self, target: usize) -> Option<Conn1> {
+        lock(&self.endpoints[target].idle[idle_list()])
+            .pop()
+            .map(|idle| idle.conn)
     }
 
-    /// Return an HTTP/1.1 connection whose response has ended.
-    fn checkin(&self, target: usize, sender: Sender1) {
-        if sender.is_closed() {
+    /// Return an HTTP/1.1 connection whose response has ended: to the pool
+    /// when it is open and ready for another request; to a task of its own
+    /// when it still has work (it is closed after that); dropped, which
+    /// closes it, when it has ended or failed.
+    fn checkin(&self, target: usize, conn: Conn1) {
+        if conn.driven.has_ended() || conn.sender.is_closed() {
             return;
         }
+        if !conn.sender.is_ready() {
+            conn.driven.detach(());
+            return;
+        }
+        conn.driven.park();
         let since = self.clock.load(Ordering::Relaxed);
         let mut idle = lock(&self.endpoints[target].idle[idle_list()]);
         if idle.len() < MAX_IDLE_PER_TARGET {
-            idle.push(Idle { sender, since });
+            idle.push(Idle { conn, since });
         }
     }
 
@@ -541,12 +556,14 @@ impl Inner {
     }
 
     /// One reaper tick at clock `now`: drop the connections idle for more
-    /// than [`REAP_TICKS`] ticks, and those already closed.
+    /// than [`REAP_TICKS`] ticks, and those the upstream has closed (each
+    /// idle HTTP/1.1 connection is polled once, without a system call unless
+    /// its socket has news).
     fn reap(&self, now: u32) {
         let expired = |since: u32| now.wrapping_sub(since) > REAP_TICKS;
         for ep in &self.endpoints {
             for list in &ep.idle {
-                lock(list).retain(|i| !(i.sender.is_closed() || expired(i.since)));
+                lock(list).retain_mut(|i| !expired(i.since) && i.conn.driven.poll_parked());
             }
             let mut shared = lock(&ep.shared);
             if shared
@@ -586,7 +603,7 @@ pub struct ResponseBody {
 struct Checkin {
     client: Arc<Inner>,
     target: usize,
-    sender: Sender1,
+    conn: Conn1,
 }
 
 impl ResponseBody {
@@ -594,14 +611,20 @@ impl ResponseBody {
         response: Response<Incoming>,
         client: &Arc<Inner>,
         target: usize,
-        sender: Sender1,
+        conn: Conn1,
     ) -> Response<ResponseBody> {
-        // After a 101 the connection is no longer HTTP.
-        let checkin = (response.status() != StatusCode::SWITCHING_PROTOCOLS).then(|| Checkin {
-            client: client.clone(),
-            target,
-            sender,
-        });
+        // After a 101 the connection is no longer HTTP: its task hands the
+        // stream over to the upgrade when it ends.
+        let checkin = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            conn.driven.detach(conn.sender);
+            None
+        } else {
+            Some(Checkin {
+                client: client.clone(),
+                target,
+                conn,
+            })
+        };
         let mut body = response.map(|inner| ResponseBody { inner, checkin });
         if body.body().inner.is_end_stream() {
             body.body_mut().release();
@@ -612,7 +635,7 @@ impl ResponseBody {
     /// The body has ended: the connection can serve another request.
     fn release(&mut self) {
         if let Some(c) = self.checkin.take() {
-            c.client.checkin(c.target, c.sender);
+            c.client.checkin(c.target, c.conn);
         }
     }
 }
@@ -626,7 +649,17 @@ impl http_body::Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let inner = &mut this.inner;
+        let polled = match (Pin::new(&mut *inner).poll_frame(cx), &mut this.checkin) {
+            // Nothing yet: the connection delivers the body, it is polled
+            // along. (A frame already here needs no poll of it: the
+            // connection reads ahead into the body's channel.)
+            (Poll::Pending, Some(c)) => c
+                .conn
+                .driven
+                .poll_with(cx, |cx| Pin::new(&mut *inner).poll_frame(cx)),
+            (polled, _) => polled,
+        };
         match body::ended(&polled, || this.inner.is_end_stream()) {
             Some(true) => this.release(),
             Some(false) => this.checkin = None,
@@ -871,38 +904,39 @@ mod tests {
         assert_eq!(up.requests(), 2);
     }
 
-    /// The race `try_send_request` exists for, made exact on one thread: the
-    /// upstream's FIN has arrived but the connection's task has not run since,
-    /// so the pool hands out the connection as open; the runtime then polls
-    /// its I/O driver (every task, `event_interval(1)`) before running the
-    /// connection task, which sees the FIN before it takes the request and
-    /// gives the request back unsent.
-    #[test]
-    fn a_request_handed_back_unsent_by_a_pooled_connection_goes_on_a_new_one() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .event_interval(1)
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            tokio::spawn(async {
-                let up = Upstream::start();
-                let client = up.client(Duration::from_secs(60));
-                assert_eq!(get_text(&client, "/").await, "hello");
-                // Let the connection settle: idle and ready.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                assert_eq!(client.idle_connections(0), 1);
-                up.close_all();
-                // Blocking on purpose: the FIN arrives, nothing else runs.
-                std::thread::sleep(Duration::from_millis(50));
-                assert_eq!(up.closed(), 1);
-                assert_eq!(get_text(&client, "/").await, "hello");
-                assert_eq!(up.accepted(), 2);
-                assert_eq!(up.requests(), 2);
-            })
-            .await
-            .expect("test task");
-        });
+    /// Idle connections have no task watching them: two the upstream has
+    /// closed (their FIN taken in by the runtime, the reaper not run yet) are
+    /// handed out in turn; each hands the request back unsent before
+    /// writing it, and it goes on the next, then on a new connection.
+    #[tokio::test]
+    async fn a_request_handed_back_unsent_by_pooled_connections_goes_on_another() {
+        let up = Upstream::start();
+        let client = up.client(Duration::from_secs(60));
+        let (a, b) = tokio::join!(get_text(&client, "/"), get_text(&client, "/"));
+        assert_eq!((a.as_str(), b.as_str()), ("hello", "hello"));
+        assert_eq!((up.accepted(), client.idle_connections(0)), (2, 2));
+        up.close_all();
+        wait_for("the upstream to see the closes", || up.closed() == 2).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(client.idle_connections(0), 2, "the reaper has not run");
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 3);
+        assert_eq!(up.requests(), 3);
+        assert_eq!(client.idle_connections(0), 1);
+    }
+
+    /// The reaper drops an idle connection the upstream has closed at its
+    /// next tick (a tenth of the idle timeout), long before the timeout.
+    #[tokio::test]
+    async fn the_reaper_drops_an_idle_connection_the_upstream_closed() {
+        let up = Upstream::start();
+        let client = up.client(Duration::from_secs(5));
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(client.idle_connections(0), 1);
+        up.close_all();
+        wait_for("the reaper to drop it", || client.idle_connections(0) == 0).await;
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!((up.accepted(), up.requests()), (2, 2));
     }
 
     #[tokio::test]

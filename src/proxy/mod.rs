@@ -4,6 +4,7 @@
 
 pub mod balance;
 pub mod client;
+pub mod drive;
 pub mod headers;
 pub mod health;
 pub mod pool;
