@@ -809,6 +809,16 @@ mod tests {
                 let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {BIG}\r\n\r\n");
                 out.write_all(head.as_bytes())
                     .and_then(|()| (0..BIG / chunk.len()).try_for_each(|_| out.write_all(&chunk)))
+            } else if path.as_deref() == Some("/chunked") {
+                out.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                    .and_then(|()| out.write_all(b"3\r\nhel\r\n"))
+                    .and_then(|()| {
+                        // The rest in a read of its own.
+                        std::thread::sleep(Duration::from_millis(30));
+                        out.write_all(b"2\r\nlo\r\n0\r\n\r\n")
+                    })
+            } else if path.as_deref() == Some("/none") {
+                out.write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
             } else {
                 out.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
             };
@@ -902,6 +912,65 @@ mod tests {
         assert_eq!(get_text(&client, "/").await, "hello");
         assert_eq!(up.accepted(), 2);
         assert_eq!(up.requests(), 2);
+    }
+
+    /// The connection is polled by the request's task, then by the response
+    /// body's polls: whatever the framing (a length, chunks arriving in two
+    /// reads, no body), it is back in the pool, ready, once the body ends,
+    /// and every request goes on the one connection.
+    #[tokio::test]
+    async fn a_connection_is_reused_after_each_kind_of_response_body() {
+        let up = Upstream::start();
+        let client = up.client(Duration::from_secs(60));
+        for path in ["/", "/chunked", "/none", "/chunked", "/", "/none"] {
+            let want = if path == "/none" { "" } else { "hello" };
+            assert_eq!(get_text(&client, path).await, want, "{path}");
+            assert_eq!(client.idle_connections(0), 1, "{path}");
+        }
+        assert_eq!((up.accepted(), up.requests()), (1, 6));
+    }
+
+    /// A request body that never ends: the upstream answers before it has
+    /// all of it.
+    struct Endless;
+
+    impl http_body::Body for Endless {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Pending
+        }
+    }
+
+    /// An early response: the upstream answers while the request's body is
+    /// still being sent. The response comes through whole; the connection,
+    /// busy with the body, is not pooled (it finishes in a task of its own),
+    /// and the next request goes on a new one.
+    #[tokio::test]
+    async fn a_connection_still_sending_after_an_early_response_is_not_pooled() {
+        let up = Upstream::start();
+        let client = up.client(Duration::from_secs(60));
+        let mut request = Request::new(UpstreamBody::new(body::boxed(Endless)).0);
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = "/".parse().expect("path");
+        let headers = request.headers_mut();
+        headers.insert(http::header::HOST, http::HeaderValue::from_static("up"));
+        headers.insert(
+            http::header::CONTENT_LENGTH,
+            http::HeaderValue::from_static("10"),
+        );
+        let response = tokio::time::timeout(Duration::from_secs(5), client.send(0, request))
+            .await
+            .expect("no hang")
+            .expect("response");
+        let bytes = response.into_body().collect().await.expect("body");
+        assert_eq!(&bytes.to_bytes()[..], b"hello");
+        assert_eq!(client.idle_connections(0), 0);
+        assert_eq!(get_text(&client, "/").await, "hello");
+        assert_eq!(up.accepted(), 2);
     }
 
     /// Idle connections have no task watching them: two the upstream has
