@@ -258,6 +258,7 @@ fn run(config: &std::path::Path) -> ExitCode {
             .name(format!("tollgate-worker-{i}"))
             .spawn(move || match build() {
                 Ok(rt) => {
+                    tollgate::proxy::deadline::keep_timers_on_this_thread();
                     let _ = tx.send(Ok(rt.handle().clone()));
                     // Serves what the accept loops spawn here, for the
                     // process's life (it ends when `main` returns).
@@ -280,6 +281,8 @@ fn run(config: &std::path::Path) -> ExitCode {
         }
     }
     tollgate::server::set_threads(threads);
+    // This thread's runtime, like each worker's, serves until the end.
+    tollgate::proxy::deadline::keep_timers_on_this_thread();
     #[cfg(all(unix, not(target_env = "musl")))]
     if purging::choose(workers) {
         runtime.spawn(purging::decay_every_second());

@@ -1,9 +1,10 @@
 //! The upstream HTTP client: a small per-target connection pool built
 //! directly on hyper's connection API.
 //!
-//! **HTTP/1.1.** Each target keeps a stack of idle keep-alive connections.
-//! A request pops the most recently used one that is open and ready, or
-//! opens a new one; nothing is hashed, boxed or spawned per request. The
+//! **HTTP/1.1.** Each target keeps a stack of idle keep-alive connections,
+//! each open and ready when it was pushed. A request pops the most recently
+//! used one, or opens a new one; nothing is hashed, boxed or spawned per
+//! request. The
 //! connection has no task of its own: the request's task polls it while it
 //! waits for the response, and the response body's polls go on polling it
 //! ([`super::drive`]). The response body ([`ResponseBody`]) pushes the
@@ -11,8 +12,9 @@
 //! connection) when it is dropped early or fails; a connection still busy
 //! then (sending the request's body after an early response) finishes in a
 //! task of its own and is closed, as is one that switched protocols. A
-//! request that a reused connection hands back unsent (it had closed before
-//! the request was written) is sent once more on a new connection.
+//! request that a reused connection hands back unsent (the upstream had
+//! closed it before the request was written) is sent once more, on the next
+//! idle connection or a new one.
 //!
 //! **HTTP/2** (`http2: true`: h2c with prior knowledge, or h2 by ALPN on an
 //! `https://` target). One multiplexed connection per target, shared by

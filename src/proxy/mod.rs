@@ -4,6 +4,7 @@
 
 pub mod balance;
 pub mod client;
+pub mod deadline;
 pub mod drive;
 pub mod headers;
 pub mod health;
@@ -54,7 +55,7 @@ pub struct Outbound {
 
 /// `timeout` after `start`; a timeout too long for the clock is 30 years,
 /// as `tokio::time::timeout` takes it.
-fn deadline(start: tokio::time::Instant, timeout: Duration) -> tokio::time::Instant {
+fn deadline_after(start: tokio::time::Instant, timeout: Duration) -> tokio::time::Instant {
     const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
     start.checked_add(timeout).unwrap_or_else(|| start + FAR)
 }
@@ -165,32 +166,31 @@ pub fn forward<'a>(
             let guard = InFlight::new(pool.clone(), target);
             // One clock read for the deadline and the latency.
             let started = tokio::time::Instant::now();
-            let result = tokio::time::timeout_at(
-                deadline(started, out.timeout),
+            let result = deadline::within(
+                deadline_after(started, out.timeout),
                 pool.client.send(target, request),
             )
             .await;
             let outcome = match &result {
-                Ok(Ok(_)) => "response",
-                Ok(Err(_)) => "error",
-                Err(_) => "timeout",
+                Some(Ok(_)) => "response",
+                Some(Err(_)) => "error",
+                None => "timeout",
             };
             let took = started.elapsed();
             metrics.pool_upstream(&pool.metrics, &pool.name, (target, &t.label), outcome, took);
             if let (Some(recording), Some(attempt)) = (hop.recording, attempt) {
                 let status = result
                     .as_ref()
-                    .ok()
                     .and_then(|r| r.as_ref().ok())
                     .map(|r| r.status());
                 record_attempt(recording, attempt, pool, t, tried.len(), status, outcome);
             }
             match result {
-                Ok(Ok(response)) => {
+                Some(Ok(response)) => {
                     pool.record(target, !response.status().is_server_error());
                     return Ok((response, guard));
                 }
-                Ok(Err(error)) => {
+                Some(Err(error)) => {
                     match slot.client_fault() {
                         Some(ClientFault::Broken) => {
                             return Err(GatewayError::BadRequest {
@@ -217,7 +217,7 @@ pub fn forward<'a>(
                         None => break,
                     }
                 }
-                Err(_elapsed) => {
+                None => {
                     pool.record(target, false);
                     return Err(GatewayError::UpstreamTimeout);
                 }
