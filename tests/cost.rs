@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use common::client::{self, Resp};
 use common::cluster::RedisCluster;
+use common::limits::ensure_room;
 use common::llm::MockLlm;
 use common::redis::RedisServer;
 use common::{config, config_with_store, eventually, Gateway};
@@ -144,10 +145,19 @@ async fn gateway(store: Option<&str>, cost_extra: &str) -> (Gateway, MockLlm) {
 }
 
 /// A gateway with the config `text` on `store` (memory when `None`).
+/// The gateway on `text`, started with a minute at least before the hour
+/// ends: the limits here count in hourly windows aligned to the clock, and a
+/// test that ran across an hour's end found its window new and its counts
+/// gone.
+async fn start(text: &str) -> Gateway {
+    ensure_room(Duration::from_secs(3600), Duration::from_secs(60)).await;
+    Gateway::start(text).await
+}
+
 async fn gateway_with(store: Option<&str>, text: &str) -> Gateway {
     match store {
-        Some(store) => Gateway::start(&config_with_store(store, text)).await,
-        None => Gateway::start(&config(text)).await,
+        Some(store) => start(&config_with_store(store, text)).await,
+        None => start(&config(text)).await,
     }
 }
 
@@ -286,7 +296,7 @@ async fn an_estimate_above_the_budget(store: Option<String>) {
 #[tokio::test]
 async fn a_body_that_is_not_an_llm_request_is_400() {
     let llm = MockLlm::start().await;
-    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    let gw = start(&config(&budget(&llm, ""))).await;
     for body in ["[1,2]", "{\"messages\": []}", "not json"] {
         let req = client::req(Method::POST, gw.addr(), "/v1/chat/completions")
             .header("x-tenant", "t")
@@ -319,7 +329,7 @@ routes:
 
 #[tokio::test]
 async fn a_header_estimate_is_charged_and_its_absence_is_400_where_it_applies() {
-    let gw = Gateway::start(&config(HEADER_BUDGET)).await;
+    let gw = start(&config(HEADER_BUDGET)).await;
     let send = |headers: &'static [(&'static str, &'static str)]| {
         client::get_with(gw.addr(), "/units", headers)
     };
@@ -357,7 +367,7 @@ async fn a_header_estimate_is_charged_and_its_absence_is_400_where_it_applies() 
 #[tokio::test]
 async fn headers_show_the_budget_left_after_the_estimate_in_tokens() {
     let llm = MockLlm::start().await;
-    let gw = Gateway::start(&config(&budget(&llm, ""))).await;
+    let gw = start(&config(&budget(&llm, ""))).await;
     let r = chat(&gw, "h", &[]).await;
     assert_eq!(r.status, 200);
     let policy = r.header("ratelimit-policy").unwrap();
@@ -399,7 +409,7 @@ routes:
 async fn downloads_are_charged_their_bytes_even_abandoned() {
     use tokio::io::AsyncReadExt;
     let echo = common::Echo::start("files").await;
-    let gw = Gateway::start(&config(&bytes_budget(&echo))).await;
+    let gw = start(&config(&bytes_budget(&echo))).await;
     // 250,000 bytes: the 100,000 reserved, then 150,000 more.
     let r = client::get_with(gw.addr(), "/download/250000", &[("x-tenant", "dl")]).await;
     assert_eq!((r.status.as_u16(), r.body.len()), (200, 250_000));
@@ -458,7 +468,7 @@ async fn the_forced_usage_chunk_never_reaches_the_client_and_output_is_capped() 
         "      llm: { api: openai, bytes_per_token: 1, stream_usage: force }",
         extra,
     );
-    let gw = Gateway::start(&config(&text)).await;
+    let gw = start(&config(&text)).await;
     // No max_tokens in the request: the default 1024 is reserved, and set.
     // The stream chunked, then with a content-length (which the removed
     // chunk makes wrong: the gateway must drop it).
