@@ -144,7 +144,6 @@ async fn gateway(store: Option<&str>, cost_extra: &str) -> (Gateway, MockLlm) {
     (gateway_with(store, &text).await, llm)
 }
 
-/// A gateway with the config `text` on `store` (memory when `None`).
 /// The gateway on `text`, started with a minute at least before the hour
 /// ends: the limits here count in hourly windows aligned to the clock, and a
 /// test that ran across an hour's end found its window new and its counts
@@ -154,6 +153,7 @@ async fn start(text: &str) -> Gateway {
     Gateway::start(text).await
 }
 
+/// A gateway with the config `text` on `store` (memory when `None`).
 async fn gateway_with(store: Option<&str>, text: &str) -> Gateway {
     match store {
         Some(store) => start(&config_with_store(store, text)).await,

@@ -117,14 +117,7 @@ impl Driven {
         for _ in 0..ROUNDS {
             // Relaxed: a wake that misses it wakes the task, one poll more.
             state.polling.store(true, Ordering::Relaxed);
-            if let Some(c) = conn {
-                if let Poll::Ready(ended) = c.as_mut().poll(&mut inner) {
-                    if let Err(error) = ended {
-                        tracing::debug!(%error, "upstream connection ended with an error");
-                    }
-                    *conn = None;
-                }
-            }
+            poll_connection(conn, &mut inner);
             let polled = f(&mut inner);
             state.polling.store(false, Ordering::SeqCst);
             if polled.is_ready() {
@@ -149,14 +142,7 @@ impl Driven {
     /// is still open. Costs no system call when nothing happened.
     pub fn poll_parked(&mut self) -> bool {
         let Driven { conn, waker, .. } = self;
-        if let Some(c) = conn {
-            if let Poll::Ready(ended) = c.as_mut().poll(&mut Context::from_waker(waker)) {
-                if let Err(error) = ended {
-                    tracing::debug!(%error, "idle upstream connection ended with an error");
-                }
-                *conn = None;
-            }
-        }
+        poll_connection(conn, &mut Context::from_waker(waker));
         conn.is_some()
     }
 
@@ -173,6 +159,19 @@ impl Driven {
                 tracing::debug!(%error, "upstream connection ended with an error");
             }
         });
+    }
+}
+
+/// Poll `conn` once, if it has not ended; drop it when it ends, which
+/// resolves everything that waited on it.
+fn poll_connection(conn: &mut Option<Connection>, cx: &mut Context<'_>) {
+    if let Some(c) = conn {
+        if let Poll::Ready(ended) = c.as_mut().poll(cx) {
+            if let Err(error) = ended {
+                tracing::debug!(%error, "upstream connection ended with an error");
+            }
+            *conn = None;
+        }
     }
 }
 
@@ -211,18 +210,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn wakes_during_a_poll_are_rounds_not_task_wakes() {
+    /// A task counting its wakes, and a connection waking itself `left`
+    /// times, with what it registered last.
+    fn setup(
+        left: usize,
+    ) -> (
+        Arc<Count>,
+        Waker,
+        Driven,
+        Arc<std::sync::Mutex<Option<Waker>>>,
+    ) {
         let task = Arc::new(Count(AtomicUsize::new(0)));
         let task_waker = Waker::from(task.clone());
-        let mut cx = Context::from_waker(&task_waker);
         let last = Arc::new(std::sync::Mutex::new(None));
-        let mut driven = Driven::new(SelfWaking {
-            left: 3,
+        let driven = Driven::new(SelfWaking {
+            left,
             last: last.clone(),
         });
-        // The connection wakes itself three times: four rounds in one poll,
-        // then it has ended; `f` sees it ended on the same round.
+        (task, task_waker, driven, last)
+    }
+
+    #[test]
+    fn wakes_during_a_poll_are_rounds_not_task_wakes() {
+        let (task, task_waker, mut driven, _) = setup(3);
+        let mut cx = Context::from_waker(&task_waker);
+        // The connection wakes itself three times: four rounds in one poll
+        // (`f` is ready on the fourth), the connection ended on that round.
         let mut rounds = 0;
         let polled = driven.poll_with(&mut cx, |_| {
             rounds += 1;
@@ -239,14 +252,8 @@ mod tests {
 
     #[test]
     fn a_wake_outside_a_poll_wakes_the_task_that_polled_last_and_none_once_parked() {
-        let task = Arc::new(Count(AtomicUsize::new(0)));
-        let task_waker = Waker::from(task.clone());
+        let (task, task_waker, mut driven, last) = setup(usize::MAX);
         let mut cx = Context::from_waker(&task_waker);
-        let last = Arc::new(std::sync::Mutex::new(None));
-        let mut driven = Driven::new(SelfWaking {
-            left: usize::MAX,
-            last: last.clone(),
-        });
         let polled = driven.poll_with(&mut cx, |_| Poll::<()>::Pending);
         // It never stops waking itself: after ROUNDS rounds the task is
         // woken once, to come back after others had their turn.
