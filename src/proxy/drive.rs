@@ -117,7 +117,16 @@ impl Driven {
         for _ in 0..ROUNDS {
             // Relaxed: a wake that misses it wakes the task, one poll more.
             state.polling.store(true, Ordering::Relaxed);
-            poll_connection(conn, &mut inner);
+            // Written out, not shared with `poll_parked` through a helper:
+            // that cost ~120 instructions a request (callgrind).
+            if let Some(c) = conn {
+                if let Poll::Ready(ended) = c.as_mut().poll(&mut inner) {
+                    if let Err(error) = ended {
+                        tracing::debug!(%error, "upstream connection ended with an error");
+                    }
+                    *conn = None;
+                }
+            }
             let polled = f(&mut inner);
             state.polling.store(false, Ordering::SeqCst);
             if polled.is_ready() {
@@ -142,7 +151,14 @@ impl Driven {
     /// is still open. Costs no system call when nothing happened.
     pub fn poll_parked(&mut self) -> bool {
         let Driven { conn, waker, .. } = self;
-        poll_connection(conn, &mut Context::from_waker(waker));
+        if let Some(c) = conn {
+            if let Poll::Ready(ended) = c.as_mut().poll(&mut Context::from_waker(waker)) {
+                if let Err(error) = ended {
+                    tracing::debug!(%error, "idle upstream connection ended with an error");
+                }
+                *conn = None;
+            }
+        }
         conn.is_some()
     }
 
@@ -159,19 +175,6 @@ impl Driven {
                 tracing::debug!(%error, "upstream connection ended with an error");
             }
         });
-    }
-}
-
-/// Poll `conn` once, if it has not ended; drop it when it ends, which
-/// resolves everything that waited on it.
-fn poll_connection(conn: &mut Option<Connection>, cx: &mut Context<'_>) {
-    if let Some(c) = conn {
-        if let Poll::Ready(ended) = c.as_mut().poll(cx) {
-            if let Err(error) = ended {
-                tracing::debug!(%error, "upstream connection ended with an error");
-            }
-            *conn = None;
-        }
     }
 }
 
