@@ -10,6 +10,7 @@
 //! (DEADLINE_EXCEEDED) and rate limits → 8 (RESOURCE_EXHAUSTED), as
 //! docs/protocols.md and docs/configuration/limit-response.md say.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -263,6 +264,19 @@ impl GatewayError {
         }
     }
 
+    /// What the client is told besides the code, when the code alone does
+    /// not say what to mend: which field of an LLM request is wrong, which
+    /// header holds no estimate.
+    pub fn message(&self) -> Option<Cow<'_, str>> {
+        match self {
+            GatewayError::InvalidLlmRequest(why) => Some(Cow::Borrowed(why)),
+            GatewayError::InvalidCost(name) => Some(Cow::Owned(format!(
+                "the {name} header holds no whole number of units"
+            ))),
+            _ => None,
+        }
+    }
+
     /// Whether the connection must close after this answer: the request's
     /// framing is suspect, or its body was left unread.
     pub fn closes_connection(&self) -> bool {
@@ -301,10 +315,11 @@ impl GatewayError {
             }
             _ => {
                 let (status, code) = self.status_and_code();
-                if grpc {
-                    grpc_answer(self.grpc_status(), code)
-                } else {
-                    json_error(status, code, request_id)
+                let message = self.message();
+                match (grpc, &message) {
+                    (true, Some(why)) => grpc_answer(self.grpc_status(), &format!("{code}: {why}")),
+                    (true, None) => grpc_answer(self.grpc_status(), code),
+                    (false, _) => json_error(status, code, message.as_deref(), request_id),
                 }
             }
         };
@@ -510,13 +525,22 @@ struct RejectionBody<'a> {
 #[derive(serde::Serialize)]
 struct ErrorBody<'a> {
     error: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
     request_id: &'a str,
 }
 
-/// A JSON error response `{"error": code, "request_id": id}` with `status`.
-pub fn json_error(status: StatusCode, code: &str, request_id: &HeaderValue) -> Response<Body> {
+/// A JSON error response `{"error": code, "message": why, "request_id":
+/// id}` with `status` (`message` only when there is one).
+pub fn json_error(
+    status: StatusCode,
+    code: &str,
+    message: Option<&str>,
+    request_id: &HeaderValue,
+) -> Response<Body> {
     let body = serde_json::to_vec(&ErrorBody {
         error: code,
+        message,
         request_id: request_id.to_str().unwrap_or_default(),
     })
     .unwrap_or_default();

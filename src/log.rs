@@ -177,7 +177,7 @@ impl AccessRecord {
     /// `completed` is false when the body was cut short (a tunnel the
     /// gateway closed, or that failed). A tunnel adds `bytes_in` and
     /// `tunnel_end`.
-    pub fn emit(self, took: Duration, bytes: u64, completed: bool, tunnel: Option<Tunnelled>) {
+    pub fn emit(&self, took: Duration, bytes: u64, completed: bool, tunnel: Option<Tunnelled>) {
         let duration_ms = took.as_secs_f64() * 1000.0;
         tracing::info!(
             target: ACCESS_TARGET,

@@ -173,9 +173,9 @@ fn handle(
 
 /// A request the gateway answers itself with `error`'s response.
 fn answer(error: GatewayError, ctx: Ctx<'_>) -> Response<Body> {
-    tracing::debug!(request_id = ctx.record.request_id.to_str().unwrap_or_default(), %error, "request answered by the gateway");
+    tracing::debug!(request_id = ctx.done.record.request_id.to_str().unwrap_or_default(), %error, "request answered by the gateway");
     let response = error
-        .response(&ctx.record.request_id, ctx.grpc)
+        .response(&ctx.done.record.request_id, ctx.grpc)
         .map(Reply::Local);
     finish(response, ctx)
 }
@@ -194,31 +194,22 @@ struct Ctx<'a> {
     grpc: bool,
     /// The request's HTTP version.
     version: Version,
-    /// The matched route.
-    route: Option<Arc<RouteRuntime>>,
     /// The Host the client asked for, once admitted (the access log keeps
     /// it as text).
     host: Option<HeaderValue>,
-    /// What must live until the response body ends (or the tunnel, after
-    /// a 101).
-    held: Held,
     /// The two sides of an upgrade the upstream accepted (a 101).
     upgrade: Option<tunnel::Pending>,
-    /// The access-log line; its `path` is the normalised path once the
-    /// request is admitted, and forwarding sends that path.
-    record: AccessRecord,
-    /// What the route's cost limits charged, settled when the response
-    /// ends (docs/configuration/cost.md).
-    meters: Vec<meter::Meter>,
     /// The request read as an LLM request, for its response's reading.
     llm: Option<meter::llm::Seen>,
     /// The trace the request belongs to (continued or started here).
     trace: TraceContext,
     /// The gateway's span for this hop: the parent the upstream sees.
     span: SpanId,
-    /// The request's spans, when its trace is sampled and `telemetry:` is
-    /// configured (docs/traces.md).
-    recording: Option<Box<Recording>>,
+    /// The request's bookkeeping (its route, what it holds, its access-log
+    /// record, its cost limits' charges, its spans), ended once: with its
+    /// response body or tunnel, or when the request is dropped before its
+    /// response (the client gone, the shutdown grace over).
+    done: Done,
 }
 
 impl<'a> Ctx<'a> {
@@ -251,6 +242,7 @@ impl<'a> Ctx<'a> {
             || telemetry.is_some_and(|t| t.sample(own.bytes())),
         );
         let span = SpanId::random();
+        let trace_id = trace.trace_id;
         let recording = match telemetry {
             Some(t) if trace.sampled => Some(Box::new(Recording::start(t.clone(), &trace, span))),
             _ => None,
@@ -263,29 +255,34 @@ impl<'a> Ctx<'a> {
             client,
             grpc: is_grpc(req.headers()),
             version: req.version(),
-            route: None,
             host: None,
-            held: Held::default(),
             upgrade: None,
-            record: AccessRecord {
-                request_id,
-                client: client.addr,
-                method: req.method().clone(),
-                host: None,
-                path: LoggedPath::of(req.uri()),
-                route: None,
-                upstream: None,
-                status: 0,
-                decision: DecisionKind::NotApplied,
-                consumer: None,
-                trace_id: trace.trace_id,
-                started,
-            },
-            meters: Vec::new(),
             llm: None,
             trace,
             span,
-            recording,
+            done: Done {
+                shared: shared.clone(),
+                conn: conn.clone(),
+                route: None,
+                held: Held::default(),
+                bill: None,
+                recording,
+                ended: false,
+                record: AccessRecord {
+                    request_id,
+                    client: client.addr,
+                    method: req.method().clone(),
+                    host: None,
+                    path: LoggedPath::of(req.uri()),
+                    route: None,
+                    upstream: None,
+                    status: 0,
+                    decision: DecisionKind::NotApplied,
+                    consumer: None,
+                    trace_id,
+                    started,
+                },
+            },
         }
     }
 }
@@ -296,7 +293,7 @@ fn admit<B>(req: &Request<B>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, Ga
     let http1 = req.version() < Version::HTTP_2;
     if http1 && ctx.conn.framing.bad_chunk(ctx.number) {
         // Seen already, with the head: refused before any route or limit.
-        ctx.record.host = raw_host(req);
+        ctx.done.record.host = raw_host(req);
         return Err(GatewayError::BadRequest {
             reason: "bad chunk size",
             close: true,
@@ -307,19 +304,19 @@ fn admit<B>(req: &Request<B>, ctx: &mut Ctx<'_>) -> Result<Arc<RouteRuntime>, Ga
         Ok(admitted) => admitted,
         Err(error) => {
             // Logged as sent, valid or not.
-            ctx.record.host = raw_host(req);
+            ctx.done.record.host = raw_host(req);
             return Err(error);
         }
     };
-    ctx.record.host = admitted.host.clone();
+    ctx.done.record.host = admitted.host.clone();
     ctx.host = admitted.host;
     // A path already in normal form is the request's own (borrowed), which
     // the record holds already.
     if let std::borrow::Cow::Owned(path) = admitted.path {
-        ctx.record.path = LoggedPath::Text(path);
+        ctx.done.record.path = LoggedPath::Text(path);
     }
-    ctx.record.route = Some(admitted.route.name.clone());
-    ctx.route = Some(admitted.route.clone());
+    ctx.done.record.route = Some(admitted.route.name.clone());
+    ctx.done.route = Some(admitted.route.clone());
     Ok(admitted.route.clone())
 }
 
@@ -342,6 +339,9 @@ async fn decide_limits<B>(
     let observer = Observed::of(ctx);
     let (decision, reserved) =
         limit::decide_reserving(limiter, &route.limits, &view, &observer, reserve).await?;
+    // A request that is no model call has no usage to settle from: its
+    // charge is final.
+    let no_call = ctx.llm == Some(meter::llm::Seen::NoCall);
     let meters: Vec<meter::Meter> = match &decision {
         Decision::Allow { figures, .. } => reserved
             .into_iter()
@@ -352,6 +352,13 @@ async fn decide_limits<B>(
                     .find(|f| Arc::ptr_eq(&f.name, &policy.name))?
                     .clone();
                 metrics.cost_units(&policy.name, "reserved", check.cost);
+                let from_usage = policy
+                    .metered
+                    .as_ref()
+                    .is_some_and(|c| c.settle == crate::config::Settle::LlmUsage);
+                if no_call && from_usage {
+                    return None;
+                }
                 Some(meter::Meter {
                     policy,
                     check,
@@ -364,9 +371,11 @@ async fn decide_limits<B>(
     };
     count_decisions(metrics, route, &decision);
     note_offenders(metrics, &route.limits, &decision, &view);
-    record_decisions(ctx.recording.as_deref_mut(), &decision);
-    ctx.meters = meters;
-    ctx.record.decision = decision.kind();
+    record_decisions(ctx.done.recording.as_deref_mut(), &decision);
+    if !meters.is_empty() {
+        ctx.done.bill = Some(meter::Bill::new(meters, ctx.rt.limiter.clone()));
+    }
+    ctx.done.record.decision = decision.kind();
     match decision {
         Decision::Allow {
             delay,
@@ -374,7 +383,7 @@ async fn decide_limits<B>(
             leases,
             ..
         } => {
-            ctx.held.leases = leases;
+            ctx.done.held.leases = leases;
             if delay > 0 {
                 tokio::time::sleep(Duration::from_micros(delay)).await;
             }
@@ -398,7 +407,12 @@ fn request_view<'a, B>(
         query: req.uri().query(),
         route: &route.name,
         ipv6_prefix: ctx.rt.config.server.ipv6_prefix,
-        identity: ctx.record.consumer.as_ref().map(|c| c as &dyn Consumer),
+        identity: ctx
+            .done
+            .record
+            .consumer
+            .as_ref()
+            .map(|c| c as &dyn Consumer),
     }
 }
 
@@ -468,7 +482,7 @@ async fn authenticate<B>(
             }
             metrics.auth(&route.name, AuthOutcome::LockedOut, true);
             note_offenders(metrics, std::slice::from_ref(f), &denied, &view);
-            record_decisions(ctx.recording.as_deref_mut(), &denied);
+            record_decisions(ctx.done.recording.as_deref_mut(), &denied);
             return Err(rejection(denied, route));
         }
     }
@@ -481,12 +495,12 @@ async fn authenticate<B>(
         let decision =
             limit::decide(&ctx.rt.limiter, std::slice::from_ref(f), &view, &observer).await;
         note_offenders(metrics, std::slice::from_ref(f), &decision, &view);
-        record_decisions(ctx.recording.as_deref_mut(), &decision);
+        record_decisions(ctx.done.recording.as_deref_mut(), &decision);
         charged = Some(decision);
     }
     match judged {
         Ok(identity) => {
-            ctx.record.consumer = identity;
+            ctx.done.record.consumer = identity;
             Ok(())
         }
         // The failure that put the client over `failure_limit` is
@@ -495,7 +509,7 @@ async fn authenticate<B>(
         Err(_) if matches!(charged, Some(Decision::Reject { .. })) => {
             Err(rejection(charged.unwrap_or(Decision::NotApplied), route))
         }
-        Err(refusal) => Err(refused(refusal, &mut ctx.record)),
+        Err(refusal) => Err(refused(refusal, &mut ctx.done.record)),
     }
 }
 
@@ -576,7 +590,7 @@ fn forward<'a, 'c>(
         let server = &ctx.rt.config.server;
         // `hide`: the API key's query parameter is not forwarded.
         let hidden = ctx.rt.auth.as_deref().and_then(|a| a.hidden_param());
-        let path_and_query = match &ctx.record.path {
+        let path_and_query = match &ctx.done.record.path {
             // The request's own path and query, unchanged: shared, not copied.
             LoggedPath::Target(pq) if !route.strip_prefix && hidden.is_none() => pq.clone(),
             path => {
@@ -640,7 +654,7 @@ fn forward<'a, 'c>(
             strip_hop_by_hop(&mut headers, upgrade);
         }
         if let Some(auth) = ctx.rt.auth.as_deref() {
-            auth.upstream_headers(&mut headers, ctx.record.consumer.as_ref());
+            auth.upstream_headers(&mut headers, ctx.done.record.consumer.as_ref());
         }
         if parts.version >= Version::HTTP_2 {
             // An HTTP/2 client always takes trailers; an HTTP/1.1 upstream
@@ -671,7 +685,7 @@ fn forward<'a, 'c>(
                 peer_trusted: ctx.client.trusted,
                 proto: ctx.conn.proto,
                 host: host.as_ref(),
-                request_id: &ctx.record.request_id,
+                request_id: &ctx.done.record.request_id,
             },
         );
         let out = Outbound {
@@ -687,12 +701,12 @@ fn forward<'a, 'c>(
         };
         let hop = Hop {
             context: &ctx.trace,
-            recording: ctx.recording.as_deref(),
+            recording: ctx.done.recording.as_deref(),
         };
         let (mut response, in_flight) = proxy::forward(pool, out, &ctx.shared.metrics, hop).await?;
         let target = in_flight.label().clone();
-        ctx.record.upstream = Some(target.clone());
-        ctx.held.in_flight = Some(in_flight);
+        ctx.done.record.upstream = Some(target.clone());
+        ctx.done.held.in_flight = Some(in_flight);
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(client) = client_side else {
                 return Err(GatewayError::UpstreamUnavailable(Arc::new(
@@ -716,7 +730,7 @@ fn forward<'a, 'c>(
                 prefix,
                 target: &target,
                 scheme: ctx.conn.proto,
-                host: ctx.record.host.as_ref().and_then(|h| h.to_str().ok()),
+                host: ctx.done.record.host.as_ref().and_then(|h| h.to_str().ok()),
                 preserve_host: route.preserve_host,
             };
             rewrite_location(&mut parts.headers, &view);
@@ -844,7 +858,7 @@ impl<'a> Observed<'a> {
     fn of(ctx: &'a Ctx<'_>) -> Observed<'a> {
         Observed {
             metrics: &ctx.shared.metrics,
-            recording: ctx.recording.as_deref(),
+            recording: ctx.done.recording.as_deref(),
         }
     }
 }
@@ -887,11 +901,9 @@ struct Held {
 /// request's bookkeeping ([`Done`]) when its body ends, or after a 101 when
 /// its tunnel ends (the tunnel runs on the connection's task, see
 /// [`ConnInfo::after_upgrade`]).
-fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
+fn finish(mut response: Response<Reply>, ctx: Ctx<'_>) -> Response<Body> {
     let idle = ctx.rt.config.server.idle_timeout;
-    let meters = std::mem::take(&mut ctx.meters);
     let tap = ctx.llm.and_then(meter::llm::tap);
-    let limiter = ctx.rt.limiter.clone();
     if ctx.version >= Version::HTTP_2 && !response.body().is_end_stream() {
         // A stream whose window stays shut is reset after `send` (an
         // HTTP/1 connection's stuck writes are the watchdog's).
@@ -902,15 +914,12 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
             ));
     }
     let Ctx {
-        shared,
         conn,
-        route,
-        held,
         upgrade,
-        mut record,
-        recording,
+        mut done,
         ..
     } = ctx;
+    let record = &mut done.record;
     response
         .headers_mut()
         .insert(X_REQUEST_ID, record.request_id.clone());
@@ -918,14 +927,6 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
         without_body(&mut response);
     }
     record.status = response.status().as_u16();
-    let done = Done {
-        shared: shared.clone(),
-        conn: conn.clone(),
-        route,
-        held,
-        record,
-        recording,
-    };
     if let Some(sides) = upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS) {
         let response = response.map(body::boxed);
         let closing = conn.closing.clone();
@@ -939,8 +940,8 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
         }));
         return response;
     }
-    if !meters.is_empty() {
-        return metered(response, meters, tap, limiter, shared.clone(), done);
+    if let Some(bill) = done.bill.take() {
+        return metered(response, bill, tap, done);
     }
     response.map(move |body| {
         body::boxed(Finish::new(body, move |bytes, completed| {
@@ -952,14 +953,12 @@ fn finish(mut response: Response<Reply>, mut ctx: Ctx<'_>) -> Response<Body> {
 /// A response of a request with cost limits: its body read as it streams
 /// ([`meter::body::Metered`]), and its cost limits settled once it ended
 /// (docs/configuration/cost.md). A response the gateway answered itself
-/// with an error, or an upstream 5xx, is an upstream error (no response
-/// body of the upstream's reached the client): `on_upstream_error`.
+/// with an error, or an upstream 5xx, is an upstream error unless the
+/// usage reached the client: `on_upstream_error`.
 fn metered(
     mut response: Response<Reply>,
-    meters: Vec<meter::Meter>,
+    bill: meter::Bill,
     tap: Option<Box<dyn meter::body::Tap>>,
-    limiter: Arc<tollgate_limit::Limiter>,
-    shared: Arc<Shared>,
     done: Done,
 ) -> Response<Body> {
     let status = response.status();
@@ -972,11 +971,13 @@ fn metered(
     let reading = meter::reading::Reading {
         headers: response.headers().clone(),
         upstream_error: status.is_server_error() || (local && status.is_client_error()),
+        local,
         ..Default::default()
     };
+    let shared = done.shared.clone();
     response.map(move |body| {
         let metered = meter::body::Metered::new(body, tap, reading, move |reading| {
-            meter::settle::settle(&limiter, &shared, meters, &reading);
+            bill.settle(&shared, &reading);
         });
         body::boxed(Finish::new(metered, move |bytes, completed| {
             done.run(bytes, completed, None)
@@ -1000,32 +1001,51 @@ fn without_body(response: &mut Response<Reply>) {
 /// The end of a request's bookkeeping, once its response body (or tunnel)
 /// has ended: let go of what it held, count it (through the matched route's
 /// metric handles, if a route matched), write its access-log line.
+///
+/// A request dropped before its response was made (the client went away
+/// while the gateway waited for the upstream, or the shutdown grace ran
+/// out) ends when its `Done` is dropped: its cost limits settle as a
+/// missing usage, and it is counted and logged with status 499 (503 when
+/// the shutdown grace closed it), `completed: false`.
 struct Done {
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
+    /// The matched route.
     route: Option<Arc<RouteRuntime>>,
+    /// What must live until the response body ends (or the tunnel, after
+    /// a 101).
     held: Held,
+    /// The access-log line; its `path` is the normalised path once the
+    /// request is admitted, and forwarding sends that path.
     record: AccessRecord,
+    /// What the route's cost limits charged, settled when the response
+    /// ends (docs/configuration/cost.md); taken by [`finish`] for the
+    /// response body.
+    bill: Option<meter::Bill>,
+    /// The request's spans, when its trace is sampled and `telemetry:` is
+    /// configured (docs/traces.md).
     recording: Option<Box<Recording>>,
+    /// Ended already.
+    ended: bool,
 }
 
 impl Done {
     /// `bytes` of response body (or tunnel bytes to the client) were sent;
     /// `completed` is false when cut short.
-    fn run(self, bytes: u64, completed: bool, tunnel: Option<Summary>) {
-        let Done {
-            shared,
-            conn,
-            route,
-            held,
-            record,
-            recording,
-        } = self;
-        drop(held);
+    fn run(mut self, bytes: u64, completed: bool, tunnel: Option<Summary>) {
+        self.end(bytes, completed, tunnel);
+    }
+
+    fn end(&mut self, bytes: u64, completed: bool, tunnel: Option<Summary>) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        drop(std::mem::take(&mut self.held));
+        let (shared, record) = (&self.shared, &self.record);
         // One clock read for the metrics, the log line and the idle clock.
         let now = Instant::now();
         let took = now.saturating_duration_since(record.started);
-        match &route {
+        match &self.route {
             Some(route) => {
                 shared
                     .metrics
@@ -1037,15 +1057,36 @@ impl Done {
             bytes_in: t.from_client,
             end: t.end.as_str(),
         });
-        if let Some(recording) = recording {
+        if let Some(recording) = self.recording.take() {
             let attributes = record.span_attributes(completed, recording.store_outcome());
             recording.finish(record.span_name(), attributes, record.status);
         }
         record.emit(took, bytes, completed, tunnelled);
-        let since_accept = now.saturating_duration_since(conn.started);
-        conn.activity.end(since_accept.as_millis() as u64);
+        let since_accept = now.saturating_duration_since(self.conn.started);
+        self.conn.activity.end(since_accept.as_millis() as u64);
     }
 }
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // Dropped before its response was made: nobody will read one.
+        self.record.status = match self.conn.closing.is_cancelled() {
+            true => StatusCode::SERVICE_UNAVAILABLE.as_u16(),
+            false => CLIENT_CLOSED_REQUEST,
+        };
+        if let Some(bill) = self.bill.take() {
+            bill.settle(&self.shared, &meter::reading::Reading::client_gone());
+        }
+        self.end(0, false, None);
+    }
+}
+
+/// NGINX's status for a request whose client closed the connection before
+/// the response (499, "client closed request"): logged, never sent.
+const CLIENT_CLOSED_REQUEST: u16 = 499;
 
 /// The Host the client sent (HTTP/2 `:authority`, else `Host`), for the
 /// access log, valid or not.
@@ -1170,9 +1211,9 @@ async fn reserve_costs(
     req: Request<Incoming>,
     route: &RouteRuntime,
     ctx: &mut Ctx<'_>,
-) -> Result<(Request<ReqBody>, Vec<Option<Result<u64, GatewayError>>>), GatewayError> {
+) -> Result<(Request<ReqBody>, Vec<Option<limit::Estimate<GatewayError>>>), GatewayError> {
     if !meter::reserve::needs_body(&route.limits) {
-        let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, &[]);
+        let estimates = meter::reserve::estimates(&route.limits, req.headers(), None, None);
         return Ok((req.map(ReqBody::Streaming), estimates));
     }
     let (mut parts, incoming) = req.into_parts();
@@ -1192,9 +1233,19 @@ async fn reserve_costs(
         .await
         .map_err(body_error)?
         .to_bytes();
-    let (llm, bytes) = match meter::llm::read(&route.limits, &bytes)? {
-        Some((llm, body, seen)) => {
-            if seen.reads_usage {
+    // The API of `api: openai` is the one the path sent upstream names.
+    let path = ctx.done.record.path.as_str();
+    let sent = match route.strip_prefix {
+        true => strip_prefix(&route.path, path),
+        false => Cow::Borrowed(path),
+    };
+    let read = meter::llm::read(&route.limits, &bytes, &sent, &parts.headers)?;
+    let bytes = match &read {
+        Some(read) => {
+            if let meter::llm::Seen::Call {
+                reads_usage: true, ..
+            } = read.seen
+            {
                 // The usage is read from the body as it passes: it must
                 // come uncompressed.
                 parts.headers.insert(
@@ -1202,12 +1253,13 @@ async fn reserve_costs(
                     HeaderValue::from_static("identity"),
                 );
             }
-            ctx.llm = Some(seen);
-            (llm, body)
+            ctx.llm = Some(read.seen);
+            read.body.clone()
         }
-        None => (Vec::new(), bytes),
+        None => bytes,
     };
-    let estimates = meter::reserve::estimates(&route.limits, &parts.headers, Some(&bytes), &llm);
+    let estimates =
+        meter::reserve::estimates(&route.limits, &parts.headers, Some(&bytes), read.as_ref());
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts
         .headers
@@ -1270,7 +1322,7 @@ routes:
         assert_eq!(ctx.client.addr, "203.0.113.9".parse::<IpAddr>().unwrap());
         let route = admit(&req, &mut ctx).expect("admitted");
         assert_eq!(&*route.name, "api");
-        assert_eq!(ctx.record.path.as_str(), "/api/v1");
+        assert_eq!(ctx.done.record.path.as_str(), "/api/v1");
         for _ in 0..2 {
             let figures = decide_limits(&req, &route, &mut ctx, &mut [])
                 .await
@@ -1280,7 +1332,7 @@ routes:
         match decide_limits(&req, &route, &mut ctx, &mut []).await {
             Err(GatewayError::Limited(r)) => {
                 assert_eq!((&*r.limit, r.locked_out), ("two", false));
-                assert_eq!(ctx.record.decision, DecisionKind::Rejected);
+                assert_eq!(ctx.done.record.decision, DecisionKind::Rejected);
             }
             other => panic!("the third is rejected: {:?}", other.err()),
         }
@@ -1292,8 +1344,8 @@ routes:
             .unwrap();
         let mut ctx = Ctx::new(&lost, &rt, &shared, &conn);
         assert!(matches!(admit(&lost, &mut ctx), Err(GatewayError::NoRoute)));
-        assert!(ctx.route.is_none());
-        assert_eq!(ctx.record.host, Some(HeaderValue::from_static("h")));
+        assert!(ctx.done.route.is_none());
+        assert_eq!(ctx.done.record.host, Some(HeaderValue::from_static("h")));
     }
 
     #[test]

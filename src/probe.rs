@@ -248,6 +248,7 @@ fn limit_answers(
             let decision = match why {
                 NotApplied::Exempt => "exempt",
                 NotApplied::Skipped => "skipped",
+                NotApplied::NoModelCall => "no_model_call",
             };
             let mut limit = LimitAnswer::unasked(route, index, decision);
             limit.key = route.limits[index].display_key(view);

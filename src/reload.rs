@@ -51,6 +51,10 @@ pub enum ReloadError {
     Bind(#[from] BindError),
 }
 
+/// How long shutdown waits, after the connections, for cost settlements
+/// still on their way to the store (docs/configuration/cost.md).
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl ReloadError {
     /// A runtime build error, positioned at the config field it is about
     /// when it is about one (`source` is the config's text).
@@ -269,6 +273,11 @@ impl Gateway {
             tracing::info!("all connections finished");
         } else {
             tracing::warn!("shutdown grace elapsed with connections still open");
+        }
+        // The settlements of the last requests (those the grace cut off
+        // among them) reach the store before the process ends.
+        if !self.shared.finish_settling(SETTLE_WAIT).await {
+            tracing::warn!("cost settlements still unsent at exit: their estimates stay charged");
         }
         // What leases did not spend goes back to the store (within its
         // timeout); a SIGKILL strands it until the window or bucket moves on.

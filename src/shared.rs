@@ -20,6 +20,9 @@ pub struct Shared {
     pub draining: AtomicBool,
     /// The error of the last failed reload, cleared by a successful one.
     pub last_error: Mutex<Option<String>>,
+    /// Cost settlements on their way to the store (docs/configuration/cost.md):
+    /// shutdown waits for them ([`Shared::finish_settling`]).
+    pub settling: tokio_util::task::TaskTracker,
 }
 
 impl Shared {
@@ -30,6 +33,7 @@ impl Shared {
             metrics: Metrics::new(),
             draining: AtomicBool::new(false),
             last_error: Mutex::new(None),
+            settling: tokio_util::task::TaskTracker::new(),
         });
         shared
             .metrics
@@ -56,6 +60,16 @@ impl Shared {
         if let Some(telemetry) = &runtime.telemetry {
             telemetry.start(&self.metrics.spans);
         }
+    }
+
+    /// Wait, at most `bound`, for the cost settlements still on their way
+    /// to the store (those of the requests the shutdown grace cut off
+    /// among them); whether they all arrived.
+    pub async fn finish_settling(&self, bound: std::time::Duration) -> bool {
+        self.settling.close();
+        tokio::time::timeout(bound, self.settling.wait())
+            .await
+            .is_ok()
     }
 
     /// Whether shutdown has begun.

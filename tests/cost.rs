@@ -17,7 +17,7 @@ use common::cluster::RedisCluster;
 use common::limits::ensure_room;
 use common::llm::MockLlm;
 use common::redis::RedisServer;
-use common::{config, config_with_store, eventually, Gateway};
+use common::{config, config_with_store, eventually, stores, Gateway};
 
 /// A streaming chat request of exactly 100 bytes asking for 50 output
 /// tokens: with `bytes_per_token: 1`, an estimate of 150.
@@ -161,38 +161,13 @@ async fn gateway_with(store: Option<&str>, text: &str) -> Gateway {
     }
 }
 
-/// Runs `case` on the memory store, on a Redis, and on a 3-master Redis
-/// Cluster (the route's three limits on different slots), one after the
-/// other; the store is printed first, for a failure's output.
+/// Runs `case` on every store ([`stores::on_every_store`]).
 async fn on_every_store<F, Fut>(case: F)
 where
     F: Fn(Option<String>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    eprintln!("store: memory");
-    case(None).await;
-    let redis = RedisServer::start();
-    eprintln!("store: redis");
-    case(Some(redis_store(&redis))).await;
-    let cluster = RedisCluster::start();
-    eprintln!("store: redis_cluster");
-    case(Some(cluster_store(&cluster))).await;
-}
-
-/// The `store:` of `redis` (a timeout long enough for a loaded machine).
-fn redis_store(redis: &RedisServer) -> String {
-    format!(
-        "{{ backend: redis, url: \"{}\", prefix: cost, timeout: 5s, on_error: deny }}",
-        redis.url()
-    )
-}
-
-/// The `store:` of `cluster`.
-fn cluster_store(cluster: &RedisCluster) -> String {
-    format!(
-        "{{ backend: redis_cluster, urls: {}, prefix: costc, timeout: 5s, on_error: deny }}",
-        cluster.seeds_yaml()
-    )
+    stores::on_every_store("cost", case).await;
 }
 
 async fn budget_is_exact(store: Option<&str>) {
@@ -232,13 +207,13 @@ async fn a_token_budget_is_exact_on_the_memory_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_token_budget_is_exact_on_redis() {
     let redis = RedisServer::start();
-    budget_is_exact(Some(&redis_store(&redis))).await;
+    budget_is_exact(Some(&stores::redis_store(&redis, "cost"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_token_budget_is_exact_on_redis_cluster() {
     let cluster = RedisCluster::start();
-    budget_is_exact(Some(&cluster_store(&cluster))).await;
+    budget_is_exact(Some(&stores::cluster_store(&cluster, "cost"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -609,9 +584,10 @@ async fn client_gone_mid_stream(store: Option<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl() {
     let redis = RedisServer::start();
-    killed_with_streams_in_flight(&redis_store(&redis), &[&redis]).await;
+    killed_with_streams_in_flight(&stores::redis_store(&redis, "cost"), &[&redis]).await;
     let cluster = RedisCluster::start();
-    killed_with_streams_in_flight(&cluster_store(&cluster), &cluster.masters()).await;
+    killed_with_streams_in_flight(&stores::cluster_store(&cluster, "cost"), &cluster.masters())
+        .await;
 }
 
 /// [`a_killed_gateway_leaves_its_estimates_charged_and_no_key_without_ttl`]

@@ -73,7 +73,7 @@ async fn chat_completions_json_and_sse_with_usage_only_when_asked() {
     let r = call(&mock, "/v1/chat/completions", &chat(false), TOKENS).await;
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.json()["usage"]["total_tokens"], 150);
-    assert_eq!(usage(Api::OpenAi, &r.body), Some(Usage::new(120, 30)));
+    assert_eq!(usage(Api::OpenAiChat, &r.body), Some(Usage::new(120, 30)));
 
     let r = call(&mock, "/v1/chat/completions", &chat(true), TOKENS).await;
     assert_eq!(
@@ -88,7 +88,7 @@ async fn chat_completions_json_and_sse_with_usage_only_when_asked() {
     );
     assert!(evs.iter().all(|e| e.get("usage").is_none()));
     assert_eq!(evs.last(), Some(&json!("[DONE]")));
-    assert_eq!(usage(Api::OpenAi, &r.body), None);
+    assert_eq!(usage(Api::OpenAiChat, &r.body), None);
 
     let mut asked = chat(true);
     asked["stream_options"] = json!({"include_usage": true});
@@ -100,7 +100,7 @@ async fn chat_completions_json_and_sse_with_usage_only_when_asked() {
         .all(|e| e["usage"].is_null() && e.get("usage").is_some()));
     assert_eq!(evs[5]["choices"], json!([]));
     assert_eq!(evs[5]["usage"]["prompt_tokens"], 120);
-    assert_eq!(usage(Api::OpenAi, &r.body), Some(Usage::new(120, 30)));
+    assert_eq!(usage(Api::OpenAiChat, &r.body), Some(Usage::new(120, 30)));
     // What a client that did not ask gets once the gateway's filter ran.
     let mut filter = UsageChunkFilter::new();
     let mut out = filter.push(r.body.clone()).to_vec();
@@ -125,7 +125,10 @@ async fn responses_and_messages_in_json_and_sse() {
     };
     let r = call(&mock, "/v1/responses", &resp(false), TOKENS).await;
     assert_eq!(r.json()["usage"]["total_tokens"], 150);
-    assert_eq!(usage(Api::OpenAi, &r.body), Some(Usage::new(120, 30)));
+    assert_eq!(
+        usage(Api::OpenAiResponses, &r.body),
+        Some(Usage::new(120, 30))
+    );
 
     let r = call(&mock, "/v1/responses", &resp(true), TOKENS).await;
     let evs = events(&r.body);
@@ -140,18 +143,27 @@ async fn responses_and_messages_in_json_and_sse() {
         3
     );
     assert!(evs[0]["response"]["usage"].is_null());
-    assert_eq!(usage(Api::OpenAi, &r.body), Some(Usage::new(120, 30)));
+    assert_eq!(
+        usage(Api::OpenAiResponses, &r.body),
+        Some(Usage::new(120, 30))
+    );
 
     let r = call(&mock, "/v1/messages", &msg(false), TOKENS).await;
     assert_eq!(r.json()["usage"]["output_tokens"], 30);
-    assert_eq!(usage(Api::Anthropic, &r.body), Some(Usage::new(120, 30)));
+    assert_eq!(
+        usage(Api::AnthropicMessages, &r.body),
+        Some(Usage::new(120, 30))
+    );
 
     let r = call(&mock, "/v1/messages", &msg(true), TOKENS).await;
     let evs = events(&r.body);
     assert_eq!(evs[0]["type"], "message_start");
     assert_eq!(evs[0]["message"]["usage"]["input_tokens"], 120);
     assert_eq!(evs[evs.len() - 2]["usage"]["output_tokens"], 30);
-    assert_eq!(usage(Api::Anthropic, &r.body), Some(Usage::new(120, 30)));
+    assert_eq!(
+        usage(Api::AnthropicMessages, &r.body),
+        Some(Usage::new(120, 30))
+    );
     assert!(r.text().contains("event: message_delta\ndata: "));
 }
 
@@ -163,17 +175,23 @@ async fn output_stops_at_the_requests_max_output_tokens() {
     body["max_completion_tokens"] = json!(40);
     let r = call(&mock, "/v1/chat/completions", &body, headers).await;
     assert_eq!(r.json()["choices"][0]["finish_reason"], "length");
-    assert_eq!(usage(Api::OpenAi, &r.body), Some(Usage::new(10, 40)));
+    assert_eq!(usage(Api::OpenAiChat, &r.body), Some(Usage::new(10, 40)));
     let body = json!({"model": "m", "input": "x", "stream": true, "max_output_tokens": 7});
     let r = call(&mock, "/v1/responses", &body, headers).await;
     assert_eq!(
         events(&r.body).last().unwrap()["type"],
         "response.incomplete"
     );
-    assert_eq!(usage(Api::OpenAi, &r.body), Some(Usage::new(10, 7)));
+    assert_eq!(
+        usage(Api::OpenAiResponses, &r.body),
+        Some(Usage::new(10, 7))
+    );
     let body = json!({"model": "m", "max_tokens": 9, "stream": true, "messages": []});
     let r = call(&mock, "/v1/messages", &body, headers).await;
-    assert_eq!(usage(Api::Anthropic, &r.body), Some(Usage::new(10, 9)));
+    assert_eq!(
+        usage(Api::AnthropicMessages, &r.body),
+        Some(Usage::new(10, 9))
+    );
 }
 
 #[tokio::test]
@@ -183,21 +201,21 @@ async fn omitted_usage_errors_and_events() {
     let mut asked = chat(true);
     asked["stream_options"] = json!({"include_usage": true});
     for (path, api, body) in [
-        ("/v1/chat/completions", Api::OpenAi, chat(false)),
-        ("/v1/chat/completions", Api::OpenAi, asked),
+        ("/v1/chat/completions", Api::OpenAiChat, chat(false)),
+        ("/v1/chat/completions", Api::OpenAiChat, asked),
         (
             "/v1/responses",
-            Api::OpenAi,
+            Api::OpenAiResponses,
             json!({"model": "m", "input": "x", "stream": true}),
         ),
         (
             "/v1/messages",
-            Api::Anthropic,
+            Api::AnthropicMessages,
             json!({"model": "m", "stream": true, "messages": []}),
         ),
         (
             "/v1/messages",
-            Api::Anthropic,
+            Api::AnthropicMessages,
             json!({"model": "m", "messages": []}),
         ),
     ] {

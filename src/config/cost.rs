@@ -56,8 +56,11 @@ pub enum Settle {
 /// `cost.llm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LlmCost {
-    /// The API the upstream speaks.
+    /// The API the upstream speaks (or, `openai`, the path says).
     pub api: LlmApi,
+    /// What a request that is no model call is charged (no body, or a
+    /// multipart upload): 0, the default, charges nothing.
+    pub other_requests: u64,
     /// Max output tokens for a request that names none.
     pub default_max_output: u64,
     /// The prompt's estimate is `ceil(body bytes / bytes_per_token)`.
@@ -68,14 +71,50 @@ pub struct LlmCost {
     pub stream_usage: StreamUsage,
 }
 
-/// `cost.llm.api`.
+/// `cost.llm.api`: the API requests are read as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LlmApi {
-    /// OpenAI chat completions and responses.
+    /// OpenAI, the endpoint told by the path a request is sent upstream on
+    /// ([`cost::Api::of_openai_path`](crate::cost::Api::of_openai_path)).
     Openai,
-    /// Anthropic messages.
+    /// OpenAI chat completions.
+    OpenaiChat,
+    /// OpenAI legacy completions.
+    OpenaiCompletions,
+    /// OpenAI responses.
+    OpenaiResponses,
+    /// OpenAI embeddings.
+    OpenaiEmbeddings,
+    /// Anthropic messages (`anthropic_messages` is the same).
+    #[serde(alias = "anthropic_messages")]
     Anthropic,
+}
+
+impl LlmApi {
+    /// The API a request sent upstream on `path` is read as: the
+    /// configured one, or for `openai` the one the path names (`None`:
+    /// a path of no known API).
+    pub fn resolve(self, path: &str) -> Option<crate::cost::Api> {
+        use crate::cost::Api;
+        Some(match self {
+            LlmApi::Openai => return Api::of_openai_path(path),
+            LlmApi::OpenaiChat => Api::OpenAiChat,
+            LlmApi::OpenaiCompletions => Api::OpenAiCompletions,
+            LlmApi::OpenaiResponses => Api::OpenAiResponses,
+            LlmApi::OpenaiEmbeddings => Api::OpenAiEmbeddings,
+            LlmApi::Anthropic => Api::AnthropicMessages,
+        })
+    }
+
+    /// Whether some request of this API may stream without its usage
+    /// (`stream_usage: force` applies).
+    pub fn may_force_usage(self) -> bool {
+        matches!(
+            self,
+            LlmApi::Openai | LlmApi::OpenaiChat | LlmApi::OpenaiCompletions
+        )
+    }
 }
 
 /// `cost.llm.stream_usage`.

@@ -569,10 +569,11 @@ pub(crate) struct RawCostSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with fields api, default_max_output, bytes_per_token, cap_output, stream_usage"
+    expecting = "a mapping with fields api, default_max_output, bytes_per_token, cap_output, stream_usage, other_requests"
 )]
 pub(crate) struct RawLlmCost {
     pub api: Option<LlmApi>,
+    pub other_requests: Option<u64>,
     pub default_max_output: Option<u64>,
     pub bytes_per_token: Option<u64>,
     pub cap_output: Option<bool>,

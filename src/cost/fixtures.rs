@@ -138,48 +138,96 @@ data: {"type":"message_stop"}
 /// An Anthropic message without `stream`.
 pub(crate) const MESSAGES_JSON: &str = r#"{"id":"msg_013Zva2CMHLNnXjNJJKqJ2EF","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Hi! My name is Claude."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":2095,"cache_creation_input_tokens":300,"cache_read_input_tokens":0,"output_tokens":503,"service_tier":"standard"}}"#;
 
+/// A streamed legacy completion with `stream_options.include_usage`: the
+/// text chunks carry `"usage": null`, the last chunk has no choices.
+pub(crate) const COMPLETIONS_STREAM: &str = r#"data: {"id":"cmpl-AbC123","object":"text_completion","created":1741570300,"model":"gpt-3.5-turbo-instruct","choices":[{"text":"This","index":0,"logprobs":null,"finish_reason":null}],"usage":null}
+
+data: {"id":"cmpl-AbC123","object":"text_completion","created":1741570300,"model":"gpt-3.5-turbo-instruct","choices":[{"text":" is a test.","index":0,"logprobs":null,"finish_reason":"length"}],"usage":null}
+
+data: {"id":"cmpl-AbC123","object":"text_completion","created":1741570300,"model":"gpt-3.5-turbo-instruct","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}
+
+data: [DONE]
+
+"#;
+
+/// A legacy completion without `stream`.
+pub(crate) const COMPLETIONS_JSON: &str = r#"{"id":"cmpl-uqkvlQyYK7bGYrRHQ0eXlWi7","object":"text_completion","created":1589478378,"model":"gpt-3.5-turbo-instruct","system_fingerprint":"fp_44709d6fcb","choices":[{"text":"\n\nThis is indeed a test","index":0,"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#;
+
+/// An embeddings answer: `prompt_tokens` and `total_tokens`, no output.
+pub(crate) const EMBEDDINGS_JSON: &str = r#"{"object":"list","data":[{"object":"embedding","embedding":[0.0023064255,-0.009327292,-0.0028842222],"index":0}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}"#;
+
 /// Every fixture: a name, its API, its body and the usage it reports.
 pub(crate) fn all() -> Vec<(&'static str, Api, &'static str, Option<Usage>)> {
     vec![
         (
             "chat stream",
-            Api::OpenAi,
+            Api::OpenAiChat,
             CHAT_STREAM_WITH_USAGE,
             Some(Usage::new(19, 10)),
         ),
         (
             "chat stream, no usage",
-            Api::OpenAi,
+            Api::OpenAiChat,
             CHAT_STREAM_NO_USAGE,
             None,
         ),
         (
             "chat json",
-            Api::OpenAi,
+            Api::OpenAiChat,
             CHAT_JSON,
             Some(Usage::new(19, 10)),
         ),
         (
             "responses stream",
-            Api::OpenAi,
+            Api::OpenAiResponses,
             RESPONSES_STREAM,
             Some(Usage::new(37, 11)),
         ),
         (
             "responses json",
-            Api::OpenAi,
+            Api::OpenAiResponses,
             RESPONSES_JSON,
             Some(Usage::new(328, 52)),
         ),
         (
+            "completions stream",
+            Api::OpenAiCompletions,
+            COMPLETIONS_STREAM,
+            Some(Usage::new(5, 7)),
+        ),
+        (
+            "completions json",
+            Api::OpenAiCompletions,
+            COMPLETIONS_JSON,
+            Some(Usage::new(5, 7)),
+        ),
+        (
+            "embeddings json",
+            Api::OpenAiEmbeddings,
+            EMBEDDINGS_JSON,
+            Some(Usage::new(8, 0)),
+        ),
+        (
+            "chat json read as responses",
+            Api::OpenAiResponses,
+            CHAT_JSON,
+            None,
+        ),
+        (
+            "responses json read as chat",
+            Api::OpenAiChat,
+            RESPONSES_JSON,
+            None,
+        ),
+        (
             "messages stream",
-            Api::Anthropic,
+            Api::AnthropicMessages,
             MESSAGES_STREAM,
             Some(Usage::new(25 + 2048, 15)),
         ),
         (
             "messages json",
-            Api::Anthropic,
+            Api::AnthropicMessages,
             MESSAGES_JSON,
             Some(Usage::new(2095 + 300, 503)),
         ),

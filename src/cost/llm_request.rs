@@ -3,23 +3,29 @@
 //! estimate hold (`cap_output`) or make the usage readable
 //! (`stream_usage: force`).
 //!
-//! The estimate is `ceil(body bytes / bytes_per_token)` plus the max output
-//! tokens the request names (see [`Api`] for the field of each endpoint),
-//! else `default_max_output`, times a chat completion's `n` (each choice
-//! may generate that many, and OpenAI counts them all). The body counted is
-//! the one the client sent: the rewrites add a few bytes of JSON that are
-//! not prompt.
+//! The body is read as a request of the [`Api`] the configuration (or the
+//! path) names, never as the API its shape suggests: another API's fields
+//! in it are neither read nor touched. The estimate is `ceil(body bytes /
+//! bytes_per_token)` plus the max output tokens the request names in its
+//! API's field (see [`Api`]), else `default_max_output`, times the
+//! outputs it asks for: a chat completion's `n`; for a legacy completion,
+//! each prompt of a batch times the larger of `n` and `best_of` (every
+//! candidate is generated and billed); none for embeddings. The body
+//! counted is the one the client sent: the rewrites add a few bytes of
+//! JSON that are not prompt.
 //!
 //! The rewrites splice the body: every byte they do not change stays as
 //! the client wrote it (no re-serialising, so number formats, key order,
 //! escapes and blanks are kept).
 
+use std::fmt;
+
 use bytes::Bytes;
-use serde::de::IgnoredAny;
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::api::{Api, Endpoint};
+use super::api::Api;
 use super::json_edit::{self, Edit, Object};
 
 /// A request body that `reserve: llm` cannot read: the gateway answers it
@@ -34,7 +40,8 @@ impl InvalidLlmRequest {
     /// The error code of the 400 answer.
     pub const CODE: &'static str = "invalid_llm_request";
 
-    fn new(reason: impl Into<String>) -> InvalidLlmRequest {
+    /// A refusal for `reason` (which names the field, when one is at fault).
+    pub fn new(reason: impl Into<String>) -> InvalidLlmRequest {
         InvalidLlmRequest {
             reason: reason.into(),
         }
@@ -46,9 +53,127 @@ impl InvalidLlmRequest {
     }
 }
 
+/// What kind of JSON value a field holds, and for an array what its
+/// elements are: enough to count a batch's prompts without keeping any of
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// A string.
+    Text,
+    /// An array: how many elements, and how many are strings, numbers and
+    /// arrays.
+    Array {
+        len: u64,
+        texts: u64,
+        numbers: u64,
+        arrays: u64,
+    },
+    /// A number.
+    Number,
+    /// `null`, a boolean or an object.
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Shape, D::Error> {
+        d.deserialize_any(ShapeVisitor { outer: true })
+    }
+}
+
+/// Reads a value's [`Shape`]; an array's elements are read with `outer`
+/// false (their own elements are skipped, only their kind counts).
+struct ShapeVisitor {
+    outer: bool,
+}
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Shape;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Shape, E> {
+        Ok(Shape::Text)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+        let (mut len, mut texts, mut numbers, mut arrays) = (0, 0, 0, 0);
+        if !self.outer {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(Shape::Array {
+                len,
+                texts,
+                numbers,
+                arrays,
+            });
+        }
+        while let Some(kind) = seq.next_element::<Element>()? {
+            len += 1;
+            match kind {
+                Element::Text => texts += 1,
+                Element::Number => numbers += 1,
+                Element::Array => arrays += 1,
+                Element::Other => {}
+            }
+        }
+        Ok(Shape::Array {
+            len,
+            texts,
+            numbers,
+            arrays,
+        })
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Shape::Other)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
+        Ok(Shape::Other)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
+        Ok(Shape::Number)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
+        Ok(Shape::Number)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
+        Ok(Shape::Number)
+    }
+
+    fn visit_unit<E>(self) -> Result<Shape, E> {
+        Ok(Shape::Other)
+    }
+}
+
+/// The kind of one element of an array [`Shape`] counts.
+enum Element {
+    Text,
+    Number,
+    Array,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Element {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Element, D::Error> {
+        Ok(match d.deserialize_any(ShapeVisitor { outer: false })? {
+            Shape::Text => Element::Text,
+            Shape::Number => Element::Number,
+            Shape::Array { .. } => Element::Array,
+            Shape::Other => Element::Other,
+        })
+    }
+}
+
 /// The fields read; unknown ones are skipped (and checked for syntax
 /// only). A field given twice is refused, so the gateway and the upstream
-/// cannot read different values.
+/// cannot read different values. Which of them count is the API's say
+/// ([`Api`]); the others are not looked at.
 #[derive(Deserialize)]
 struct Head {
     model: Option<Value>,
@@ -58,7 +183,10 @@ struct Head {
     max_completion_tokens: Option<Value>,
     max_output_tokens: Option<Value>,
     n: Option<Value>,
-    messages: Option<IgnoredAny>,
+    best_of: Option<Value>,
+    messages: Option<Shape>,
+    prompt: Option<Shape>,
+    input: Option<Shape>,
 }
 
 impl Head {
@@ -77,32 +205,45 @@ impl Head {
     fn model(&self) -> Result<String, InvalidLlmRequest> {
         match &self.model {
             Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
-            None | Some(Value::String(_)) => Err(InvalidLlmRequest::new("the body names no model")),
+            None | Some(Value::String(_)) => {
+                Err(InvalidLlmRequest::new("`model`: the body names no model"))
+            }
             Some(_) => Err(InvalidLlmRequest::new("`model` is not a string")),
         }
     }
 
-    fn stream(&self) -> Result<bool, InvalidLlmRequest> {
-        match &self.stream {
-            None => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(InvalidLlmRequest::new("`stream` is not true or false")),
+    fn stream(&self, api: Api) -> Result<bool, InvalidLlmRequest> {
+        match (&self.stream, api) {
+            // Embeddings do not stream: the field means nothing there.
+            (_, Api::OpenAiEmbeddings) | (None, _) => Ok(false),
+            (Some(Value::Bool(b)), _) => Ok(*b),
+            (Some(_), _) => Err(InvalidLlmRequest::new("`stream` is not true or false")),
         }
     }
 
     /// A whole number field (`null` is absent).
     fn count(field: &str, v: Option<&Value>) -> Result<Option<u64>, InvalidLlmRequest> {
-        v.map(|v| {
-            v.as_u64()
-                .ok_or_else(|| InvalidLlmRequest::new(format!("`{field}` is not a whole number")))
-        })
-        .transpose()
+        v.filter(|v| !v.is_null())
+            .map(|v| {
+                v.as_u64().ok_or_else(|| {
+                    InvalidLlmRequest::new(format!("`{field}` is not a whole number"))
+                })
+            })
+            .transpose()
     }
 
-    /// The largest of the endpoint's max output fields present.
-    fn max_output(&self, endpoint: Endpoint) -> Result<Option<u64>, InvalidLlmRequest> {
+    /// A count that multiplies the output (`n`, `best_of`): at least 1.
+    fn multiplier(field: &str, v: Option<&Value>) -> Result<u64, InvalidLlmRequest> {
+        match Head::count(field, v)? {
+            Some(0) => Err(InvalidLlmRequest::new(format!("`{field}` is 0"))),
+            n => Ok(n.unwrap_or(1)),
+        }
+    }
+
+    /// The largest of the API's max output fields present.
+    fn max_output(&self, api: Api) -> Result<Option<u64>, InvalidLlmRequest> {
         let mut max = None;
-        for &field in endpoint.max_output_fields() {
+        for &field in api.max_output_fields() {
             let v = match field {
                 "max_tokens" => self.max_tokens.as_ref(),
                 "max_completion_tokens" => self.max_completion_tokens.as_ref(),
@@ -115,15 +256,80 @@ impl Head {
         Ok(max)
     }
 
-    /// A chat completion's `n`: how many choices share the max output.
-    fn choices(&self, endpoint: Endpoint) -> Result<u64, InvalidLlmRequest> {
-        if endpoint != Endpoint::ChatCompletions {
-            return Ok(1);
+    /// How many outputs of up to the max output tokens each the request
+    /// asks for (see the module doc); checks the field that holds the
+    /// API's prompt.
+    fn outputs(&self, api: Api) -> Result<u64, InvalidLlmRequest> {
+        match api {
+            Api::OpenAiChat => {
+                require_array("messages", self.messages, api)?;
+                Head::multiplier("n", self.n.as_ref())
+            }
+            Api::OpenAiCompletions => {
+                let prompts = prompts(self.prompt)?;
+                let n = Head::multiplier("n", self.n.as_ref())?;
+                let best_of = Head::multiplier("best_of", self.best_of.as_ref())?;
+                Ok(prompts.saturating_mul(n.max(best_of)))
+            }
+            Api::OpenAiResponses => match self.input {
+                None | Some(Shape::Text | Shape::Array { .. }) => Ok(1),
+                Some(Shape::Number | Shape::Other) => Err(InvalidLlmRequest::new(
+                    "`input` is not a string or an array",
+                )),
+            },
+            Api::OpenAiEmbeddings => match self.input {
+                Some(Shape::Text) => Ok(0),
+                Some(Shape::Array { len, .. }) if len > 0 => Ok(0),
+                Some(_) => Err(InvalidLlmRequest::new(
+                    "`input` is not a string or a non-empty array",
+                )),
+                None => Err(InvalidLlmRequest::new(
+                    "`input` is missing: an openai_embeddings request names its input",
+                )),
+            },
+            Api::AnthropicMessages => {
+                require_array("messages", self.messages, api)?;
+                Ok(1)
+            }
         }
-        match Head::count("n", self.n.as_ref())? {
-            Some(0) => Err(InvalidLlmRequest::new("`n` is 0")),
-            n => Ok(n.unwrap_or(1)),
-        }
+    }
+}
+
+/// `field` must be an array, as `api` requires.
+fn require_array(field: &str, shape: Option<Shape>, api: Api) -> Result<(), InvalidLlmRequest> {
+    match shape {
+        Some(Shape::Array { .. }) => Ok(()),
+        Some(_) => Err(InvalidLlmRequest::new(format!("`{field}` is not an array"))),
+        None => Err(InvalidLlmRequest::new(format!(
+            "`{field}` is missing: an {} request names its {field}",
+            api.name()
+        ))),
+    }
+}
+
+/// The prompts of a legacy completion: a string or an array of token ids
+/// is one, an array of strings or of token arrays one per element; absent,
+/// the API completes one (from the start of a document).
+fn prompts(prompt: Option<Shape>) -> Result<u64, InvalidLlmRequest> {
+    let bad = || {
+        InvalidLlmRequest::new(
+            "`prompt` is not a string, an array of strings, an array of token ids or an array of token arrays",
+        )
+    };
+    match prompt {
+        None | Some(Shape::Text) => Ok(1),
+        Some(Shape::Array {
+            len,
+            texts,
+            numbers,
+            arrays,
+        }) => match () {
+            _ if len == 0 => Err(InvalidLlmRequest::new("`prompt` is an empty array")),
+            _ if numbers == len => Ok(1),
+            _ if texts == len || arrays == len => Ok(len),
+            _ => Err(bad()),
+        },
+        Some(Shape::Number | Shape::Other) => Err(bad()),
     }
 }
 
@@ -134,7 +340,7 @@ impl Head {
 /// use tollgate::cost::{Api, LlmRequest, Rewrite};
 ///
 /// let body = Bytes::from_static(br#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hi"}]}"#);
-/// let req = LlmRequest::parse(Api::OpenAi, &body, 1, 1024).unwrap();
+/// let req = LlmRequest::parse(Api::OpenAiChat, &body, 1, 1024).unwrap();
 /// assert_eq!(req.estimate(), body.len() as u64 + 1024);
 /// let sent = req.rewrite(&body, Rewrite { cap_output: true, force_stream_usage: true });
 /// assert!(sent.usage_added);
@@ -142,7 +348,7 @@ impl Head {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LlmRequest {
-    endpoint: Endpoint,
+    api: Api,
     model: String,
     max_output: Option<u64>,
     output_cap: u64,
@@ -154,8 +360,9 @@ pub struct LlmRequest {
 
 impl LlmRequest {
     /// Reads `body` as a request to `api`: a JSON object naming a `model`,
-    /// its max output tokens (if any) and a chat completion's `n` whole
-    /// numbers. `bytes_per_token` 0 is read as 1 (validation refuses it).
+    /// the API's prompt field, its max output tokens (if any) and its
+    /// output multipliers as whole numbers. `bytes_per_token` 0 is read as
+    /// 1 (validation refuses it).
     pub fn parse(
         api: Api,
         body: &[u8],
@@ -171,33 +378,34 @@ impl LlmRequest {
             return Err(InvalidLlmRequest::new("the body is not UTF-8"));
         }
         let head = Head::read(body)?;
-        let endpoint = match api {
-            Api::Anthropic => Endpoint::Messages,
-            Api::OpenAi if head.messages.is_some() => Endpoint::ChatCompletions,
-            Api::OpenAi => Endpoint::Responses,
-        };
-        let max_output = head.max_output(endpoint)?;
-        let include_usage = endpoint == Endpoint::ChatCompletions
+        let model = head.model()?;
+        let max_output = head.max_output(api)?;
+        let choices = head.outputs(api)?;
+        let include_usage = api.has_stream_options()
             && head
                 .stream_options
                 .as_ref()
                 .and_then(|o| o.get("include_usage"))
                 == Some(&Value::Bool(true));
+        let output_cap = match api.max_output_field() {
+            Some(_) => max_output.unwrap_or(default_max_output),
+            None => 0,
+        };
         Ok(LlmRequest {
-            endpoint,
-            model: head.model()?,
+            api,
+            model,
             max_output,
-            output_cap: max_output.unwrap_or(default_max_output),
-            choices: head.choices(endpoint)?,
+            output_cap,
+            choices,
             prompt_estimate: (body.len() as u64).div_ceil(bytes_per_token.max(1)),
-            stream: head.stream()?,
+            stream: head.stream(api)?,
             include_usage,
         })
     }
 
-    /// Which endpoint the body is for.
-    pub fn endpoint(&self) -> Endpoint {
-        self.endpoint
+    /// The API it was read as.
+    pub fn api(&self) -> Api {
+        self.api
     }
 
     /// The `model` it names.
@@ -205,20 +413,23 @@ impl LlmRequest {
         &self.model
     }
 
-    /// The max output tokens it names (the larger of two for a chat
-    /// completion naming both), if any.
+    /// The max output tokens it names in its API's field (the larger of
+    /// two for a chat completion naming both), if any.
     pub fn max_output(&self) -> Option<u64> {
         self.max_output
     }
 
-    /// The max output tokens of one choice: [`max_output`](Self::max_output),
-    /// else the default; what `cap_output` adds when the request names none.
+    /// The max output tokens of one output: [`max_output`](Self::max_output),
+    /// else the default (0 for an API without output); what `cap_output`
+    /// adds when the request names none.
     pub fn output_cap(&self) -> u64 {
         self.output_cap
     }
 
-    /// How many choices it asks for (a chat completion's `n`, else 1), each
-    /// generating up to [`output_cap`](Self::output_cap) tokens.
+    /// How many outputs it asks for, each generating up to
+    /// [`output_cap`](Self::output_cap) tokens: a chat completion's `n`, a
+    /// legacy completion's prompts times the larger of `n` and `best_of`,
+    /// else 1 (0 for embeddings).
     pub fn choices(&self) -> u64 {
         self.choices
     }
@@ -239,12 +450,13 @@ impl LlmRequest {
         self.prompt_estimate.saturating_add(self.output_reserved())
     }
 
-    /// `stream: true`.
+    /// `stream: true` (never for embeddings).
     pub fn stream(&self) -> bool {
         self.stream
     }
 
-    /// A chat completion with `stream_options.include_usage: true`.
+    /// A chat or legacy completion with `stream_options.include_usage:
+    /// true`.
     pub fn include_usage(&self) -> bool {
         self.include_usage
     }
@@ -260,13 +472,16 @@ impl LlmRequest {
             return unchanged;
         };
         let mut edits = Vec::new();
-        if rewrite.cap_output && self.max_output.is_none() {
-            let cap = self.output_cap.to_string();
-            edits.push(root.add(self.endpoint.max_output_field(), &cap));
+        if let (true, None, Some(field)) = (
+            rewrite.cap_output,
+            self.max_output,
+            self.api.max_output_field(),
+        ) {
+            edits.push(root.add(field, &self.output_cap.to_string()));
         }
         let mut usage_added = false;
         if rewrite.force_stream_usage
-            && self.endpoint == Endpoint::ChatCompletions
+            && self.api.has_stream_options()
             && self.stream
             && !self.include_usage
         {
@@ -306,13 +521,14 @@ fn usage_edit(root: &Object, body: &[u8]) -> Option<Edit> {
 /// The rewrites a cost limit asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rewrite {
-    /// `cap_output: true`: a request naming no max output tokens gets the
-    /// endpoint's field set to the amount reserved
+    /// `cap_output: true`: a request naming no max output tokens gets its
+    /// API's field set to the amount reserved (an API without output gets
+    /// nothing)
     /// ([`LlmRequest::output_cap`]); one naming them was reserved that
     /// much, and is left as it is.
     pub cap_output: bool,
     /// `stream_usage: force`: add `stream_options.include_usage: true` to a
-    /// streaming chat completion that does not ask for its usage.
+    /// streaming chat or legacy completion that does not ask for its usage.
     pub force_stream_usage: bool,
 }
 

@@ -1,8 +1,9 @@
 //! Cost limits' side of LLM traffic: what a request is estimated to cost
 //! before it runs, and what its response says it cost.
 //!
-//! - [`api`]: the APIs (`openai`, `anthropic`), their endpoints and where
-//!   each keeps its max output tokens.
+//! - [`api`]: the APIs (OpenAI chat, legacy completions, responses,
+//!   embeddings; Anthropic messages), the fields each keeps its prompt,
+//!   max output tokens and usage in, and OpenAI's endpoints by path.
 //! - [`llm_request`]: reads a request body (`reserve: llm`): the estimate,
 //!   `stream`, `include_usage`; the `cap_output` and `stream_usage: force`
 //!   rewrites.
@@ -25,7 +26,7 @@ pub mod usage_chunk;
 #[cfg(test)]
 mod fixtures;
 
-pub use api::{Api, Endpoint};
+pub use api::Api;
 pub use llm_request::{InvalidLlmRequest, LlmRequest, Rewrite, Rewritten};
 pub use usage::{Usage, UsageReader};
 pub use usage_chunk::UsageChunkFilter;

@@ -3,16 +3,20 @@
 //! and holds none of them back.
 //!
 //! What it reads, per [`Api`] (a body whose first non-blank byte is `{` is
-//! read as one JSON document, any other as Server-Sent Events):
+//! read as one JSON document, any other as Server-Sent Events), each API's
+//! own usage fields and no other's:
 //!
-//! - `openai`, JSON (a chat completion, or a response from
-//!   `/v1/responses` without `stream`): the body's `usage`.
-//! - `openai`, SSE, chat completions: the `usage` of the last `data:`
-//!   chunk that has one (the chunk `stream_options.include_usage` asks
-//!   for; the others carry `"usage": null`); `data: [DONE]` is no chunk.
-//! - `openai`, SSE, responses: `response.usage` of the terminal event,
-//!   `response.completed`, or `response.incomplete` (a response cut at its
-//!   `max_output_tokens`, as `cap_output` may cause) or `response.failed`.
+//! - `openai_chat` and `openai_completions`: the body's `usage`
+//!   (`prompt_tokens`, `completion_tokens`), or in a stream the `usage` of
+//!   the last `data:` chunk that has one (the chunk
+//!   `stream_options.include_usage` asks for; the others carry `"usage":
+//!   null`); `data: [DONE]` is no chunk.
+//! - `openai_responses`: the body's `usage` (`input_tokens`,
+//!   `output_tokens`), or in a stream `response.usage` of the terminal
+//!   event, `response.completed`, or `response.incomplete` (a response cut
+//!   at its `max_output_tokens`, as `cap_output` may cause) or
+//!   `response.failed`.
+//! - `openai_embeddings`: the body's `usage.prompt_tokens` (no output).
 //! - `anthropic`, SSE: `message_start`'s `message.usage`, updated by each
 //!   `message_delta`'s `usage` (whose counts are cumulative; `input_tokens`
 //!   and the cache counts there, when present, replace the start's), as
@@ -112,11 +116,13 @@ impl RawUsage {
         serde_json::from_slice(value?).ok()
     }
 
-    /// OpenAI's counts (chat completions' or responses' names).
-    fn openai(&self) -> Option<Usage> {
-        let input = self.prompt_tokens.or(self.input_tokens)?;
-        let output = self.completion_tokens.or(self.output_tokens)?;
-        Some(Usage::new(input, output))
+    /// An OpenAI API's counts, under that API's own names.
+    fn openai(&self, api: Api) -> Option<Usage> {
+        match api {
+            Api::OpenAiResponses => Some(Usage::new(self.input_tokens?, self.output_tokens?)),
+            Api::OpenAiEmbeddings => Some(Usage::new(self.prompt_tokens?, 0)),
+            _ => Some(Usage::new(self.prompt_tokens?, self.completion_tokens?)),
+        }
     }
 }
 
@@ -173,57 +179,63 @@ impl Tally {
             return;
         };
         match self.api {
-            Api::OpenAi => self.openai = raw.openai(),
-            Api::Anthropic => {
+            Api::AnthropicMessages => {
                 let mut tally = AnthropicTally::default();
                 tally.update(&raw);
                 tally.output = raw.output_tokens;
                 self.anthropic = tally;
             }
+            openai => self.openai = raw.openai(openai),
         }
     }
 
     /// One event's data, scanned.
     pub(crate) fn event(&mut self, scan: &JsonScan) {
         let kind = scan.value(TYPE).unwrap_or_default();
-        match self.api {
-            Api::OpenAi => {
+        let at = match self.api {
+            Api::AnthropicMessages => return self.anthropic_event(kind, scan),
+            // A response's usage is in its terminal event only.
+            Api::OpenAiResponses => {
                 let terminal = [
                     &b"\"response.completed\""[..],
                     b"\"response.incomplete\"",
                     b"\"response.failed\"",
                 ];
-                let at = if terminal.contains(&kind) {
-                    RESPONSE_USAGE
-                } else {
-                    USAGE
-                };
-                if let Some(usage) = RawUsage::parse(scan.value(at)).and_then(|r| r.openai()) {
-                    self.openai = Some(usage);
+                if !terminal.contains(&kind) {
+                    return;
                 }
+                RESPONSE_USAGE
             }
-            Api::Anthropic if kind == b"\"message_start\"" => {
-                if let Some(raw) = RawUsage::parse(scan.value(MESSAGE_USAGE)) {
+            // Embeddings do not stream.
+            Api::OpenAiEmbeddings => return,
+            Api::OpenAiChat | Api::OpenAiCompletions => USAGE,
+        };
+        if let Some(usage) = RawUsage::parse(scan.value(at)).and_then(|r| r.openai(self.api)) {
+            self.openai = Some(usage);
+        }
+    }
+
+    /// One event of an Anthropic stream.
+    fn anthropic_event(&mut self, kind: &[u8], scan: &JsonScan) {
+        if kind == b"\"message_start\"" {
+            if let Some(raw) = RawUsage::parse(scan.value(MESSAGE_USAGE)) {
+                self.anthropic.update(&raw);
+            }
+        } else if kind == b"\"message_delta\"" {
+            if let Some(raw) = RawUsage::parse(scan.value(USAGE)) {
+                if raw.output_tokens.is_some() {
                     self.anthropic.update(&raw);
+                    self.anthropic.output = raw.output_tokens;
                 }
             }
-            Api::Anthropic if kind == b"\"message_delta\"" => {
-                if let Some(raw) = RawUsage::parse(scan.value(USAGE)) {
-                    if raw.output_tokens.is_some() {
-                        self.anthropic.update(&raw);
-                        self.anthropic.output = raw.output_tokens;
-                    }
-                }
-            }
-            Api::Anthropic => {}
         }
     }
 
     /// The usage, when complete.
     pub(crate) fn usage(&self) -> Option<Usage> {
         match self.api {
-            Api::OpenAi => self.openai,
-            Api::Anthropic => self.anthropic.usage(),
+            Api::AnthropicMessages => self.anthropic.usage(),
+            _ => self.openai,
         }
     }
 }
@@ -281,7 +293,7 @@ impl Framing {
 /// ```
 /// use tollgate::cost::{Api, UsageReader};
 ///
-/// let mut reader = UsageReader::new(Api::Anthropic);
+/// let mut reader = UsageReader::new(Api::AnthropicMessages);
 /// reader.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":");
 /// reader.feed(b"{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n");
 /// reader.feed(b"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n");
@@ -405,7 +417,39 @@ mod tests {
             data: {\"choices\":[],\"usage\":null}\n\n\
             data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":9}}\n\n\
             data: {\"choices\":[],\"usage\":null}\n\ndata: [DONE]\n\n";
-        assert_eq!(read(Api::OpenAi, body, &[]), Some(Usage::new(7, 9)));
+        assert_eq!(read(Api::OpenAiChat, body, &[]), Some(Usage::new(7, 9)));
+        assert_eq!(
+            read(Api::OpenAiCompletions, body, &[]),
+            Some(Usage::new(7, 9))
+        );
+        // Another API's usage fields are not read.
+        assert_eq!(read(Api::OpenAiResponses, body, &[]), None);
+    }
+
+    #[test]
+    fn each_openai_api_reads_its_own_usage_names() {
+        let chat = br#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#;
+        let responses = br#"{"usage":{"input_tokens":3,"output_tokens":4,"total_tokens":7}}"#;
+        let embeddings = br#"{"usage":{"prompt_tokens":3,"total_tokens":3}}"#;
+        let cases: &[(Api, &[u8], Option<Usage>)] = &[
+            (Api::OpenAiChat, chat, Some(Usage::new(3, 4))),
+            (Api::OpenAiChat, responses, None),
+            (Api::OpenAiCompletions, chat, Some(Usage::new(3, 4))),
+            (Api::OpenAiCompletions, responses, None),
+            (Api::OpenAiResponses, responses, Some(Usage::new(3, 4))),
+            (Api::OpenAiResponses, chat, None),
+            (Api::OpenAiEmbeddings, embeddings, Some(Usage::new(3, 0))),
+            (Api::OpenAiEmbeddings, chat, Some(Usage::new(3, 0))),
+            (Api::OpenAiEmbeddings, responses, None),
+        ];
+        for (api, body, want) in cases {
+            assert_eq!(
+                read(*api, body, &[]),
+                *want,
+                "{api:?} {}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 
     #[test]
@@ -421,13 +465,13 @@ mod tests {
         ] {
             let body = ev("response.created", "null") + &ev(kind, u);
             assert_eq!(
-                read(Api::OpenAi, body.as_bytes(), &[]),
+                read(Api::OpenAiResponses, body.as_bytes(), &[]),
                 Some(Usage::new(5, 6)),
                 "{kind}"
             );
         }
         let body = ev("response.in_progress", u);
-        assert_eq!(read(Api::OpenAi, body.as_bytes(), &[]), None);
+        assert_eq!(read(Api::OpenAiResponses, body.as_bytes(), &[]), None);
     }
 
     #[test]
@@ -436,7 +480,7 @@ mod tests {
         let delta = |u: &str| format!("data: {{\"type\":\"message_delta\",\"usage\":{u}}}\n\n");
         let body = format!("{start}\n\n{}", delta(r#"{"output_tokens":4}"#));
         assert_eq!(
-            read(Api::Anthropic, body.as_bytes(), &[]),
+            read(Api::AnthropicMessages, body.as_bytes(), &[]),
             Some(Usage::new(1110, 4))
         );
         let body = format!(
@@ -445,16 +489,16 @@ mod tests {
             delta(r#"{"input_tokens":20,"cache_read_input_tokens":0,"output_tokens":9}"#)
         );
         assert_eq!(
-            read(Api::Anthropic, body.as_bytes(), &[]),
+            read(Api::AnthropicMessages, body.as_bytes(), &[]),
             Some(Usage::new(120, 9))
         );
         // No message_delta: the output is unknown.
         let body = format!("{start}\n\n");
-        assert_eq!(read(Api::Anthropic, body.as_bytes(), &[]), None);
+        assert_eq!(read(Api::AnthropicMessages, body.as_bytes(), &[]), None);
         // No message_start: the input is unknown.
         assert_eq!(
             read(
-                Api::Anthropic,
+                Api::AnthropicMessages,
                 delta(r#"{"output_tokens":4}"#).as_bytes(),
                 &[]
             ),
@@ -465,29 +509,32 @@ mod tests {
     #[test]
     fn missing_malformed_or_cut_usage_is_none() {
         let cases: &[(Api, &[u8])] = &[
-            (Api::OpenAi, b""),
-            (Api::OpenAi, b"  \r\n "),
-            (Api::OpenAi, b"{\"error\":{\"message\":\"overloaded\"}}"),
-            (Api::OpenAi, b"{\"usage\":{\"prompt_tokens\":1}}"),
+            (Api::OpenAiChat, b""),
+            (Api::OpenAiChat, b"  \r\n "),
+            (Api::OpenAiChat, b"{\"error\":{\"message\":\"overloaded\"}}"),
+            (Api::OpenAiChat, b"{\"usage\":{\"prompt_tokens\":1}}"),
             (
-                Api::OpenAi,
+                Api::OpenAiChat,
                 b"{\"usage\":{\"prompt_tokens\":-1,\"completion_tokens\":2}}",
             ),
             (
-                Api::OpenAi,
+                Api::OpenAiChat,
                 b"{\"usage\":{\"prompt_tokens\":\"1\",\"completion_tokens\":2}}",
             ),
             (
-                Api::OpenAi,
+                Api::OpenAiChat,
                 b"{\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tok",
             ),
             (
-                Api::OpenAi,
+                Api::OpenAiChat,
                 b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"compl",
             ),
-            (Api::OpenAi, b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n"),
             (
-                Api::Anthropic,
+                Api::OpenAiChat,
+                b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n",
+            ),
+            (
+                Api::AnthropicMessages,
                 b"event: error\ndata: {\"type\":\"error\"}\n\n",
             ),
         ];
@@ -505,7 +552,7 @@ mod tests {
     fn an_unterminated_last_event_still_counts() {
         let body =
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}";
-        assert_eq!(read(Api::OpenAi, body, &[]), Some(Usage::new(3, 4)));
+        assert_eq!(read(Api::OpenAiChat, body, &[]), Some(Usage::new(3, 4)));
     }
 
     #[test]
@@ -537,8 +584,12 @@ mod tests {
         let sse = format!(
             "data: {{\"type\":\"response.completed\",\"response\":{{\"output\":[{{\"text\":\"{text}\"}}],\"usage\":{{\"input_tokens\":8,\"output_tokens\":9}}}}}}\n\n"
         );
-        for (body, want) in [(json, Usage::new(8, 1048576)), (sse, Usage::new(8, 9))] {
-            let mut reader = UsageReader::new(Api::OpenAi);
+        let cases = [
+            (Api::OpenAiChat, json, Usage::new(8, 1048576)),
+            (Api::OpenAiResponses, sse, Usage::new(8, 9)),
+        ];
+        for (api, body, want) in cases {
+            let mut reader = UsageReader::new(api);
             let mut most = 0;
             for piece in body.as_bytes().chunks(16 << 10) {
                 reader.feed(piece);

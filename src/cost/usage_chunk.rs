@@ -1,5 +1,6 @@
 //! `stream_usage: force`: when the gateway added
-//! `stream_options.include_usage` to a streaming OpenAI chat request, the
+//! `stream_options.include_usage` to a streaming OpenAI chat or legacy
+//! completions request, the
 //! upstream's answer carries one chunk the client did not ask for, a
 //! `data:` event whose `choices` is `[]` and whose `usage` is an object.
 //! [`UsageChunkFilter`] removes that event (and only that one) from what
@@ -31,8 +32,8 @@ pub const HOLD_LIMIT: usize = 48 * 1024;
 const _: () =
     assert!(HOLD_LIMIT + DATA_HOLD_LIMIT + (PATHS.len() + 1) * CAPTURE_LIMIT <= 64 * 1024);
 
-/// Removes the usage-only chunk from a streamed OpenAI chat completion
-/// and reads the usage; made to sit in a response body wrapper: each data
+/// Removes the usage-only chunk from a streamed OpenAI chat (or legacy)
+/// completion and reads the usage; made to sit in a response body wrapper: each data
 /// frame goes through [`push`](Self::push), the end of the body through
 /// [`finish`](Self::finish), and what they return goes to the client.
 ///
@@ -81,7 +82,8 @@ impl UsageChunkFilter {
     pub fn new() -> UsageChunkFilter {
         UsageChunkFilter {
             framing: Framing::Unknown,
-            tally: Tally::new(Api::OpenAi),
+            // Chat and legacy completions chunks name their usage alike.
+            tally: Tally::new(Api::OpenAiChat),
             held: Vec::new(),
             overflowed: false,
             removed_last: false,

@@ -14,11 +14,16 @@ const READER_HELD_AT_MOST: usize = 16 << 10;
 /// docs/configuration/cost.md promises for a response.
 const FILTER_HELD_AT_MOST: usize = 64 << 10;
 
-/// The API a first line names: `anthropic`, else OpenAI.
+/// The API a first line names (`openai_chat`, `openai_completions`,
+/// `openai_responses`, `openai_embeddings`, `anthropic`); anything else is
+/// chat.
 fn api(line: &[u8]) -> Api {
     match line.trim_ascii() {
-        b"anthropic" => Api::Anthropic,
-        _ => Api::OpenAi,
+        b"anthropic" => Api::AnthropicMessages,
+        b"openai_completions" => Api::OpenAiCompletions,
+        b"openai_responses" | b"openai" => Api::OpenAiResponses,
+        b"openai_embeddings" => Api::OpenAiEmbeddings,
+        _ => Api::OpenAiChat,
     }
 }
 
@@ -34,8 +39,8 @@ fn rest(data: &[u8], lines_taken: usize) -> &[u8] {
     &data[at..]
 }
 
-/// `llm_request`: line 1 the API (`openai` or `anthropic`), the rest a
-/// request body. Reading it never panics, and it reads no body that is not
+/// `llm_request`: line 1 the API (as `cost.llm.api` names a fixed one), the
+/// rest a request body. Reading it never panics, and it reads no body that is not
 /// UTF-8; a body it reads is rewritten
 /// (each of `cap_output` and `stream_usage: force`, alone and together)
 /// into a body that reads again as the same request, whose max output is
@@ -64,10 +69,10 @@ pub fn llm_request(data: &[u8]) {
         let again = LlmRequest::parse(api, &out.body, 1, 1024)
             .unwrap_or_else(|e| panic!("the rewritten body does not read: {}", e.reason()));
         assert_eq!(again.model(), req.model());
-        assert_eq!(again.endpoint(), req.endpoint());
+        assert_eq!(again.api(), req.api());
         assert_eq!(again.stream(), req.stream());
         assert_eq!(again.choices(), req.choices());
-        if cap_output {
+        if cap_output && api != Api::OpenAiEmbeddings {
             assert_eq!(again.max_output(), Some(req.output_cap()));
         } else {
             assert_eq!(again.max_output(), req.max_output());
@@ -130,7 +135,7 @@ pub fn llm_stream(data: &[u8]) {
         "the usage depends on the cuts"
     );
 
-    if api != Api::OpenAi {
+    if !api.has_stream_options() {
         return;
     }
     let filter = |pieces: &[&[u8]]| {

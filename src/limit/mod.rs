@@ -46,11 +46,22 @@ pub async fn decide(
     }
 }
 
-/// A cost limit's estimate for one request, by the limit's index among the
-/// route's limits (docs/configuration/cost.md): `None` for a limit without
-/// `cost:`, else the units to charge or why the request has none (`E`:
-/// the error it is answered with).
-pub type Estimates<E> = [Option<Result<u64, E>>];
+/// A cost limit's estimate for one request (docs/configuration/cost.md).
+#[derive(Debug)]
+pub enum Estimate<E> {
+    /// Charge this many units (an estimate of 0 charges 1).
+    Units(u64),
+    /// The request is no model call and the limit charges such requests
+    /// nothing (`llm.other_requests: 0`): the limit does not apply.
+    NoModelCall,
+    /// The request has no estimate: it is answered with this error, if
+    /// the limit applies to it.
+    Invalid(E),
+}
+
+/// Each cost limit's [`Estimate`] for one request, by the limit's index
+/// among the route's limits: `None` for a limit without `cost:`.
+pub type Estimates<E> = [Option<Estimate<E>>];
 
 /// [`decide`], each limit `i` that applies charging its estimate
 /// `reserve[i]` instead of its `cost` (docs/configuration/cost.md): an
@@ -71,30 +82,41 @@ pub async fn decide_reserving<E>(
         Ok(plan) => plan,
         Err(rejected) => return Ok((rejected, Vec::new())),
     };
-    let (mut checks, applied) = (plan.checks, plan.applied);
-    let reserved = reserve_estimates(&mut checks, &applied, reserve)?;
-    let decision = decide_planned(limiter, limits, view, observer, checks, &applied).await;
+    let mut plan = plan;
+    let reserved = reserve_estimates(&mut plan, reserve)?;
+    let decision =
+        decide_planned(limiter, limits, view, observer, plan.checks, &plan.applied).await;
     Ok((decision, reserved))
 }
 
-/// Each applied check with an estimate charges it (at least 1); the
-/// checks charged so (limit index, check), or the first applied limit's
-/// estimate error.
-fn reserve_estimates<E>(
-    checks: &mut [tollgate_limit::Check],
-    applied: &[usize],
+/// Each applied check with an estimate charges it (at least 1), and one
+/// that charges a request that is no model call nothing leaves the plan;
+/// the checks charged so (limit index, check), or the first applied
+/// limit's estimate error. `tollgate simulate` and `POST /probe` charge
+/// estimates the same way.
+pub fn reserve_estimates<E>(
+    plan: &mut plan::Plan<'_>,
     reserve: &mut Estimates<E>,
 ) -> Result<Vec<(usize, tollgate_limit::Check)>, E> {
     let mut reserved = Vec::new();
-    for (check, &i) in checks.iter_mut().zip(applied) {
+    let mut at = 0;
+    while at < plan.checks.len() {
+        let i = plan.applied[at];
         match reserve.get_mut(i).and_then(Option::take) {
             None => {}
-            Some(Ok(units)) => {
-                check.cost = units.max(1);
-                reserved.push((i, check.clone()));
+            Some(Estimate::Units(units)) => {
+                plan.checks[at].cost = units.max(1);
+                reserved.push((i, plan.checks[at].clone()));
             }
-            Some(Err(invalid)) => return Err(invalid),
+            Some(Estimate::NoModelCall) => {
+                plan.checks.remove(at);
+                plan.applied.remove(at);
+                plan.not_applied.push((i, plan::NotApplied::NoModelCall));
+                continue;
+            }
+            Some(Estimate::Invalid(invalid)) => return Err(invalid),
         }
+        at += 1;
     }
     Ok(reserved)
 }

@@ -20,6 +20,9 @@ pub enum NotApplied {
     Exempt,
     /// A key component is missing and `on_missing_key: skip`.
     Skipped,
+    /// A cost limit that charges a request that is no model call nothing
+    /// (`llm.other_requests: 0`, docs/configuration/cost.md).
+    NoModelCall,
 }
 
 /// The checks a request makes, one per limit that applies, in route order.

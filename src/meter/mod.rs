@@ -15,9 +15,10 @@ pub mod settle;
 
 use std::sync::Arc;
 
-use tollgate_limit::{Check, Figure};
+use tollgate_limit::{Check, Figure, Limiter};
 
 use crate::limit::policy::Policy;
+use crate::shared::Shared;
 
 /// What admission charged one cost limit for a request, kept until its
 /// response ends.
@@ -38,5 +39,27 @@ impl Meter {
     /// The units admission charged.
     pub fn estimate(&self) -> u64 {
         self.check.cost
+    }
+}
+
+/// What a request's cost limits charged at admission, to settle once when
+/// the request ends, however it ends ([`Bill::settle`] consumes it).
+pub struct Bill {
+    meters: Vec<Meter>,
+    /// The limiter of the runtime the request was admitted under (a reload
+    /// since then changes nothing: the settlement goes where the charge
+    /// went).
+    limiter: Arc<Limiter>,
+}
+
+impl Bill {
+    /// The charges `meters`, made through `limiter`.
+    pub fn new(meters: Vec<Meter>, limiter: Arc<Limiter>) -> Bill {
+        Bill { meters, limiter }
+    }
+
+    /// Settle every charge from what the response said (`reading`).
+    pub fn settle(self, shared: &Arc<Shared>, reading: &reading::Reading) {
+        settle::settle(&self.limiter, shared, self.meters, reading);
     }
 }

@@ -17,9 +17,13 @@ pub struct Reading {
     pub headers: HeaderMap,
     /// Its trailers, if it ended with some.
     pub trailers: Option<HeaderMap>,
-    /// No upstream response body reached the client: the gateway answered
-    /// an error itself, or the upstream answered 5xx.
+    /// The request failed: the gateway answered an error itself, or the
+    /// upstream answered 5xx (`on_upstream_error`, unless the response
+    /// said what it cost).
     pub upstream_error: bool,
+    /// The body is the gateway's own (an error it answered), not the
+    /// upstream's: nothing in it says what the request cost.
+    pub local: bool,
 }
 
 /// What one cost limit settles to.
@@ -30,8 +34,8 @@ pub enum Actual {
     /// It did not say (no usage, the stream ended early, the client went
     /// away): `on_missing_usage` gave this many.
     Missing(u64),
-    /// No response body reached the client: `on_upstream_error` gave this
-    /// many.
+    /// The request failed and its response did not say: `on_upstream_error`
+    /// gave this many.
     UpstreamError(u64),
 }
 
@@ -45,19 +49,25 @@ impl Actual {
 }
 
 impl Reading {
+    /// The reading of a request that ended before its response was made
+    /// (the client went away, or the shutdown grace closed it): nothing
+    /// said, no error seen.
+    pub fn client_gone() -> Reading {
+        Reading::default()
+    }
+
     /// What a limit with `cost` that reserved `estimate` settles to;
-    /// `None` when it never settles (`settle: none`).
+    /// `None` when it never settles (`settle: none`). What the upstream's
+    /// response said it cost counts first, whatever its status (a 5xx
+    /// whose usage reached the client settles by that usage); else a
+    /// failed request is `on_upstream_error`'s, and any other
+    /// `on_missing_usage`'s.
     pub fn actual(&self, cost: &CostConfig, estimate: u64) -> Option<Actual> {
         if cost.settle == Settle::None {
             return None;
         }
-        if self.upstream_error {
-            return Some(Actual::UpstreamError(match cost.on_upstream_error {
-                OnUpstreamError::Refund => 0,
-                OnUpstreamError::KeepEstimate => estimate,
-            }));
-        }
         let said = match &cost.settle {
+            _ if self.local => None,
             Settle::LlmUsage => self.usage,
             Settle::ResponseBytes => Some(self.bytes),
             Settle::Header(name) => number(self.headers.get(name)),
@@ -66,6 +76,10 @@ impl Reading {
         };
         Some(match said {
             Some(units) => Actual::Units(units),
+            None if self.upstream_error => Actual::UpstreamError(match cost.on_upstream_error {
+                OnUpstreamError::Refund => 0,
+                OnUpstreamError::KeepEstimate => estimate,
+            }),
             None => Actual::Missing(match cost.on_missing_usage {
                 OnMissingUsage::KeepEstimate => estimate,
                 OnMissingUsage::ChargeZero => 0,

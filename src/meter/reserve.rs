@@ -10,6 +10,7 @@ use http::HeaderMap;
 use crate::config::{CostConfig, Reserve};
 use crate::error::GatewayError;
 use crate::limit::policy::Policy;
+use crate::limit::Estimate;
 
 /// Whether any of `limits` needs the request body before the limits are
 /// decided (an `llm` or `request_bytes` estimate, or an LLM request to
@@ -29,30 +30,35 @@ pub fn any(limits: &[Arc<Policy>]) -> bool {
 
 /// The estimate of each of `limits` (by index; `None` for a limit without
 /// a `cost:` spec) for a request with `headers` and, when
-/// [`needs_body`], its whole `body`; `llm[i]` is limit `i`'s estimate of
-/// the body as an LLM request ([`super::llm::read`]), for `reserve: llm`.
-/// A limit's error (no number in its header) answers the request only if
-/// that limit applies to it ([`crate::limit::decide_reserving`]).
+/// [`needs_body`], its whole `body`; `llm` is the body read as an LLM
+/// request ([`super::llm::read`]), whose estimates `reserve: llm` limits
+/// charge (a request that is no model call charged 0 leaves the limit
+/// out). A limit's error (no number in its header) answers the request
+/// only if that limit applies to it ([`crate::limit::decide_reserving`]).
 pub fn estimates(
     limits: &[Arc<Policy>],
     headers: &HeaderMap,
     body: Option<&[u8]>,
-    llm: &[Option<u64>],
-) -> Vec<Option<Result<u64, GatewayError>>> {
+    llm: Option<&super::llm::Read>,
+) -> Vec<Option<Estimate<GatewayError>>> {
     limits
         .iter()
         .enumerate()
         .map(|(i, p)| {
             let cost = p.metered.as_ref()?;
-            let estimate = from_head(cost, headers).unwrap_or_else(|| match cost.reserve {
-                Reserve::RequestBytes => Ok(body.map_or(0, |b| b.len() as u64)),
-                _ => llm.get(i).copied().flatten().ok_or_else(|| {
-                    GatewayError::InvalidLlmRequest(
+            if let Some(e) = from_head(cost, headers) {
+                return Some(e.map_or_else(Estimate::Invalid, Estimate::Units));
+            }
+            Some(match cost.reserve {
+                Reserve::RequestBytes => Estimate::Units(body.map_or(0, |b| b.len() as u64)),
+                _ => match llm.map(|r| (r.estimates.get(i).copied().flatten(), r.seen.is_call())) {
+                    Some((Some(0), false)) => Estimate::NoModelCall,
+                    Some((Some(units), _)) => Estimate::Units(units),
+                    _ => Estimate::Invalid(GatewayError::InvalidLlmRequest(
                         "the request body was not read as an LLM request".into(),
-                    )
-                }),
-            });
-            Some(estimate)
+                    )),
+                },
+            })
         })
         .collect()
 }

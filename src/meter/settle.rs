@@ -50,19 +50,19 @@ pub fn settle(limiter: &Arc<Limiter>, shared: &Arc<Shared>, meters: Vec<Meter>, 
             metrics.settlement(name, outcome);
             continue;
         };
-        let (limiter, shared) = (limiter.clone(), shared.clone());
+        let (limiter, owner) = (limiter.clone(), shared.clone());
         let mut task = Box::pin(async move {
             let applied = apply(&limiter, &settlement).await;
             let outcome = if applied { outcome } else { "dropped" };
-            shared.metrics.settlement(&settlement.name, outcome);
+            owner.metrics.settlement(&settlement.name, outcome);
         });
         // The memory store answers at once: no task for it (a task costs
         // about 3,000 instructions, callgrind). A store call that waits
         // (Redis) goes on in a task of its own, which polls it again with
-        // its own waker.
+        // its own waker; shutdown waits for those.
         let mut cx = Context::from_waker(Waker::noop());
         if task.as_mut().poll(&mut cx).is_pending() {
-            tokio::spawn(task);
+            shared.settling.spawn(task);
         }
     }
 }

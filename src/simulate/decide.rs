@@ -208,7 +208,8 @@ impl Simulator {
         };
         let not_applied = plan.not_applied.iter().map(|&(index, why)| match why {
             NotApplied::Exempt => (index, LimitPart::Exempt),
-            NotApplied::Skipped => (index, LimitPart::Skipped),
+            // A line has no body: every request is read as a model call.
+            NotApplied::Skipped | NotApplied::NoModelCall => (index, LimitPart::Skipped),
         });
         let decided = outcomes.iter().enumerate().map(|(i, o)| {
             let part = LimitPart::Decided {

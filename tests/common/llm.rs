@@ -1,6 +1,6 @@
 //! A mock LLM upstream (hyper 1.x; HTTP/1.1 and h2c on one port) speaking
-//! the three APIs a cost limit reads, in the shapes of the OpenAI and
-//! Anthropic SDKs' types:
+//! the APIs a cost limit reads, in the shapes of the OpenAI and Anthropic
+//! SDKs' types:
 //!
 //! - `POST /v1/chat/completions`: a `chat.completion` JSON body, or with
 //!   `stream: true` SSE chunks ending in `data: [DONE]`; the usage-only
@@ -12,7 +12,11 @@
 //!   when cut at the max output tokens), usage in the last;
 //! - `POST /v1/messages`: an Anthropic `message` JSON body, or SSE from
 //!   `message_start` (input tokens) to `message_delta` (output tokens) and
-//!   `message_stop`.
+//!   `message_stop`;
+//! - `POST /v1/completions`: a legacy `text_completion` JSON body, or SSE
+//!   chunks as chat's (the usage-only chunk with `include_usage`);
+//! - `POST /v1/embeddings`: an embeddings `list` with `prompt_tokens`;
+//! - `GET /v1/models`, and any other request without a body: a model list.
 //!
 //! Each request sets its answer by headers:
 //!
@@ -20,6 +24,7 @@
 //! | --- | --- | --- |
 //! | `x-mock-input-tokens: N` | the input tokens reported | 10 |
 //! | `x-mock-output-tokens: N` | the output tokens reported, at most the request's max output field (then the answer stops for length) | 20 |
+//! | `x-mock-ceiling: 1` | spend exactly the request's ceiling: every output as long as the API's max output field lets it (chat: the larger of its two fields; legacy completions: 16 when absent, as OpenAI's default), times `n` (chat), times the prompts and the larger of `n` and `best_of` (legacy completions); input tokens the length of the prompt field's JSON text (`messages`, `prompt`, `input`) | no |
 //! | `x-mock-omit-usage: 1` | no usage anywhere (`null` where the API always has the field) | usage |
 //! | `x-mock-delay-ms: N` | sleep before the response head | 0 |
 //! | `x-mock-chunk-delay-ms: N` | sleep between SSE events | 0 |
@@ -89,6 +94,8 @@ impl LlmSeen {
 #[derive(Default)]
 struct State {
     seen: Mutex<Vec<LlmSeen>>,
+    /// Tokens the answers reported (input + output), usage or not.
+    spent: AtomicUsize,
     open: AtomicUsize,
     peak: AtomicUsize,
     started: AtomicUsize,
@@ -184,6 +191,12 @@ impl MockLlm {
         self.state.finished.load(Ordering::SeqCst)
     }
 
+    /// Tokens every answer so far reported spending (input + output),
+    /// whether or not the answer carried its usage.
+    pub fn spent(&self) -> u64 {
+        self.state.spent.load(Ordering::SeqCst) as u64
+    }
+
     /// Lets every stream held by `x-mock-hold` (now and from now on) go on.
     pub fn release(&self) {
         self.release.send_replace(true);
@@ -199,6 +212,7 @@ impl Drop for MockLlm {
 /// What a request asked of the mock, from its headers and body.
 #[derive(Debug, Clone)]
 struct Plan {
+    api: Api,
     model: String,
     input: u64,
     output: u64,
@@ -221,15 +235,38 @@ fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
 
 impl Plan {
     /// `fields`: the request's max output fields for this API.
-    fn new(h: &HeaderMap, body: &Value, fields: &[&str]) -> Plan {
+    fn new(h: &HeaderMap, body: &Value, api: Api) -> Plan {
+        let fields = api.max_output_fields();
         let wanted = header_u64(h, "x-mock-output-tokens").unwrap_or(20);
-        let max = fields.iter().filter_map(|f| body[*f].as_u64()).min();
-        let output = max.map_or(wanted, |m| m.min(wanted));
+        let ceiling = h.contains_key("x-mock-ceiling");
+        let max = match (ceiling, api) {
+            (true, Api::Chat) => fields.iter().filter_map(|f| body[*f].as_u64()).max(),
+            (true, Api::Completions) => Some(body["max_tokens"].as_u64().unwrap_or(16)),
+            _ => fields.iter().filter_map(|f| body[*f].as_u64()).min(),
+        };
+        let (input, output) = match ceiling {
+            true => {
+                let prompt = ["messages", "prompt", "input"]
+                    .iter()
+                    .find(|f| !body[**f].is_null())
+                    .map_or(0, |f| body[*f].to_string().len() as u64);
+                let output = match api {
+                    Api::Embeddings => 0,
+                    _ => max.unwrap_or(wanted) * outputs(api, body),
+                };
+                (prompt, output)
+            }
+            false => (
+                header_u64(h, "x-mock-input-tokens").unwrap_or(10),
+                max.map_or(wanted, |m| m.min(wanted)),
+            ),
+        };
         Plan {
+            api,
             model: body["model"].as_str().unwrap_or("mock").to_string(),
-            input: header_u64(h, "x-mock-input-tokens").unwrap_or(10),
+            input,
             output,
-            cut: output < wanted,
+            cut: !ceiling && output < wanted,
             usage: !h.contains_key("x-mock-omit-usage"),
             include_usage: body["stream_options"]["include_usage"] == json!(true),
             stream: body["stream"] == json!(true),
@@ -251,8 +288,52 @@ impl Plan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Api {
     Chat,
+    Completions,
     Responses,
+    Embeddings,
     Messages,
+}
+
+impl Api {
+    /// The API of `path`, if it is one of the mock's.
+    fn of(path: &str) -> Option<Api> {
+        Some(match path {
+            "/v1/chat/completions" => Api::Chat,
+            "/v1/completions" => Api::Completions,
+            "/v1/responses" => Api::Responses,
+            "/v1/embeddings" => Api::Embeddings,
+            "/v1/messages" => Api::Messages,
+            _ => return None,
+        })
+    }
+
+    /// The fields the API reads its max output tokens from.
+    fn max_output_fields(self) -> &'static [&'static str] {
+        match self {
+            Api::Chat => &["max_completion_tokens", "max_tokens"],
+            Api::Completions | Api::Messages => &["max_tokens"],
+            Api::Responses => &["max_output_tokens"],
+            Api::Embeddings => &[],
+        }
+    }
+}
+
+/// How many outputs a request asks for: chat's `n`; a legacy completion's
+/// prompts times the larger of `n` and `best_of`; else 1.
+fn outputs(api: Api, body: &Value) -> u64 {
+    let n = body["n"].as_u64().unwrap_or(1);
+    match api {
+        Api::Chat => n,
+        Api::Completions => {
+            let prompts = match &body["prompt"] {
+                Value::Array(a) if a.iter().all(Value::is_number) => 1,
+                Value::Array(a) => a.len() as u64,
+                _ => 1,
+            };
+            prompts * n.max(body["best_of"].as_u64().unwrap_or(1))
+        }
+        _ => 1,
+    }
 }
 
 async fn handle(
@@ -284,38 +365,48 @@ async fn handle(
     if let Some(ms) = header_u64(&parts.headers, "x-mock-delay-ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let (api, fields): (Api, &[&str]) = match parts.uri.path() {
-        "/v1/chat/completions" => (Api::Chat, &["max_completion_tokens", "max_tokens"]),
-        "/v1/responses" => (Api::Responses, &["max_output_tokens"]),
-        "/v1/messages" => (Api::Messages, &["max_tokens"]),
-        _ => {
-            return Ok(json_response(
-                StatusCode::NOT_FOUND,
-                json!({"error": "no such path"}),
-            ))
+    let Some(api) = Api::of(parts.uri.path()) else {
+        if body.is_empty() {
+            let models = json!({"object": "list", "data": [
+                {"id": "mock", "object": "model", "created": 1686935002, "owned_by": "mock"}]});
+            return Ok(json_response(StatusCode::OK, models));
         }
+        return Ok(json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": "no such path"}),
+        ));
     };
     if let Some(code) = header_u64(&parts.headers, "x-mock-status") {
         let status = StatusCode::from_u16(code as u16)?;
-        return Ok(json_response(status, error_body(api, "mock error")));
+        let mut error = error_body(api, "mock error");
+        if parts.headers.contains_key("x-mock-error-usage") {
+            // Some servers report what a failed request used.
+            let usage = json!({"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30});
+            error["usage"] = usage;
+        }
+        return Ok(json_response(status, error));
     }
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         let error = error_body(api, "the body is not JSON");
         return Ok(json_response(StatusCode::BAD_REQUEST, error));
     };
-    let plan = Plan::new(&parts.headers, &request, fields);
-    if !plan.stream {
+    let plan = Plan::new(&parts.headers, &request, api);
+    st.spent
+        .fetch_add((plan.input + plan.output) as usize, Ordering::SeqCst);
+    if !plan.stream || api == Api::Embeddings {
         let body = match api {
             Api::Chat => chat_json(&plan),
+            Api::Completions => completion_json(&plan),
             Api::Responses => response_object(&plan, "completed", true),
+            Api::Embeddings => embeddings_json(&plan),
             Api::Messages => message_json(&plan),
         };
         return Ok(json_response(StatusCode::OK, body));
     }
     let events = match api {
-        Api::Chat => chat_events(&plan),
+        Api::Chat | Api::Completions => chat_events(&plan),
         Api::Responses => responses_events(&plan),
-        Api::Messages => messages_events(&plan),
+        Api::Embeddings | Api::Messages => messages_events(&plan),
     };
     Ok(sse_response(st, release, plan, events))
 }
@@ -375,12 +466,49 @@ fn chat_json(p: &Plan) -> Value {
     v
 }
 
+fn completion_json(p: &Plan) -> Value {
+    let mut v = json!({
+        "id": "cmpl-mock", "object": "text_completion", "created": 1589478378,
+        "model": p.model, "system_fingerprint": "fp_mock",
+        "choices": [{"text": p.pieces().concat(), "index": 0, "logprobs": null,
+            "finish_reason": if p.cut { "length" } else { "stop" }}],
+    });
+    if p.usage {
+        v["usage"] = json!({"prompt_tokens": p.input, "completion_tokens": p.output,
+            "total_tokens": p.input + p.output});
+    }
+    v
+}
+
+fn embeddings_json(p: &Plan) -> Value {
+    let mut v = json!({
+        "object": "list", "model": p.model,
+        "data": [{"object": "embedding", "embedding": [0.0023, -0.0093, 0.0158], "index": 0}],
+    });
+    if p.usage {
+        v["usage"] = json!({"prompt_tokens": p.input, "total_tokens": p.input});
+    }
+    v
+}
+
+/// Chat completion chunks, or legacy completion chunks (`text` choices).
 fn chat_events(p: &Plan) -> Vec<Bytes> {
+    let legacy = p.api == Api::Completions;
     let chunk = |delta: Value, finish: Value| {
+        let choice = match legacy {
+            true => json!({"text": delta["content"].as_str().unwrap_or(""), "index": 0,
+                "logprobs": null, "finish_reason": finish}),
+            false => json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}),
+        };
+        let object = if legacy {
+            "text_completion"
+        } else {
+            "chat.completion.chunk"
+        };
         let mut c = json!({
-            "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1741570283,
+            "id": "chatcmpl-mock", "object": object, "created": 1741570283,
             "model": p.model, "system_fingerprint": "fp_mock",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            "choices": [choice],
         });
         if p.include_usage {
             c["usage"] = Value::Null;

@@ -27,6 +27,7 @@ pub mod pki;
 pub mod raw;
 pub mod redis;
 pub mod simulate;
+pub mod stores;
 pub mod upstream;
 
 use std::future::Future;

@@ -131,18 +131,22 @@ impl Ctx<'_> {
     /// `cost.llm` at `field`.
     fn llm_cost(&self, field: &str, raw: &RawLlmCost) -> Result<LlmCost> {
         let at = |name: &str| format!("{field}.{name}");
-        let api = raw
-            .api
-            .ok_or_else(|| self.err(field, "missing field `api` (openai or anthropic)"))?;
+        let api = raw.api.ok_or_else(|| {
+            self.err(
+                field,
+                "missing field `api` (openai, openai_chat, openai_completions, openai_responses, openai_embeddings or anthropic)",
+            )
+        })?;
         let stream_usage = raw.stream_usage.unwrap_or(StreamUsage::AsSent);
-        if stream_usage == StreamUsage::Force && api != crate::config::cost::LlmApi::Openai {
+        if stream_usage == StreamUsage::Force && !api.may_force_usage() {
             return Err(self.err(
                 &at("stream_usage"),
-                "stream_usage: force applies to api: openai (Anthropic streams always carry their usage)",
+                "stream_usage: force applies to api: openai, openai_chat and openai_completions (responses and Anthropic streams always carry their usage; embeddings do not stream)",
             ));
         }
         Ok(LlmCost {
             api,
+            other_requests: raw.other_requests.unwrap_or(0),
             default_max_output: self.at_least_one(
                 &at("default_max_output"),
                 raw.default_max_output,
@@ -184,7 +188,19 @@ mod tests {
             (Reserve::Llm, Settle::LlmUsage)
         );
         let llm = c.llm.unwrap();
-        assert_eq!(llm.api, LlmApi::Openai);
+        assert_eq!((llm.api, llm.other_requests), (LlmApi::Openai, 0));
+        for (written, api) in [
+            ("openai_chat", LlmApi::OpenaiChat),
+            ("openai_completions", LlmApi::OpenaiCompletions),
+            ("openai_responses", LlmApi::OpenaiResponses),
+            ("openai_embeddings", LlmApi::OpenaiEmbeddings),
+            ("anthropic", LlmApi::Anthropic),
+            ("anthropic_messages", LlmApi::Anthropic),
+        ] {
+            let spec = format!("{{ reserve: llm, llm: {{ api: {written}, other_requests: 3 }} }}");
+            let llm = cost("fixed_window", &spec).unwrap().unwrap().llm.unwrap();
+            assert_eq!((llm.api, llm.other_requests), (api, 3), "{written}");
+        }
         assert_eq!(
             (llm.default_max_output, llm.bytes_per_token, llm.cap_output),
             (1024, 1, false)
@@ -292,6 +308,18 @@ mod tests {
                 "{ reserve: llm, llm: { api: anthropic, stream_usage: force } }",
                 "limits.t.cost.llm.stream_usage",
                 "applies to api: openai",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: llm, llm: { api: openai_embeddings, stream_usage: force } }",
+                "limits.t.cost.llm.stream_usage",
+                "applies to api: openai",
+            ),
+            (
+                "fixed_window",
+                "{ reserve: llm, llm: { api: openai, other_requests: 10001 } }",
+                "limits.t.cost.llm.other_requests",
+                "more than the limit's capacity 10000",
             ),
             (
                 "fixed_window",

@@ -90,6 +90,10 @@ impl Ctx<'_> {
         }
         let (cost, metered) = self.cost(path, kind, raw.cost.as_ref())?;
         self.cost_fits(&format!("{path}.cost"), cost, &params, None)?;
+        if let Some(l) = metered.as_ref().and_then(|m| m.llm) {
+            let field = format!("{path}.cost.llm.other_requests");
+            self.cost_fits(&field, l.other_requests, &params, None)?;
+        }
         let lockout = match raw.lockout {
             None => None,
             Some(_) if kind == AlgorithmKind::Concurrency => {

@@ -35,25 +35,33 @@ fn a_body_that_is_no_request_is_refused_with_a_reason() {
             "{\"model\":\"m\"} x",
             "the body is not valid JSON: trailing characters",
         ),
-        ("{\"messages\":[]}", "the body names no model"),
-        ("{\"model\":\"\"}", "the body names no model"),
-        ("{\"model\":null}", "the body names no model"),
+        ("{\"messages\":[]}", "`model`: the body names no model"),
+        ("{\"model\":\"\"}", "`model`: the body names no model"),
+        ("{\"model\":null}", "`model`: the body names no model"),
         ("{\"model\":5}", "`model` is not a string"),
         (
             "{\"model\":\"a\",\"model\":\"b\"}",
             "the body is not a valid request: duplicate field `model`",
         ),
         (
-            "{\"model\":\"m\",\"stream\":\"yes\"}",
+            "{\"model\":\"m\",\"messages\":[],\"stream\":\"yes\"}",
             "`stream` is not true or false",
         ),
         (
-            "{\"model\":\"m\",\"max_output_tokens\":-1}",
-            "`max_output_tokens` is not a whole number",
+            "{\"model\":\"m\",\"messages\":[],\"max_completion_tokens\":-1}",
+            "`max_completion_tokens` is not a whole number",
         ),
         (
-            "{\"model\":\"m\",\"max_output_tokens\":1.5}",
-            "`max_output_tokens` is not a whole number",
+            "{\"model\":\"m\",\"messages\":[],\"max_completion_tokens\":1.5}",
+            "`max_completion_tokens` is not a whole number",
+        ),
+        (
+            "{\"model\":\"m\"}",
+            "`messages` is missing: an openai_chat request names its messages",
+        ),
+        (
+            "{\"model\":\"m\",\"messages\":\"hi\"}",
+            "`messages` is not an array",
         ),
         (
             "{\"model\":\"m\",\"messages\":[],\"max_tokens\":\"9\"}",
@@ -66,7 +74,7 @@ fn a_body_that_is_no_request_is_refused_with_a_reason() {
         ),
     ];
     for (body, reason) in cases {
-        let err = parse(Api::OpenAi, body).unwrap_err();
+        let err = parse(Api::OpenAiChat, body).unwrap_err();
         assert!(err.reason().starts_with(reason), "{body}: {}", err.reason());
     }
     assert_eq!(InvalidLlmRequest::CODE, "invalid_llm_request");
@@ -80,19 +88,19 @@ fn the_estimate_is_body_bytes_per_token_rounded_up_plus_max_output() {
         "a".repeat(19)
     );
     assert_eq!(body.len(), 100);
-    let req = LlmRequest::parse(Api::OpenAi, body.as_bytes(), 1, 1000).unwrap();
+    let req = LlmRequest::parse(Api::OpenAiChat, body.as_bytes(), 1, 1000).unwrap();
     assert_eq!(
         (req.prompt_estimate(), req.output_reserved(), req.estimate()),
         (100, 50, 150)
     );
     for (bpt, prompt) in [(3, 34), (4, 25), (100, 1), (1000, 1), (0, 100)] {
-        let req = LlmRequest::parse(Api::OpenAi, body.as_bytes(), bpt, 1000).unwrap();
+        let req = LlmRequest::parse(Api::OpenAiChat, body.as_bytes(), bpt, 1000).unwrap();
         assert_eq!(req.estimate(), prompt + 50, "bytes_per_token {bpt}");
     }
-    let req = LlmRequest::parse(Api::OpenAi, b"{\"model\":\"m\"}", 1, 1000).unwrap();
+    let req = LlmRequest::parse(Api::OpenAiResponses, b"{\"model\":\"m\"}", 1, 1000).unwrap();
     assert_eq!((req.max_output(), req.estimate()), (None, 13 + 1000));
     let huge = LlmRequest::parse(
-        Api::OpenAi,
+        Api::OpenAiResponses,
         b"{\"model\":\"m\",\"max_output_tokens\":18446744073709551615}",
         1,
         0,
@@ -103,7 +111,7 @@ fn the_estimate_is_body_bytes_per_token_rounded_up_plus_max_output() {
 #[test]
 fn every_choice_of_a_chat_completion_is_reserved_its_max_output() {
     let body = r#"{"model":"m","messages":[],"n":3,"max_tokens":50}"#;
-    let req = parse(Api::OpenAi, body).unwrap();
+    let req = parse(Api::OpenAiChat, body).unwrap();
     let want = (3, 50, 150, body.len() as u64 + 150);
     assert_eq!(
         (
@@ -114,140 +122,271 @@ fn every_choice_of_a_chat_completion_is_reserved_its_max_output() {
         ),
         want
     );
-    let req = parse(Api::OpenAi, r#"{"model":"m","messages":[],"n":2}"#).unwrap();
+    let req = parse(Api::OpenAiChat, r#"{"model":"m","messages":[],"n":2}"#).unwrap();
     assert_eq!(
         (req.choices(), req.output_cap(), req.output_reserved()),
         (2, 1000, 2000)
     );
-    // `n` means nothing to the other endpoints.
+    // `n` means nothing to the other APIs.
     for (api, body) in [
-        (Api::OpenAi, r#"{"model":"m","input":"x","n":3}"#),
-        (Api::Anthropic, r#"{"model":"m","messages":[],"n":3}"#),
+        (Api::OpenAiResponses, r#"{"model":"m","input":"x","n":3}"#),
+        (
+            Api::AnthropicMessages,
+            r#"{"model":"m","messages":[],"n":3}"#,
+        ),
     ] {
         assert_eq!(parse(api, body).unwrap().output_reserved(), 1000, "{body}");
     }
     let many = r#"{"model":"m","messages":[],"n":4294967296,"max_tokens":4294967296}"#;
     assert_eq!(
-        parse(Api::OpenAi, many).unwrap().output_reserved(),
+        parse(Api::OpenAiChat, many).unwrap().output_reserved(),
         u64::MAX
     );
 }
 
 #[test]
-fn each_endpoint_reads_its_own_max_output_fields() {
+fn each_api_reads_its_own_max_output_fields() {
     let cases = [
         // Chat completions: either field, the larger when both.
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"max_tokens":10}"#,
-            Endpoint::ChatCompletions,
             Some(10),
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"max_completion_tokens":20}"#,
-            Endpoint::ChatCompletions,
             Some(20),
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"max_completion_tokens":20,"max_tokens":30}"#,
-            Endpoint::ChatCompletions,
             Some(30),
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"max_output_tokens":40}"#,
-            Endpoint::ChatCompletions,
             None,
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"max_tokens":null}"#,
-            Endpoint::ChatCompletions,
             None,
         ),
-        // Responses: max_output_tokens only.
+        // Legacy completions: max_tokens only.
         (
-            Api::OpenAi,
+            Api::OpenAiCompletions,
+            r#"{"model":"m","prompt":"hi","max_tokens":15}"#,
+            Some(15),
+        ),
+        (
+            Api::OpenAiCompletions,
+            r#"{"model":"m","prompt":"hi","max_completion_tokens":15}"#,
+            None,
+        ),
+        // Responses: max_output_tokens only, whatever else the body has.
+        (
+            Api::OpenAiResponses,
             r#"{"model":"m","input":"hi","max_output_tokens":40}"#,
-            Endpoint::Responses,
             Some(40),
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiResponses,
             r#"{"model":"m","input":"hi","max_tokens":40}"#,
-            Endpoint::Responses,
             None,
         ),
         (
-            Api::OpenAi,
-            r#"{"model":"m","messages":null,"max_output_tokens":40}"#,
-            Endpoint::Responses,
-            Some(40),
+            Api::OpenAiResponses,
+            r#"{"model":"m","messages":[],"max_completion_tokens":100,"max_output_tokens":1500}"#,
+            Some(1500),
         ),
         // Anthropic messages: max_tokens only.
         (
-            Api::Anthropic,
+            Api::AnthropicMessages,
             r#"{"model":"m","messages":[],"max_tokens":50}"#,
-            Endpoint::Messages,
             Some(50),
         ),
         (
-            Api::Anthropic,
+            Api::AnthropicMessages,
             r#"{"model":"m","messages":[],"max_completion_tokens":50}"#,
-            Endpoint::Messages,
             None,
         ),
     ];
-    for (api, body, endpoint, max) in cases {
+    for (api, body, max) in cases {
         let req = parse(api, body).unwrap();
-        assert_eq!(
-            (req.endpoint(), req.max_output()),
-            (endpoint, max),
-            "{body}"
-        );
-        assert_eq!(req.output_reserved(), max.unwrap_or(1000));
+        assert_eq!((req.api(), req.max_output()), (api, max), "{body}");
+        assert_eq!(req.output_reserved(), max.unwrap_or(1000), "{body}");
         assert_eq!(req.model(), "m");
     }
 }
 
 #[test]
+fn a_legacy_completion_reserves_every_prompt_times_n_and_best_of() {
+    let cases = [
+        (r#"{"model":"m","prompt":"hi","max_tokens":1500}"#, 1, 1500),
+        (r#"{"model":"m","max_tokens":10}"#, 1, 10),
+        (r#"{"model":"m","prompt":[1,2,3],"max_tokens":10}"#, 1, 10),
+        (
+            r#"{"model":"m","prompt":["a","b","c"],"max_tokens":10}"#,
+            3,
+            30,
+        ),
+        (
+            r#"{"model":"m","prompt":[[1],[2,3]],"max_tokens":10}"#,
+            2,
+            20,
+        ),
+        (
+            r#"{"model":"m","prompt":"hi","n":2,"max_tokens":10}"#,
+            2,
+            20,
+        ),
+        (
+            r#"{"model":"m","prompt":"hi","n":2,"best_of":5,"max_tokens":10}"#,
+            5,
+            50,
+        ),
+        (
+            r#"{"model":"m","prompt":["a","b"],"n":3,"best_of":2,"max_tokens":10}"#,
+            6,
+            60,
+        ),
+        (r#"{"model":"m","prompt":"hi"}"#, 1, 1000),
+    ];
+    for (body, choices, output) in cases {
+        let req = parse(Api::OpenAiCompletions, body).unwrap();
+        assert_eq!(
+            (req.choices(), req.output_reserved(), req.estimate()),
+            (choices, output, body.len() as u64 + output),
+            "{body}"
+        );
+    }
+    let refused = [
+        (r#"{"model":"m","prompt":[]}"#, "`prompt` is an empty array"),
+        (
+            r#"{"model":"m","prompt":["a",1]}"#,
+            "`prompt` is not a string",
+        ),
+        (
+            r#"{"model":"m","prompt":{"text":"a"}}"#,
+            "`prompt` is not a string",
+        ),
+        (r#"{"model":"m","prompt":5}"#, "`prompt` is not a string"),
+        (
+            r#"{"model":"m","prompt":"a","best_of":0}"#,
+            "`best_of` is 0",
+        ),
+        (
+            r#"{"model":"m","prompt":"a","n":-1}"#,
+            "`n` is not a whole number",
+        ),
+    ];
+    for (body, reason) in refused {
+        let err = parse(Api::OpenAiCompletions, body).unwrap_err();
+        assert!(err.reason().starts_with(reason), "{body}: {}", err.reason());
+    }
+}
+
+#[test]
+fn embeddings_reserve_their_input_and_no_output() {
+    for body in [
+        r#"{"model":"text-embedding-3-small","input":"hello"}"#,
+        r#"{"model":"e","input":["a","b"],"max_tokens":5000,"n":9}"#,
+        r#"{"model":"e","input":[[1,2],[3]],"stream":"whatever"}"#,
+    ] {
+        let req = parse(Api::OpenAiEmbeddings, body).unwrap();
+        assert_eq!(
+            (req.output_reserved(), req.estimate(), req.stream()),
+            (0, body.len() as u64, false),
+            "{body}"
+        );
+        assert_eq!(
+            rewrite(Api::OpenAiEmbeddings, body, CAP),
+            (body.to_string(), false)
+        );
+    }
+    for (body, reason) in [
+        (r#"{"model":"e"}"#, "`input` is missing"),
+        (
+            r#"{"model":"e","input":[]}"#,
+            "`input` is not a string or a non-empty array",
+        ),
+        (
+            r#"{"model":"e","input":7}"#,
+            "`input` is not a string or a non-empty array",
+        ),
+    ] {
+        let err = parse(Api::OpenAiEmbeddings, body).unwrap_err();
+        assert!(err.reason().starts_with(reason), "{body}: {}", err.reason());
+    }
+}
+
+#[test]
+fn a_body_is_read_as_the_configured_api_never_as_its_shape_suggests() {
+    // The issue's cases: a completions body read as completions, a
+    // responses body with `messages` read as responses.
+    let completions = r#"{"model":"m","prompt":"hi","max_tokens":1500}"#;
+    let req = parse(Api::OpenAiCompletions, completions).unwrap();
+    assert_eq!(req.estimate(), completions.len() as u64 + 1500);
+    let responses =
+        r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_output_tokens":1500}"#;
+    let req = parse(Api::OpenAiResponses, responses).unwrap();
+    assert_eq!(req.estimate(), responses.len() as u64 + 1500);
+    assert_eq!(
+        rewrite(Api::OpenAiResponses, responses, CAP),
+        (responses.to_string(), false)
+    );
+    // A completions body sent to a chat API names no messages: refused.
+    assert!(parse(Api::OpenAiChat, completions).is_err());
+}
+
+#[test]
 fn stream_and_include_usage() {
     let cases = [
-        (Api::OpenAi, r#"{"model":"m","messages":[]}"#, false, false),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
+            r#"{"model":"m","messages":[]}"#,
+            false,
+            false,
+        ),
+        (
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"stream":true}"#,
             true,
             false,
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"stream":true,"stream_options":{"include_usage":true}}"#,
             true,
             true,
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"stream":true,"stream_options":{"include_usage":false}}"#,
             true,
             false,
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"stream":true,"stream_options":"x"}"#,
             true,
             false,
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiResponses,
             r#"{"model":"m","input":[],"stream":true,"stream_options":{"include_usage":true}}"#,
             true,
             false,
         ),
         (
-            Api::Anthropic,
+            Api::OpenAiCompletions,
+            r#"{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}"#,
+            true,
+            true,
+        ),
+        (
+            Api::AnthropicMessages,
             r#"{"model":"m","messages":[],"stream":false}"#,
             false,
             false,
@@ -264,14 +403,15 @@ fn stream_and_include_usage() {
 }
 
 #[test]
-fn cap_output_adds_the_endpoints_field_keeping_every_other_byte() {
+fn cap_output_adds_the_apis_field_keeping_every_other_byte() {
     let added = [
-        (Api::OpenAi, "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ]\n}\n", "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ],\"max_completion_tokens\":1000\n}\n"),
-        (Api::OpenAi, r#"{"model":"m","input":"hi","temperature":1.0}"#, r#"{"model":"m","input":"hi","temperature":1.0,"max_output_tokens":1000}"#),
-        (Api::OpenAi, r#"{"model":"m","messages":[],"n":2,"max_tokens":null}"#, r#"{"model":"m","messages":[],"n":2,"max_tokens":null,"max_completion_tokens":1000}"#),
-        (Api::Anthropic, r#"{"model":"m","messages":[]}"#, r#"{"model":"m","messages":[],"max_tokens":1000}"#),
-        // Another endpoint's field is not this one's.
-        (Api::Anthropic, r#"{"model":"m","messages":[],"max_output_tokens":5}"#, r#"{"model":"m","messages":[],"max_output_tokens":5,"max_tokens":1000}"#),
+        (Api::OpenAiChat, "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ]\n}\n", "{\n  \"model\": \"m\",\n  \"messages\": [ {\"role\":\"user\",\"content\":\"1.0e2 \\u00e9\"} ],\"max_completion_tokens\":1000\n}\n"),
+        (Api::OpenAiResponses, r#"{"model":"m","input":"hi","temperature":1.0}"#, r#"{"model":"m","input":"hi","temperature":1.0,"max_output_tokens":1000}"#),
+        (Api::OpenAiChat, r#"{"model":"m","messages":[],"n":2,"max_tokens":null}"#, r#"{"model":"m","messages":[],"n":2,"max_tokens":null,"max_completion_tokens":1000}"#),
+        (Api::OpenAiCompletions, r#"{"model":"m","prompt":"p","max_completion_tokens":5}"#, r#"{"model":"m","prompt":"p","max_completion_tokens":5,"max_tokens":1000}"#),
+        (Api::AnthropicMessages, r#"{"model":"m","messages":[]}"#, r#"{"model":"m","messages":[],"max_tokens":1000}"#),
+        // Another API's field is not this one's.
+        (Api::AnthropicMessages, r#"{"model":"m","messages":[],"max_output_tokens":5}"#, r#"{"model":"m","messages":[],"max_output_tokens":5,"max_tokens":1000}"#),
     ];
     for (api, body, want) in added {
         assert_eq!(rewrite(api, body, CAP), (want.to_string(), false), "{body}");
@@ -279,15 +419,19 @@ fn cap_output_adds_the_endpoints_field_keeping_every_other_byte() {
     // A request naming its max output tokens was reserved that much.
     let named = [
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"max_tokens":5,"model":"m","messages":[],"max_completion_tokens" : 500 }"#,
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiResponses,
             r#"{"model":"m","input":"x","max_output_tokens":77}"#,
         ),
         (
-            Api::Anthropic,
+            Api::OpenAiCompletions,
+            r#"{"model":"m","prompt":"x","max_tokens":77}"#,
+        ),
+        (
+            Api::AnthropicMessages,
             r#"{"model":"m","max_tok\u0065ns":9000,"messages":[]}"#,
         ),
     ];
@@ -297,7 +441,7 @@ fn cap_output_adds_the_endpoints_field_keeping_every_other_byte() {
 }
 
 #[test]
-fn force_adds_include_usage_to_streaming_chat_only() {
+fn force_adds_include_usage_to_streaming_chat_and_completions_only() {
     let added = [
         (
             r#"{"model":"m","messages":[],"stream":true}"#,
@@ -322,25 +466,47 @@ fn force_adds_include_usage_to_streaming_chat_only() {
     ];
     for (body, want) in added {
         assert_eq!(
-            rewrite(Api::OpenAi, body, FORCE),
+            rewrite(Api::OpenAiChat, body, FORCE),
             (want.to_string(), true),
             "{body}"
         );
     }
-    let untouched = [
-        (Api::OpenAi, r#"{"model":"m","messages":[]}"#),
-        (Api::OpenAi, r#"{"model":"m","messages":[],"stream":false}"#),
+    assert_eq!(
+        rewrite(
+            Api::OpenAiCompletions,
+            r#"{"model":"m","prompt":"p","stream":true}"#,
+            FORCE
+        ),
         (
-            Api::OpenAi,
+            r#"{"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}}"#
+                .to_string(),
+            true
+        )
+    );
+    let untouched = [
+        (Api::OpenAiChat, r#"{"model":"m","messages":[]}"#),
+        (
+            Api::OpenAiChat,
+            r#"{"model":"m","messages":[],"stream":false}"#,
+        ),
+        (
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"stream":true,"stream_options":{"include_usage":true}}"#,
         ),
         (
-            Api::OpenAi,
+            Api::OpenAiChat,
             r#"{"model":"m","messages":[],"stream":true,"stream_options":"x"}"#,
         ),
-        (Api::OpenAi, r#"{"model":"m","input":"x","stream":true}"#),
         (
-            Api::Anthropic,
+            Api::OpenAiResponses,
+            r#"{"model":"m","input":"x","stream":true}"#,
+        ),
+        (
+            Api::OpenAiEmbeddings,
+            r#"{"model":"m","input":"x","stream":true}"#,
+        ),
+        (
+            Api::AnthropicMessages,
             r#"{"model":"m","messages":[],"stream":true}"#,
         ),
     ];
@@ -361,14 +527,14 @@ fn both_rewrites_at_once_and_an_unchanged_body_is_the_same_bytes() {
         force_stream_usage: true,
     };
     assert_eq!(
-        rewrite(Api::OpenAi, body, both),
+        rewrite(Api::OpenAiChat, body, both),
         (
             r#"{"model":"m","messages":[],"stream":true,"max_completion_tokens":1000,"stream_options":{"include_usage":true}}"#.to_string(),
             true
         )
     );
     let bytes = Bytes::from_static(br#"{"model":"m","messages":[]}"#);
-    let req = LlmRequest::parse(Api::OpenAi, &bytes, 1, 1).unwrap();
+    let req = LlmRequest::parse(Api::OpenAiChat, &bytes, 1, 1).unwrap();
     let out = req.rewrite(&bytes, Rewrite::default());
     assert_eq!(out.body.as_ptr(), bytes.as_ptr());
 }
@@ -394,7 +560,7 @@ proptest! {
         max in proptest::option::of(0u64..5000),
         options in proptest::option::of(Just(r#"{"include_obfuscation":true}"#)),
     ) {
-        let reserved = ["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens", "n"];
+        let reserved = ["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of", "prompt", "input"];
         let mut parts = vec![r#""model":"m""#.to_string(), r#""messages":[]"#.to_string(), r#""stream":true"#.to_string()];
         let mut seen = std::collections::BTreeSet::new();
         for (k, v) in &members {
@@ -409,7 +575,7 @@ proptest! {
             parts.push(format!(r#""stream_options":{o}"#));
         }
         let body = format!("{{{blank}{}{blank}}}", parts.join(&format!(",{blank}")));
-        let (out, added) = rewrite(Api::OpenAi, &body, Rewrite { cap_output: true, force_stream_usage: true });
+        let (out, added) = rewrite(Api::OpenAiChat, &body, Rewrite { cap_output: true, force_stream_usage: true });
         prop_assert!(added);
         let before: serde_json::Map<String, Value> = serde_json::from_str(&body).unwrap();
         let after: serde_json::Map<String, Value> = serde_json::from_str(&out).unwrap();
