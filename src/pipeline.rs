@@ -1283,6 +1283,9 @@ fn path_and_query(path: &str, query: Option<&str>) -> Result<PathAndQuery, Gatew
 }
 
 #[cfg(test)]
+mod drop_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

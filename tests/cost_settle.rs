@@ -59,7 +59,7 @@ impl Upstreams {
     }
 
     /// The config on `store` (memory when `None`): `/v1/` on the LLM
-    /// budget (upstream timeout 1 s); `/stuck/v1/` on the same budget to
+    /// budget (upstream timeout 2 s); `/stuck/v1/` on the same budget to
     /// the pool that never answers (stripped, so the path names chat);
     /// `/upload` charged 100 units a request, settled by the response's
     /// bytes, to the echo.
@@ -68,7 +68,7 @@ impl Upstreams {
         let rest = format!(
             r#"
 {store}upstreams:
-  llm: {{ targets: ["{llm}"], timeout: 1s }}
+  llm: {{ targets: ["{llm}"], timeout: 2s }}
   stuck:
     targets: ["http://{closed}", "https://{silent}"]
     retries: 1
