@@ -54,7 +54,6 @@ use crate::proxy::headers::{
 use crate::proxy::pool::{InFlight, UpstreamPool};
 use crate::proxy::tunnel::{self, Summary};
 use crate::proxy::{self, balance::splitmix64, Outbound};
-use crate::route::matcher::strip_prefix;
 use crate::runtime::{Action, RouteRuntime, Runtime};
 use crate::server::{ConnInfo, Handler, Responding};
 use crate::shared::Shared;
@@ -594,10 +593,7 @@ fn forward<'a, 'c>(
             // The request's own path and query, unchanged: shared, not copied.
             LoggedPath::Target(pq) if !route.strip_prefix && hidden.is_none() => pq.clone(),
             path => {
-                let forwarded = match route.strip_prefix {
-                    true => strip_prefix(&route.path, path.as_str()),
-                    false => std::borrow::Cow::Borrowed(path.as_str()),
-                };
+                let forwarded = route.sent_path(path.as_str());
                 let query = match (req.uri().query(), hidden) {
                     (Some(q), Some(name)) => {
                         auth::credentials::without_param(q, name).map(Cow::Owned)
@@ -1234,11 +1230,7 @@ async fn reserve_costs(
         .map_err(body_error)?
         .to_bytes();
     // The API of `api: openai` is the one the path sent upstream names.
-    let path = ctx.done.record.path.as_str();
-    let sent = match route.strip_prefix {
-        true => strip_prefix(&route.path, path),
-        false => Cow::Borrowed(path),
-    };
+    let sent = route.sent_path(ctx.done.record.path.as_str());
     let read = meter::llm::read(&route.limits, &bytes, &sent, &parts.headers)?;
     let bytes = match &read {
         Some(read) => {

@@ -13,6 +13,9 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
 
 use tollgate_limit::headers::secs_ceil;
 use tollgate_limit::verdict::{verdict, Verdict};
@@ -24,6 +27,9 @@ use crate::error::{GatewayError, Rejection};
 use crate::identity::Client;
 use crate::limit::key::Consumer;
 use crate::limit::plan::{self, NotApplied, Plan};
+use crate::limit::policy::Policy;
+use crate::limit::Estimate;
+use crate::meter;
 use crate::runtime::{Action, RouteRuntime, Runtime};
 use crate::simulate::stages::{self, FailureLedger};
 use crate::simulate::{parse_client, request_view};
@@ -46,6 +52,14 @@ pub struct Probe {
     /// a port); behind `trusted_proxies`, `X-Forwarded-For` names the
     /// client as it does for real requests.
     pub client: Option<String>,
+    /// The request body: a string is the body's text, any other JSON value
+    /// the body as that JSON (an LLM request, for a route whose cost
+    /// limits read it). None: a request without a body.
+    pub body: Option<serde_json::Value>,
+    /// The units every cost limit of the route charges, instead of what
+    /// the body or the headers would make of it (as `tollgate simulate`'s
+    /// `cost`).
+    pub cost: Option<u64>,
 }
 
 /// Why a probe got no answer.
@@ -78,6 +92,9 @@ pub struct Answer {
     pub upstream: Option<String>,
     /// The gateway's `error`, when it refuses the request.
     pub error: Option<&'static str>,
+    /// What its answer's `message` would say (which field of an LLM
+    /// request is wrong).
+    pub message: Option<String>,
     /// The limit (or `failure_limit`) that rejects it.
     pub limit: Option<String>,
     /// A rejection's `Retry-After`, in seconds.
@@ -120,6 +137,9 @@ pub struct LimitAnswer {
     /// This rejection would start a lockout (`locked_out` with the
     /// lockout's length).
     pub lock_started: bool,
+    /// The units the request would take of it (a cost limit's estimate),
+    /// when the store was asked.
+    pub cost: Option<u64>,
     /// Its figures, when the store was asked.
     pub figures: Option<Figures>,
 }
@@ -165,6 +185,49 @@ impl Probe {
             usage: None,
         })
     }
+
+    /// The body's bytes (empty without one).
+    fn body(&self) -> Bytes {
+        match &self.body {
+            None => Bytes::new(),
+            Some(serde_json::Value::String(text)) => Bytes::from(text.clone()),
+            Some(json) => Bytes::from(json.to_string()),
+        }
+    }
+
+    /// The estimate of each of `route`'s cost limits (by index) for this
+    /// probe's request `req` admitted on `path`, as the pipeline takes them
+    /// (`crate::meter`): `cost` if given, else from the body and headers;
+    /// the answer a real request would get when its body cannot be read.
+    fn estimates(
+        &self,
+        rt: &Runtime,
+        route: &RouteRuntime,
+        req: &http::Request<()>,
+        path: &str,
+    ) -> Result<Vec<Option<Estimate<GatewayError>>>, GatewayError> {
+        let limits = &route.limits;
+        if let Some(units) = self.cost {
+            let each = |p: &Arc<Policy>| p.metered.as_ref().map(|_| Estimate::Units(units));
+            return Ok(limits.iter().map(each).collect());
+        }
+        if !meter::reserve::needs_body(limits) {
+            return Ok(meter::reserve::estimates(limits, req.headers(), None, None));
+        }
+        let body = self.body();
+        let max = rt.config.server.max_body_bytes;
+        if max.is_some_and(|max| body.len() as u64 > max) {
+            return Err(GatewayError::BodyTooLarge);
+        }
+        let read = meter::llm::read(limits, &body, &route.sent_path(path), req.headers())?;
+        let body = read.as_ref().map_or(body, |r| r.body.clone());
+        Ok(meter::reserve::estimates(
+            limits,
+            req.headers(),
+            Some(&body),
+            read.as_ref(),
+        ))
+    }
 }
 
 /// `failure_limit` as a probe sees it: the store's answer to charging this
@@ -191,9 +254,15 @@ pub async fn probe(rt: &Runtime, probe: &Probe, peer: IpAddr) -> Result<Answer, 
     stages::head(&mut req, &line).map_err(|e| ProbeError::Bad(e.0))?;
     let server = &rt.config.server;
     let client = Client::identify(line.client, req.headers(), &server.trusted_proxies);
+    if probe.body.is_some() && !req.headers().contains_key(http::header::CONTENT_LENGTH) {
+        // As a client sending that body would say.
+        let length = http::HeaderValue::from(probe.body().len());
+        req.headers_mut()
+            .insert(http::header::CONTENT_LENGTH, length);
+    }
     let mut answer = Answer::new(client.addr);
-    let route = match stages::admit(&mut req, &line.path, rt, &client) {
-        Ok(route) => route,
+    let (route, path) = match stages::admit_path(&mut req, &line.path, rt, &client) {
+        Ok(admitted) => admitted,
         Err(error) => return Ok(answer.refused(&error)),
     };
     answer.route = Some(route.name.to_string());
@@ -215,6 +284,12 @@ pub async fn probe(rt: &Runtime, probe: &Probe, peer: IpAddr) -> Result<Answer, 
         }
     };
     answer.consumer = identity.as_ref().map(ConsumerAnswer::of);
+    // A cost limit's estimate, or the body's 400, as the pipeline takes it
+    // before deciding the limits.
+    let mut estimates = match probe.estimates(rt, &route, &req, &path) {
+        Ok(estimates) => estimates,
+        Err(error) => return Ok(answer.refused(&error)),
+    };
     let mut view = request_view(&req, client.addr, &route, server.ipv6_prefix);
     view.identity = identity.as_ref().map(|i| i as &dyn Consumer);
     let plan = match plan::plan(&route.limits, &view, now, || fastrand::u64(1..)) {
@@ -228,6 +303,10 @@ pub async fn probe(rt: &Runtime, probe: &Probe, peer: IpAddr) -> Result<Answer, 
             return Ok(answer.refused(&rejected));
         }
     };
+    let mut plan = plan;
+    if let Err(error) = crate::limit::reserve_estimates(&mut plan, &mut estimates) {
+        return Ok(answer.refused(&error));
+    }
     let outcomes = rt.limiter.probe(&plan.checks).await?;
     answer.limits = limit_answers(&route, &plan, &outcomes, &view);
     Ok(answer.decided(&route, &plan, &outcomes, &req, rt))
@@ -268,6 +347,7 @@ fn limit_answers(
             key: route.limits[index].display_key(view),
             decision,
             lock_started: o.lock_started,
+            cost: Some(check.cost),
             figures: (o.status != Status::Undecided).then(|| Figures::of(o)),
         };
         limits.push((index, limit));
@@ -304,6 +384,7 @@ impl Answer {
             status: None,
             upstream: None,
             error: None,
+            message: None,
             limit: None,
             retry_after: None,
             delay_ms: 0,
@@ -316,6 +397,7 @@ impl Answer {
         let (status, code) = error.status_and_code();
         self.status = Some(status.as_u16());
         self.error = Some(code);
+        self.message = error.message().map(|m| m.into_owned());
         if let GatewayError::Limited(r) = error {
             self.limit = Some(r.limit.to_string());
             // As `Retry-After`: whole seconds, rounded up, at least 1.
@@ -394,6 +476,7 @@ impl LimitAnswer {
             key: None,
             decision,
             lock_started: false,
+            cost: None,
             figures: None,
         }
     }

@@ -111,6 +111,17 @@ pub struct RouteRuntime {
     pub metrics: RouteMetrics,
 }
 
+impl RouteRuntime {
+    /// The path a request admitted on `path` (normalised) is sent upstream
+    /// on: without the matched prefix with `strip_prefix`.
+    pub fn sent_path<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
+        match self.strip_prefix {
+            true => crate::route::matcher::strip_prefix(&self.path, path),
+            false => std::borrow::Cow::Borrowed(path),
+        }
+    }
+}
+
 /// Why a config could not be turned into a runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {

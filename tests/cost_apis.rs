@@ -422,3 +422,98 @@ async fn requests_without_a_model_call_pass_at_other_requests() {
     let want = format!("\"tokens\";r={};t=", BUDGET - 25);
     assert!(fields.starts_with(&want), "{fields}");
 }
+
+#[tokio::test]
+async fn a_probe_costs_what_the_request_would_cost_and_spends_nothing() {
+    let llm = MockLlm::start().await;
+    let gw = start(None, &budgets(&llm, "")).await;
+    let probe = |body: Value| {
+        let gw = &gw;
+        async move { common::limits::probe(gw, &body.to_string()).await }
+    };
+    let big = json!({"model": "m", "prompt": "hi", "max_tokens": 1500});
+    let estimate = big.to_string().len() as u64 + 1500;
+    let asked = |tenant: &str, body: Value| json!({"method": "POST", "path": "/v1/completions", "headers": {"x-tenant": tenant, "content-type": "application/json"}, "body": body});
+    // The estimate, and the decision at that cost.
+    let a = probe(asked("p", big.clone())).await;
+    assert_eq!(
+        (a["decision"].clone(), a["upstream"].clone()),
+        (json!("allowed"), json!("llm")),
+        "{a}"
+    );
+    assert_eq!(a["limits"][0]["cost"], estimate, "{a}");
+    assert_eq!(a["limits"][0]["figures"]["r"], BUDGET - estimate, "{a}");
+    // The body as text is the same request.
+    let a = probe(asked("p", json!(big.to_string()))).await;
+    assert_eq!(a["limits"][0]["cost"], estimate, "{a}");
+    // Spent to 96 left: the probe says the request would be rejected.
+    let ceiling = [("x-mock-ceiling", "1")];
+    let r = send(
+        &gw,
+        Method::POST,
+        "/v1/completions",
+        "p",
+        Some(&json!({"model": "m", "prompt": "hi", "max_tokens": 1900})),
+        &ceiling,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    budget_becomes_left(&gw, "p", BUDGET - 1904).await;
+    let a = probe(asked("p", big.clone())).await;
+    assert_eq!(
+        (a["decision"].clone(), a["status"].clone()),
+        (json!("rejected"), json!(429)),
+        "{a}"
+    );
+    // A small one still fits.
+    let small = json!({"model": "m", "prompt": "hi", "max_tokens": 10});
+    let a = probe(asked("p", small)).await;
+    assert_eq!(a["decision"], "allowed", "{a}");
+    // The 400 the request would get, with its reason.
+    let a = probe(asked("p", json!({"model": "m", "prompt": 5}))).await;
+    assert_eq!(
+        (a["status"].clone(), a["error"].clone()),
+        (json!(400), json!("invalid_llm_request")),
+        "{a}"
+    );
+    assert!(
+        a["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("`prompt` is not a string"),
+        "{a}"
+    );
+    // No body: no model call, the budget does not apply (other_requests 0).
+    let a =
+        probe(json!({"method": "GET", "path": "/v1/models", "headers": {"x-tenant": "p"}})).await;
+    assert_eq!(a["limits"][0]["decision"], "no_model_call", "{a}");
+    assert_eq!(
+        (a["status"].clone(), a["upstream"].clone()),
+        (Value::Null, json!("llm")),
+        "{a}"
+    );
+    // `cost` stands for the estimate.
+    let mut with_cost = asked("q", big);
+    with_cost["cost"] = json!(7);
+    let a = probe(with_cost).await;
+    assert_eq!(
+        (
+            a["limits"][0]["cost"].clone(),
+            a["limits"][0]["figures"]["r"].clone()
+        ),
+        (json!(7), json!(BUDGET - 7)),
+        "{a}"
+    );
+    // Nothing was spent by the probes.
+    assert_eq!(remaining(&gw, "tokens", "p").await, BUDGET - 1904);
+    assert_eq!(remaining(&gw, "tokens", "q").await, BUDGET);
+    assert_eq!(llm.count(), 1, "only the real request reached the upstream");
+}
+
+/// Waits until the OpenAI budget of `tenant` has `left`.
+async fn budget_becomes_left(gw: &Gateway, tenant: &str, left: u64) {
+    eventually(Duration::from_secs(5), "the settlement", || async {
+        (remaining(gw, "tokens", tenant).await == left).then_some(())
+    })
+    .await;
+}

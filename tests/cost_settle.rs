@@ -386,3 +386,37 @@ async fn across_a_reload(store: Option<String>) {
 async fn a_request_across_a_reload_settles_where_it_was_charged() {
     on_memory_and_redis(across_a_reload).await;
 }
+
+async fn upstream_5xx(store: Option<String>) {
+    let up = Upstreams::start().await;
+    let gw = start(&up, store.as_deref()).await;
+    // A 5xx whose body reports a usage (30 tokens) reached the client:
+    // it settles by that usage, not by on_upstream_error.
+    let mock = [("x-mock-status", "500"), ("x-mock-error-usage", "1")];
+    let r = raw::request(
+        gw.addr(),
+        &chat_request("/v1/chat/completions", "used", &mock),
+    )
+    .await;
+    assert_eq!(r.status, 500);
+    budget_becomes(&gw, "tokens", "used", BUDGET - 30).await;
+    assert_eq!(settlements(&gw, "tokens").await, vec![("refund", 1)]);
+    // One that reports none is an upstream error: keep_estimate.
+    let mock = [("x-mock-status", "503")];
+    let r = raw::request(
+        gw.addr(),
+        &chat_request("/v1/chat/completions", "none", &mock),
+    )
+    .await;
+    assert_eq!(r.status, 503);
+    eventually(Duration::from_secs(5), "the settlement", || async {
+        (settlements(&gw, "tokens").await == vec![("settled", 1), ("refund", 1)]).then_some(())
+    })
+    .await;
+    assert_eq!(remaining(&gw, "tokens", "none").await, BUDGET - ESTIMATE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_5xx_settles_by_the_usage_that_reached_the_client() {
+    on_memory_and_redis(upstream_5xx).await;
+}

@@ -345,8 +345,9 @@ async fn limit_state(method: &Method, rest: &str, admin: &Admin) -> Response<Bod
     }
 }
 
-/// The largest probe `POST /probe` reads.
-const PROBE_MAX_BYTES: usize = 64 * 1024;
+/// The largest probe `POST /probe` reads: room for the body of an LLM
+/// request it carries.
+const PROBE_MAX_BYTES: usize = 8 << 20;
 
 /// `POST /probe` (docs/operations.md): the decision a request would get
 /// now, consuming nothing ([`crate::probe`]); `peer` is the client when the

@@ -69,12 +69,24 @@ pub fn admit(
     rt: &Runtime,
     client: &Client,
 ) -> Result<Arc<RouteRuntime>, GatewayError> {
+    admit_path(req, path, rt, client).map(|(route, _)| route)
+}
+
+/// [`admit`], with the path as the route sees it (normalised, before any
+/// `strip_prefix`).
+pub fn admit_path(
+    req: &mut http::Request<()>,
+    path: &str,
+    rt: &Runtime,
+    client: &Client,
+) -> Result<(Arc<RouteRuntime>, String), GatewayError> {
     let uri = Uri::try_from(path).map_err(|_| GatewayError::BadRequest {
         reason: "invalid request target",
         close: false,
     })?;
     *req.uri_mut() = uri;
-    Ok(admission::admit(req, rt, client, false)?.route.clone())
+    let admitted = admission::admit(req, rt, client, false)?;
+    Ok((admitted.route.clone(), admitted.path.into_owned()))
 }
 
 /// What authentication asks of the limit store about `failure_limit`
