@@ -573,11 +573,11 @@ pub(crate) struct RawCostSpec {
 )]
 pub(crate) struct RawLlmCost {
     pub api: Option<LlmApi>,
-    pub other_requests: Option<u64>,
     pub default_max_output: Option<u64>,
     pub bytes_per_token: Option<u64>,
     pub cap_output: Option<bool>,
     pub stream_usage: Option<StreamUsage>,
+    pub other_requests: Option<u64>,
 }
 
 impl<'de> Deserialize<'de> for RawCost {
