@@ -477,7 +477,13 @@ impl LlmRequest {
             self.max_output,
             self.api.max_output_field(),
         ) {
-            edits.push(root.add(field, &self.output_cap.to_string()));
+            let cap = self.output_cap.to_string();
+            // A field that is there is `null` (else the request named its
+            // max): it takes the value, not a second member of its name.
+            edits.push(match root.get(field) {
+                Some(member) => Edit::replace(member.value.clone(), cap),
+                None => root.add(field, &cap),
+            });
         }
         let mut usage_added = false;
         if rewrite.force_stream_usage

@@ -58,6 +58,13 @@ pub fn llm_request(data: &[u8]) {
         "read a body that is not UTF-8"
     );
     assert!(req.estimate() >= req.prompt_estimate());
+    assert_eq!(
+        req.output_reserved(),
+        req.output_cap().saturating_mul(req.choices())
+    );
+    if api == Api::OpenAiEmbeddings {
+        assert_eq!(req.output_reserved(), 0, "embeddings reserved an output");
+    }
     for (cap_output, force_stream_usage) in
         [(false, false), (true, false), (false, true), (true, true)]
     {
@@ -79,6 +86,9 @@ pub fn llm_request(data: &[u8]) {
         }
         if out.usage_added {
             assert!(again.include_usage() && !req.include_usage());
+        }
+        if api == Api::OpenAiEmbeddings {
+            assert_eq!(out.body, body, "an embeddings request was rewritten");
         }
         if !cap_output && !force_stream_usage {
             assert_eq!(

@@ -409,6 +409,9 @@ fn cap_output_adds_the_apis_field_keeping_every_other_byte() {
         (Api::OpenAiResponses, r#"{"model":"m","input":"hi","temperature":1.0}"#, r#"{"model":"m","input":"hi","temperature":1.0,"max_output_tokens":1000}"#),
         (Api::OpenAiChat, r#"{"model":"m","messages":[],"n":2,"max_tokens":null}"#, r#"{"model":"m","messages":[],"n":2,"max_tokens":null,"max_completion_tokens":1000}"#),
         (Api::OpenAiCompletions, r#"{"model":"m","prompt":"p","max_completion_tokens":5}"#, r#"{"model":"m","prompt":"p","max_completion_tokens":5,"max_tokens":1000}"#),
+        // A `null` max takes the value in place: no second member.
+        (Api::OpenAiCompletions, r#"{"model":"m","max_tokens":null,"prompt":"p"}"#, r#"{"model":"m","max_tokens":1000,"prompt":"p"}"#),
+        (Api::OpenAiChat, r#"{"model":"m","max_completion_tokens" : null,"messages":[]}"#, r#"{"model":"m","max_completion_tokens" : 1000,"messages":[]}"#),
         (Api::AnthropicMessages, r#"{"model":"m","messages":[]}"#, r#"{"model":"m","messages":[],"max_tokens":1000}"#),
         // Another API's field is not this one's.
         (Api::AnthropicMessages, r#"{"model":"m","messages":[],"max_output_tokens":5}"#, r#"{"model":"m","messages":[],"max_output_tokens":5,"max_tokens":1000}"#),
