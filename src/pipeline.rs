@@ -171,7 +171,8 @@ fn handle(
 }
 
 /// A request the gateway answers itself with `error`'s response.
-fn answer(error: GatewayError, ctx: Ctx<'_>) -> Response<Body> {
+fn answer(error: GatewayError, mut ctx: Ctx<'_>) -> Response<Body> {
+    ctx.done.refused = true;
     tracing::debug!(request_id = ctx.done.record.request_id.to_str().unwrap_or_default(), %error, "request answered by the gateway");
     let response = error
         .response(&ctx.done.record.request_id, ctx.grpc)
@@ -266,6 +267,7 @@ impl<'a> Ctx<'a> {
                 held: Held::default(),
                 bill: None,
                 recording,
+                refused: false,
                 ended: false,
                 record: AccessRecord {
                     request_id,
@@ -958,7 +960,6 @@ fn metered(
     done: Done,
 ) -> Response<Body> {
     let status = response.status();
-    let local = matches!(response.body(), Reply::Local(_));
     if tap.as_ref().is_some_and(|t| t.filters()) {
         // The usage chunk the gateway asked for is taken out: the
         // upstream's length no longer holds (HTTP/1.1 goes chunked).
@@ -966,8 +967,8 @@ fn metered(
     }
     let reading = meter::reading::Reading {
         headers: response.headers().clone(),
-        upstream_error: status.is_server_error() || (local && status.is_client_error()),
-        local,
+        upstream_error: status.is_server_error() || done.refused,
+        local: done.refused,
         ..Default::default()
     };
     let shared = done.shared.clone();
@@ -1002,7 +1003,8 @@ fn without_body(response: &mut Response<Reply>) {
 /// while the gateway waited for the upstream, or the shutdown grace ran
 /// out) ends when its `Done` is dropped: its cost limits settle as a
 /// missing usage, and it is counted and logged with status 499 (503 when
-/// the shutdown grace closed it), `completed: false`.
+/// the shutdown grace closed it), `completed: false`. A tunnel's cost
+/// limits settle when it ends, by its bytes to the client.
 struct Done {
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
@@ -1021,6 +1023,8 @@ struct Done {
     /// The request's spans, when its trace is sampled and `telemetry:` is
     /// configured (docs/traces.md).
     recording: Option<Box<Recording>>,
+    /// The gateway answered it with an error of its own ([`answer`]).
+    refused: bool,
     /// Ended already.
     ended: bool,
 }
@@ -1037,6 +1041,16 @@ impl Done {
             return;
         }
         drop(std::mem::take(&mut self.held));
+        if let Some(bill) = self.bill.take() {
+            // No response body settled it: the request was dropped before
+            // its response (nothing said), or became a tunnel (its bytes
+            // to the client said what they said).
+            let reading = meter::reading::Reading {
+                bytes,
+                ..meter::reading::Reading::client_gone()
+            };
+            bill.settle(&self.shared, &reading);
+        }
         let (shared, record) = (&self.shared, &self.record);
         // One clock read for the metrics, the log line and the idle clock.
         let now = Instant::now();
@@ -1073,9 +1087,6 @@ impl Drop for Done {
             true => StatusCode::SERVICE_UNAVAILABLE.as_u16(),
             false => CLIENT_CLOSED_REQUEST,
         };
-        if let Some(bill) = self.bill.take() {
-            bill.settle(&self.shared, &meter::reading::Reading::client_gone());
-        }
         self.end(0, false, None);
     }
 }

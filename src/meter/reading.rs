@@ -21,8 +21,9 @@ pub struct Reading {
     /// upstream answered 5xx (`on_upstream_error`, unless the response
     /// said what it cost).
     pub upstream_error: bool,
-    /// The body is the gateway's own (an error it answered), not the
-    /// upstream's: nothing in it says what the request cost.
+    /// The body is an error the gateway answered itself, not the
+    /// upstream's (nor a `respond` route's): nothing in it says what the
+    /// request cost.
     pub local: bool,
 }
 
@@ -91,4 +92,64 @@ impl Reading {
 /// A header value that is a whole number.
 fn number(value: Option<&http::HeaderValue>) -> Option<u64> {
     value?.to_str().ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{Reserve, Settle};
+
+    fn cost(settle: Settle) -> CostConfig {
+        CostConfig {
+            reserve: Reserve::Units(100),
+            settle,
+            llm: None,
+            on_missing_usage: OnMissingUsage::ChargeZero,
+            on_upstream_error: OnUpstreamError::KeepEstimate,
+            settle_within: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn what_the_response_said_comes_first_then_the_error_then_missing() {
+        let usage = cost(Settle::LlmUsage);
+        let said = Reading {
+            usage: Some(30),
+            upstream_error: true,
+            ..Reading::default()
+        };
+        // A 5xx whose usage reached the client settles by it.
+        assert_eq!(said.actual(&usage, 100), Some(Actual::Units(30)));
+        let failed = Reading {
+            upstream_error: true,
+            ..Reading::default()
+        };
+        assert_eq!(failed.actual(&usage, 100), Some(Actual::UpstreamError(100)));
+        assert_eq!(
+            Reading::client_gone().actual(&usage, 100),
+            Some(Actual::Missing(0))
+        );
+        // The gateway's own error body says nothing, its bytes included.
+        let bytes = cost(Settle::ResponseBytes);
+        let refused = Reading {
+            bytes: 80,
+            upstream_error: true,
+            local: true,
+            ..Reading::default()
+        };
+        assert_eq!(
+            refused.actual(&bytes, 100),
+            Some(Actual::UpstreamError(100))
+        );
+        // An upstream 5xx's bytes reached the client: they are charged.
+        let upstream_5xx = Reading {
+            bytes: 80,
+            upstream_error: true,
+            ..Reading::default()
+        };
+        assert_eq!(upstream_5xx.actual(&bytes, 100), Some(Actual::Units(80)));
+        assert_eq!(Reading::default().actual(&cost(Settle::None), 100), None);
+    }
 }
