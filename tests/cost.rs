@@ -6,6 +6,13 @@
 
 mod common;
 
+/// Every LLM API a budget reads (docs/configuration/cost.md, "Which API").
+#[path = "cost/apis.rs"]
+mod apis;
+/// Settlement however a request ends.
+#[path = "cost/settle.rs"]
+mod settle;
+
 use std::time::Duration;
 
 use futures_util::future::join_all;

@@ -9,18 +9,16 @@
 //! estimate back (outcome `missing_usage`), `on_upstream_error:
 //! keep_estimate` keeps it (outcome `settled`, nothing to move).
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::limits::ensure_room;
-use common::llm::MockLlm;
-use common::raw;
-use common::redis::RedisServer;
-use common::{config_with_server, eventually, stores, ClosedPort, Echo, Gateway};
+use crate::common::limits::ensure_room;
+use crate::common::llm::MockLlm;
+use crate::common::raw;
+use crate::common::redis::RedisServer;
+use crate::common::{config_with_server, eventually, stores, ClosedPort, Echo, Gateway};
 
 /// The budget.
 const BUDGET: u64 = 10_000;

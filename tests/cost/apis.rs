@@ -6,18 +6,16 @@
 //! upstream that spends exactly each request's ceiling; requests that
 //! carry no model call passing at `other_requests`.
 
-mod common;
-
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use http::Method;
 use serde_json::{json, Value};
 
-use common::client::{self, Resp};
-use common::limits::ensure_room;
-use common::llm::MockLlm;
-use common::{config, config_with_store, eventually, stores, Gateway};
+use crate::common::client::{self, Resp};
+use crate::common::limits::ensure_room;
+use crate::common::llm::MockLlm;
+use crate::common::{config, config_with_store, eventually, stores, Gateway};
 
 /// The budget every case spends: 2,000 tokens an hour per `x-tenant`.
 const BUDGET: u64 = 2000;
@@ -357,7 +355,7 @@ async fn a_body_that_does_not_fit_its_api_is_400_naming_the_field() {
 }
 
 /// A multipart upload's body.
-fn multipart(gw: &Gateway, tenant: &str) -> http::Request<common::Body> {
+fn multipart(gw: &Gateway, tenant: &str) -> http::Request<crate::common::Body> {
     let body =
         "--xyz\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--xyz--\r\n";
     client::req(Method::POST, gw.addr(), "/v1/files")
@@ -429,7 +427,7 @@ async fn a_probe_costs_what_the_request_would_cost_and_spends_nothing() {
     let gw = start(None, &budgets(&llm, "")).await;
     let probe = |body: Value| {
         let gw = &gw;
-        async move { common::limits::probe(gw, &body.to_string()).await }
+        async move { crate::common::limits::probe(gw, &body.to_string()).await }
     };
     let big = json!({"model": "m", "prompt": "hi", "max_tokens": 1500});
     let estimate = big.to_string().len() as u64 + 1500;
