@@ -33,7 +33,9 @@ use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
 use crate::route::normalise::{normalise_path, EscapedSlashes, NormaliseError};
 use crate::server::sniff::{Framing, SniffIo};
 
+mod jwt;
 mod llm;
+pub use jwt::jwt;
 pub use llm::{llm_request, llm_stream};
 
 /// The lines of an input (split on `\n`); a missing line is empty.
