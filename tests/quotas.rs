@@ -427,6 +427,24 @@ async fn bad_values_are_400_and_change_nothing() {
             "at least 1",
         ),
         (
+            "/quotas/monthly/ann",
+            r#"{"limit": 100, "limit": 999999}"#,
+            "bad_value",
+            "the member `limit` is repeated",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": 5, "\u006cimit": 5}"#,
+            "bad_value",
+            "the member `limit` is repeated",
+        ),
+        (
+            "/quotas/bucket/ann",
+            r#"{"rate": "1/s", "burst": 3, "burst": 9}"#,
+            "bad_value",
+            "the member `burst` is repeated",
+        ),
+        (
             "/quotas/nope/ann",
             r#"{"limit": 5}"#,
             "unknown_limit",
