@@ -23,7 +23,7 @@ use std::sync::Arc;
 use futures_util::FutureExt as _;
 use http::HeaderMap;
 
-use crate::config::{CertName, ConsumersConfig, CredentialKind, RouteAuth};
+use crate::config::{is_printable_name, CertName, ConsumersConfig, CredentialKind, RouteAuth};
 pub use crate::metrics::AuthOutcome;
 pub use consumers::Registry;
 pub use credentials::{Kinds, Presented};
@@ -141,7 +141,7 @@ impl Authenticator {
                     let cert = cert?;
                     Some(match cert.name(cert_field(m.consumer)) {
                         None => Err("the client certificate lacks the configured name"),
-                        Some(name) if !printable(name) => Err(
+                        Some(name) if !is_printable_name(name) => Err(
                             "the client certificate's name is not printable ASCII without spaces",
                         ),
                         Some(name) => Ok(name),
@@ -382,13 +382,6 @@ fn same_consumer(found: &mut Option<Identity>, id: Identity) -> Result<(), Verdi
         }
     }
     Ok(())
-}
-
-/// Whether a verified name can be a consumer's: printable ASCII without
-/// spaces, as configured names are (it goes into identity headers and the
-/// access log).
-pub fn printable(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| (0x21..0x7f).contains(&b))
 }
 
 /// Whether two (lowercase) header names are the same once every `_` is
