@@ -29,11 +29,13 @@ use crate::limit::headers::{
     add_headers, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
 };
-use crate::limit::key::{self, KeyOutcome, KeyPrefix, RequestView};
+use crate::limit::key::{self, KeyDomain, KeyOutcome, KeyPrefix, RequestView};
 use crate::route::normalise::{normalise_path, EscapedSlashes, NormaliseError};
 use crate::server::sniff::{Framing, SniffIo};
 
+mod jwt;
 mod llm;
+pub use jwt::jwt;
 pub use llm::{llm_request, llm_stream};
 
 /// The lines of an input (split on `\n`); a missing line is empty.
@@ -439,11 +441,13 @@ const STORE_PREFIX: &str = "tg";
 /// `client_key`: line 1 the client address (else `192.0.2.1`), line 2
 /// `ipv6_prefix on_missing_key` (else `64 client_ip`), line 3 the key
 /// sources, comma-separated, as in the config (else `client_ip`), line 4
-/// the route name, line 5 the query string (none if empty), every further
-/// line a header `name: value`. The three ways of building a key agree,
-/// the display form reads back to the same store key, holds no control
-/// bytes and one `|` between components, and the Redis keys hold only the
-/// prefix and hex: never a byte the client sent (docs/configuration/limits.md).
+/// the route name (else `api`), line 5 the query string (none if empty),
+/// every further line a header `name: value` (spaces and tabs around the
+/// value dropped, as HTTP parsers do). The three ways of building a key
+/// agree, the display form reads back to the same store key (the admin
+/// API takes every key a request can have), holds no control bytes and
+/// one `|` between components, and the Redis keys hold only the prefix
+/// and hex: never a byte the client sent (docs/configuration/limits.md).
 pub fn client_key(data: &[u8]) {
     let mut lines = Lines::new(data);
     let client = ip_of(lines.bytes()).unwrap_or(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
@@ -469,7 +473,9 @@ pub fn client_key(data: &[u8]) {
         // The config refuses an empty key.
         sources.push(KeySource::ClientIp);
     }
+    // A route has a name (the config insists).
     let route = lines.text();
+    let route: &str = if route.is_empty() { "api" } else { &route };
     let query = lines.text();
     let query = (!query.is_empty()).then_some(&*query);
     let mut headers = HeaderMap::new();
@@ -477,7 +483,8 @@ pub fn client_key(data: &[u8]) {
         let Some(colon) = line.iter().position(|b| *b == b':') else {
             continue;
         };
-        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii_start());
+        // As an HTTP parser hands it over: whitespace around the value gone.
+        let (name, value) = (&line[..colon], trim_sp_htab(&line[colon + 1..]));
         if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
             headers.append(n, v);
         }
@@ -486,7 +493,7 @@ pub fn client_key(data: &[u8]) {
         client,
         headers: &headers,
         query,
-        route: &route,
+        route,
         ipv6_prefix,
         identity: None,
     };
@@ -498,9 +505,13 @@ pub fn client_key(data: &[u8]) {
         KeyOutcome::Key(k) => {
             assert_eq!(fast, KeyOutcome::Key(k.store));
             assert_eq!(display.as_deref(), Some(k.display.as_str()));
+            let domain = KeyDomain {
+                on_missing,
+                routes: &[route],
+            };
             assert_eq!(
-                key::store_key_of_display(KEY_NAMESPACE, &sources, &k.display),
-                Some(k.store),
+                key::store_key_of_display(KEY_NAMESPACE, &sources, &domain, &k.display),
+                Ok(k.store),
                 "display {:?} reads back to the same key",
                 k.display
             );
@@ -527,6 +538,14 @@ pub fn client_key(data: &[u8]) {
             assert_eq!(display, None);
         }
     }
+}
+
+/// `bytes` without spaces and tabs at either end.
+fn trim_sp_htab(bytes: &[u8]) -> &[u8] {
+    let sp = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = bytes.iter().position(|b| !sp(b)).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(|b| !sp(b)).map_or(start, |e| e + 1);
+    &bytes[start..end]
 }
 
 // ----------------------------------------------------- ratelimit_headers

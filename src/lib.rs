@@ -40,6 +40,8 @@
 //!   routes and limits on a virtual clock, and report what would be throttled.
 //! - [`probe`]: the admin API's probes: what the gateway would answer a
 //!   request now, each limit's decision with its figures, consuming nothing.
+//! - `json_strict` (crate-private): JSON that refuses an object repeating a
+//!   member name (JWT headers and claims, `PUT /quotas` bodies).
 //! - `fuzzing` (hidden, only with the `fuzzing` feature): the fuzz targets'
 //!   bodies and invariants, shared by `fuzz/` and `tests/fuzz_regressions.rs`.
 #![forbid(unsafe_code)]
@@ -57,6 +59,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod identity;
+mod json_strict;
 pub mod limit;
 pub mod log;
 pub mod meter;

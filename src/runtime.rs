@@ -200,11 +200,13 @@ fn route_action(
 }
 
 /// The runtime's trailer scrub: the fields no client may send upstream in
-/// trailers, and the configured identity headers.
+/// trailers, the configured identity headers, and the headers `hide`
+/// keeps from upstreams.
 fn trailer_scrub(auth: Option<Arc<Authenticator>>) -> TrailerScrub {
     Arc::new(move |trailers: &mut HeaderMap| {
         scrub_request_trailers(trailers, |name| {
-            auth.as_ref().is_some_and(|a| a.is_identity_header(name))
+            auth.as_ref()
+                .is_some_and(|a| a.is_identity_header(name) || a.is_hidden_header(name))
         })
     })
 }

@@ -403,6 +403,75 @@ async fn hide_strips_the_key_and_a_verified_token() {
     assert!(!seen.has_header("x-consumer"));
 }
 
+/// The names of `seen`'s headers that an upstream may read as `name`
+/// (any case, `_` for `-`).
+fn spellings_of(seen: &common::upstream::Recorded, name: &str) -> Vec<String> {
+    seen.headers
+        .iter()
+        .map(|(n, _)| n.clone())
+        .filter(|n| n.replace('_', "-").eq_ignore_ascii_case(name))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hide_strips_every_spelling_of_the_key_header() {
+    let echo = Echo::start("e").await;
+    let gw = Gateway::start(&gateway(&echo, None, true)).await;
+    // A key in an underscore spelling is no credential (the header is
+    // `x-api-key`): on a route with `auth` it is a missing one, on an open
+    // route no consumer; either way it never reaches the upstream.
+    let auth_gw = Gateway::start(&gateway(&echo, Some("{ require: [api_key] }"), true)).await;
+    let r = client::get_with(auth_gw.addr(), "/api", &[("x_api_key", ACME_KEY)]).await;
+    r.assert_error(401, "unauthorized");
+    let r = client::get_with(gw.addr(), "/open", &[("x_api_key", ACME_KEY)]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = echo.last().unwrap();
+    assert_eq!(spellings_of(&seen, "x-api-key"), Vec::<String>::new());
+    assert!(!seen.has_header("x-consumer"), "{:?}", seen.headers);
+
+    // Beside the real key, in every case and with `_` for `-`, as sent on
+    // the wire: the key verifies, and no spelling is forwarded.
+    let r = common::raw::request(
+        gw.addr(),
+        format!(
+            "GET /api HTTP/1.1\r\nHost: x\r\nX-Api-Key: {ACME_KEY}\r\nx_api_key: {BETA_KEY}\r\n\
+             X_API_KEY: {BETA_KEY}\r\nX-Api_Key: nope\r\nX-ApiKey: other\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = echo.last().unwrap();
+    assert_eq!(seen.header("x-consumer").as_deref(), Some("acme"));
+    assert_eq!(spellings_of(&seen, "x-api-key"), Vec::<String>::new());
+    assert_eq!(
+        seen.header("x-apikey").as_deref(),
+        Some("other"),
+        "another header"
+    );
+
+    // Nor in request trailers.
+    let r = common::raw::request(
+        gw.addr(),
+        format!(
+            "POST /open HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+             5\r\nhello\r\n0\r\nX-Api-Key: {ACME_KEY}\r\nx_api_key: {ACME_KEY}\r\nX-Checksum: abc\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["trailers"], json!([["x-checksum", "abc"]]));
+
+    // Without `hide`, a header that is no credential is the upstream's.
+    let open = Gateway::start(&gateway(&echo, None, false)).await;
+    client::get_with(open.addr(), "/open", &[("x_api_key", "mine")]).await;
+    assert_eq!(
+        echo.last().unwrap().header("x_api_key").as_deref(),
+        Some("mine")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_guessing_10000_keys_is_locked_out_and_reaches_nothing() {
     let echo = Echo::start("e").await;

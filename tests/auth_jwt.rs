@@ -3,7 +3,8 @@
 //! over real HTTPS ([`JwksServer`], trusted through `SSL_CERT_FILE`), PEM
 //! key files and a shared secret; every algorithm family, the forgeries
 //! (`alg: none`, an RSA public key as an HMAC secret, tampering), the time
-//! claims and their leeway, issuer and audience, the 16 KiB bound, and the
+//! claims and their leeway, issuer and audience, tokens that repeat a
+//! member, the 16 KiB bound, and the
 //! JWKS refetch window (an unknown `kid` flood, key rotation, a JWKS down at
 //! start-up, probes that never fetch).
 
@@ -312,6 +313,52 @@ async fn forged_tokens_are_refused() {
     s.refused(&format!("{}.{}", parts[0], parts[1]), "no signature")
         .await;
     s.refused("not-a-token", "garbage").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_token_that_repeats_a_member_is_refused() {
+    let s = Setup::start().await;
+    let signed = |header: &str, claims: &str| {
+        jwt::token_of_text(header, claims, |m| jwt::rsa().sign("RS256", m))
+    };
+    let header = r#"{"alg":"RS256","kid":"rsa","typ":"JWT"}"#;
+    let good = claims(IDP, "alice", json!({})).to_string();
+    let with = |extra: &str| format!("{}{extra}}}", &good[..good.len() - 1]);
+    s.accepted(&signed(header, &good), "alice", "the token as issued")
+        .await;
+    s.accepted(
+        &signed(header, &with(r#","org":{"sub":"x"}"#)),
+        "alice",
+        "a name again in a nested object",
+    )
+    .await;
+    let claims_cases = [
+        (r#","sub":"bob""#, "a repeated sub"),
+        (r#","sub":"alice""#, "a repeated sub, the same value"),
+        (r#","\u0073ub":"bob""#, "a repeated sub, escaped"),
+        (r#","iss":"https://evil.example/""#, "a repeated iss"),
+        (r#","org":{"id":"a","id":"b"}"#, "a repeated nested claim"),
+    ];
+    for (extra, what) in claims_cases {
+        s.refused(&signed(header, &with(extra)), what).await;
+    }
+    let header_cases = [
+        (
+            r#"{"alg":"RS256","kid":"rsa","alg":"RS256"}"#,
+            "a repeated alg",
+        ),
+        (
+            r#"{"alg":"none","kid":"rsa","alg":"RS256"}"#,
+            "alg none, then RS256",
+        ),
+        (
+            r#"{"alg":"RS256","kid":"rsa","kid":"p256"}"#,
+            "a repeated kid",
+        ),
+    ];
+    for (header, what) in header_cases {
+        s.refused(&signed(header, &good), what).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,8 @@
 //! (docs/configuration/consumers.md, `server.tls.client_auth`): a TLS
 //! listener asking for certificates chained to a client CA, required or
 //! optional; a certificate of another CA refused either way; the consumer
-//! read from the certificate's SAN DNS name, SAN URI or subject CN.
+//! read from the certificate's SAN DNS name, SAN URI or subject CN; a name
+//! that is not printable ASCII without spaces an invalid credential.
 
 mod common;
 
@@ -130,6 +131,19 @@ async fn exchange(
     path: &str,
     h2: bool,
 ) -> Result<u16, String> {
+    exchange_body(certs, addr, cert, path, h2)
+        .await
+        .map(|(status, _)| status)
+}
+
+/// [`exchange`], with the response body.
+async fn exchange_body(
+    certs: &Certs,
+    addr: SocketAddr,
+    cert: Option<&(PathBuf, PathBuf)>,
+    path: &str,
+    h2: bool,
+) -> Result<(u16, Bytes), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -188,11 +202,13 @@ async fn exchange(
         }
         .map_err(|e| format!("request: {e}"))?;
         let status = resp.status().as_u16();
-        resp.into_body()
+        let body = resp
+            .into_body()
             .collect()
             .await
-            .map_err(|e| format!("body: {e}"))?;
-        Ok(status)
+            .map_err(|e| format!("body: {e}"))?
+            .to_bytes();
+        Ok((status, body))
     };
     tokio::time::timeout(std::time::Duration::from_secs(10), exchange)
         .await
@@ -301,6 +317,48 @@ async fn the_consumer_comes_from_the_configured_name() {
             .await;
         assert_eq!(line["status"], 200, "{line}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_is_not_printable_ascii_is_an_invalid_credential() {
+    let certs = Certs::new();
+    let echo = Echo::start("e").await;
+    let gw = certs.gateway(&echo, false, "subject_cn").await;
+    let addr = gw.bound_addr(LISTEN2);
+    let issue = |cn: &str, file: &str| {
+        certs
+            .client_pki
+            .issue_params(client_params(&["ok.example.com"], None, cn), file)
+    };
+    let spaced = issue("billing team", "spaced");
+    let accented = issue("bïlling", "accented");
+    for (what, cert) in [("a space", &spaced), ("non-ASCII", &accented)] {
+        // On a route that requires mTLS: 401 invalid_credentials.
+        let (status, body) = exchange_body(&certs, addr, Some(cert), "/api", false)
+            .await
+            .unwrap();
+        assert_eq!(status, 401, "{what}");
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "invalid_credentials", "{what}: {body}");
+        // Without auth: forwarded, with no consumer (nor the name).
+        let before = echo.count();
+        assert_eq!(
+            get(&certs, addr, Some(cert), "/open").await,
+            Ok(200),
+            "{what}"
+        );
+        assert_eq!(echo.count(), before + 1, "{what}");
+        assert_eq!(seen(&echo), (None, None), "{what}");
+    }
+    assert_eq!(echo.count(), 2, "the refused requests reached nothing");
+    let line = gw
+        .wait_access_log("the refusal", |v| v["status"] == 401)
+        .await;
+    assert_eq!(line["consumer"], serde_json::Value::Null, "{line}");
+    // The same CA's printable name passes: the name, not the chain, failed.
+    let named = issue("billing-team", "named");
+    assert_eq!(get(&certs, addr, Some(&named), "/api").await, Ok(200));
+    assert_eq!(seen(&echo).0.as_deref(), Some("billing-team"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,7 +57,8 @@ replay_tests!(
     client_key,
     h1_framing,
     llm_request,
-    llm_stream
+    llm_stream,
+    jwt
 );
 
 #[test]

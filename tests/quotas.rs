@@ -427,6 +427,24 @@ async fn bad_values_are_400_and_change_nothing() {
             "at least 1",
         ),
         (
+            "/quotas/monthly/ann",
+            r#"{"limit": 100, "limit": 999999}"#,
+            "bad_value",
+            "the member `limit` is repeated",
+        ),
+        (
+            "/quotas/monthly/ann",
+            r#"{"limit": 5, "\u006cimit": 5}"#,
+            "bad_value",
+            "the member `limit` is repeated",
+        ),
+        (
+            "/quotas/bucket/ann",
+            r#"{"rate": "1/s", "burst": 3, "burst": 9}"#,
+            "bad_value",
+            "the member `burst` is repeated",
+        ),
+        (
             "/quotas/nope/ann",
             r#"{"limit": 5}"#,
             "unknown_limit",
@@ -455,6 +473,146 @@ async fn bad_values_are_400_and_change_nothing() {
     let r = admin(&gw, Method::POST, "/quotas/monthly/ann", "{}").await;
     assert_eq!(r.status, 405);
     assert_eq!(r.header("allow"), Some("GET, PUT, DELETE"));
+}
+
+const KEYED: &str = r#"
+limits:
+  tokens:
+    algorithm: fixed_window
+    limit: { default: 1, from: store }
+    window: 1h
+    key: "header:x-tenant"
+  by_query:
+    algorithm: fixed_window
+    limit: { default: 1, from: store }
+    window: 1h
+    key: "query:user"
+  per_route:
+    algorithm: fixed_window
+    limit: { default: 1, from: store }
+    window: 1h
+    key: route
+routes:
+  - { name: q, match: { path: /q }, respond: { status: 200 }, limits: [by_query] }
+  - { name: api, match: { path: / }, respond: { status: 200 }, limits: [tokens, per_route] }
+"#;
+
+/// The quota keys (`...:q`) in `redis`.
+async fn quota_keys(redis: &RedisServer) -> Vec<String> {
+    let mut keys: Vec<String> = redis
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.ends_with(":q"))
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Asserts `r` (of `what`) is 400 `bad_key` with a message holding
+/// `reason`.
+fn assert_bad_key(r: &client::Resp, what: &str, reason: &str) {
+    assert_eq!(r.status, 400, "{what}: {}", r.text());
+    let j = r.json();
+    assert_eq!(j["error"], "bad_key", "{what}: {j}");
+    let m = j["message"].as_str().unwrap_or_default();
+    assert!(m.contains(reason), "{what}: {m}");
+}
+
+#[tokio::test]
+async fn keys_no_request_can_have_are_bad_key_and_write_nothing() {
+    use http::Method;
+    let redis = RedisServer::start();
+    let store = format!("{{ backend: redis, url: \"{}\", prefix: bk }}", redis.url());
+    let gw = Gateway::start(&config_with_store(&store, KEYED)).await;
+    let header = "component 1 (header:x-tenant): a header value";
+    let cases = [
+        ("%00", "cannot hold control characters"),
+        ("%0D", "cannot hold control characters"),
+        ("%0A", "cannot hold control characters"),
+        ("a%0D%0Ab", "cannot hold control characters"),
+        ("%01", "cannot hold control characters"),
+        ("%7F", "cannot hold control characters"),
+        ("%20a", "cannot start with a space or tab"),
+        ("a%09", "cannot end with a space or tab"),
+    ];
+    for (key, reason) in cases {
+        for (method, path) in [
+            (Method::PUT, format!("/quotas/tokens/{key}")),
+            (Method::GET, format!("/quotas/tokens/{key}")),
+            (Method::DELETE, format!("/quotas/tokens/{key}")),
+            (Method::GET, format!("/limits/tokens/{key}")),
+            (Method::DELETE, format!("/limits/tokens/{key}")),
+        ] {
+            let r = admin(&gw, method.clone(), &path, r#"{"limit": 5}"#).await;
+            assert_bad_key(
+                &r,
+                &format!("{method} {path}"),
+                &format!("{header} {reason}"),
+            );
+        }
+    }
+    // A route component names a route that counts this limit's requests.
+    for (key, reason) in [
+        ("nope", "not a route this limit counts requests of (api)"),
+        ("q", "not a route this limit counts requests of (api)"),
+        ("@127.0.0.1", "a route is never missing"),
+    ] {
+        let path = format!("/quotas/per_route/{key}");
+        let r = admin(&gw, Method::PUT, &path, r#"{"limit": 5}"#).await;
+        assert_bad_key(&r, &path, &format!("component 1 (route): {reason}"));
+    }
+    assert_eq!(
+        quota_keys(&redis).await,
+        Vec::<String>::new(),
+        "nothing written"
+    );
+
+    // The same bytes are a query parameter's, which a request can send.
+    for key in ["%00", "%0D", "%0A"] {
+        let path = format!("/quotas/by_query/{key}");
+        let r = admin(&gw, Method::PUT, &path, r#"{"limit": 2}"#).await;
+        assert_eq!(r.status, 200, "{key}: {}", r.text());
+        let j = admin(&gw, Method::GET, &path, "").await.json();
+        assert_eq!(j["value"], json_of(r#"{"limit": 2}"#), "{key}: {j}");
+    }
+    assert_eq!(quota_keys(&redis).await.len(), 3);
+    let addr = gw.addr();
+    let statuses = |path: &'static str| async move {
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            seen.push(client::get(addr, path).await.status.as_u16());
+        }
+        seen
+    };
+    assert_eq!(
+        statuses("/q?user=%0D").await,
+        [200, 200, 429],
+        "its own limit of 2"
+    );
+    assert_eq!(statuses("/q?user=%0A").await, [200, 200, 429]);
+    assert_eq!(
+        statuses("/q?user=x").await,
+        [200, 429, 429],
+        "the default of 1"
+    );
+    // And a header source takes what a header can carry.
+    let r = admin(
+        &gw,
+        Method::PUT,
+        "/quotas/tokens/acme%20corp",
+        r#"{"limit": 2}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = admin(&gw, Method::PUT, "/quotas/per_route/api", r#"{"limit": 9}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let r = client::get_with(gw.addr(), "/", &[("x-tenant", "acme corp")]).await;
+        seen.push(r.status.as_u16());
+    }
+    assert_eq!(seen, [200, 200, 429]);
 }
 
 /// Raising a key's limit unblocks it at once (a rejected request never

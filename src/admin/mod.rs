@@ -217,7 +217,8 @@ struct LimitKey {
 impl LimitKey {
     /// `rest` (`{limit}/{key}`, percent-encoded) resolved in `rt`; an
     /// unknown limit is answered with `unknown` (404 for `/limits`, 400
-    /// for `/quotas`), a key that does not fit its sources with 400.
+    /// for `/quotas`), a key no request to the running config can have
+    /// (`key::store_key_of_display`) with 400 `bad_key` and the reason.
     fn resolve(
         rt: &Runtime,
         rest: &str,
@@ -241,13 +242,24 @@ impl LimitKey {
                 serde_json::json!({"error": "unknown_limit", "limit": limit, "message": format!("no limit named \"{limit}\"")}),
             ));
         };
-        let Some(store_key) =
-            key::store_key_of_display(&policy.namespace, &policy.sources, &display)
-        else {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                serde_json::json!({"error": "bad_key", "message": "the key does not fit the limit's key sources"}),
-            ));
+        let routes = routes_counted(rt, &policy);
+        let domain = key::KeyDomain {
+            on_missing: policy.on_missing,
+            routes: &routes,
+        };
+        let store_key = match key::store_key_of_display(
+            &policy.namespace,
+            &policy.sources,
+            &domain,
+            &display,
+        ) {
+            Ok(store_key) => store_key,
+            Err(why) => {
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    serde_json::json!({"error": "bad_key", "message": format!("no request can have this key: {why}")}),
+                ))
+            }
         };
         Ok(LimitKey {
             limit,
@@ -256,6 +268,20 @@ impl LimitKey {
             store_key,
         })
     }
+}
+
+/// The names of the routes whose requests `policy` counts: those that list
+/// it, or every route for `consumers.failure_limit` (charged on any route).
+fn routes_counted<'a>(rt: &'a Runtime, policy: &Arc<crate::limit::policy::Policy>) -> Vec<&'a str> {
+    let everywhere = rt
+        .failure_limit
+        .as_ref()
+        .is_some_and(|f| Arc::ptr_eq(f, policy));
+    rt.routes
+        .iter()
+        .filter(|r| everywhere || r.limits.iter().any(|l| Arc::ptr_eq(l, policy)))
+        .map(|r| &*r.name)
+        .collect()
 }
 
 /// 503 for a store that could not answer.

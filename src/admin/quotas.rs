@@ -15,6 +15,7 @@ use tollgate_limit::quota::{Quota, QuotaError};
 use super::{json, method_not_allowed, store_unavailable, Admin, LimitKey};
 use crate::body::Body;
 use crate::config::{self, ValueSource};
+use crate::json_strict::{self, StrictJsonError};
 use crate::limit::policy::Policy;
 
 /// The largest `PUT` body read.
@@ -99,17 +100,27 @@ fn bad(error: &str, message: String) -> Response<Body> {
     )
 }
 
-/// The request's JSON object, at most [`MAX_BODY`] bytes.
+/// The request's JSON object, at most [`MAX_BODY`] bytes, naming each
+/// member once ([`json_strict`]: `{"limit": 100, "limit": 999999}` says
+/// two things, and is refused rather than read as either).
 async fn read_body(req: Request<Incoming>) -> Result<Map<String, Value>, String> {
     let bytes = Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
         .map_err(|_| format!("the body must be a JSON object of at most {MAX_BODY} bytes"))?
         .to_bytes();
-    match serde_json::from_slice(&bytes) {
+    object(&bytes)
+}
+
+/// `bytes` as a JSON object that names each member once.
+fn object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
+    match json_strict::from_slice(bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err("the body must be a JSON object, like {\"limit\": 5000}".into()),
-        Err(e) => Err(format!("the body is not JSON: {e}")),
+        Err(StrictJsonError::Repeated(name)) => Err(format!(
+            "the member `{name}` is repeated: give each value once"
+        )),
+        Err(StrictJsonError::Syntax(e)) => Err(format!("the body is not JSON: {e}")),
     }
 }
 
@@ -210,4 +221,25 @@ fn shown(q: &Quota) -> Value {
         out.insert("burst".into(), json!(b));
     }
     Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_names_each_member_once() {
+        let map = object(br#"{"limit": 100, "burst": 5}"#).unwrap();
+        assert_eq!(map["limit"], 100);
+        for body in [
+            r#"{"limit": 100, "limit": 999999}"#,
+            r#"{"limit": 100, "limit": 100}"#,
+            r#"{"\u006cimit": 1, "limit": 2}"#,
+        ] {
+            let err = object(body.as_bytes()).unwrap_err();
+            assert_eq!(err, "the member `limit` is repeated: give each value once");
+        }
+        assert!(object(b"[1]").unwrap_err().contains("a JSON object"));
+        assert!(object(b"{").unwrap_err().contains("not JSON"));
+    }
 }

@@ -248,7 +248,7 @@ fn identity(
             serde_json::Value::Number(n) => n.to_string(),
             _ => return None,
         };
-        super::printable(&s).then(|| Arc::from(s))
+        crate::config::is_printable_name(&s).then(|| Arc::from(s))
     };
     let consumer = text(&config.consumer)?;
     let entry = registry.by_name(&consumer).cloned();

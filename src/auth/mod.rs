@@ -23,7 +23,7 @@ use std::sync::Arc;
 use futures_util::FutureExt as _;
 use http::HeaderMap;
 
-use crate::config::{CertName, ConsumersConfig, CredentialKind, RouteAuth};
+use crate::config::{is_printable_name, CertName, ConsumersConfig, CredentialKind, RouteAuth};
 pub use crate::metrics::AuthOutcome;
 pub use consumers::Registry;
 pub use credentials::{Kinds, Presented};
@@ -141,7 +141,7 @@ impl Authenticator {
                     let cert = cert?;
                     Some(match cert.name(cert_field(m.consumer)) {
                         None => Err("the client certificate lacks the configured name"),
-                        Some(name) if !printable(name) => Err(
+                        Some(name) if !is_printable_name(name) => Err(
                             "the client certificate's name is not printable ASCII without spaces",
                         ),
                         Some(name) => Ok(name),
@@ -233,35 +233,24 @@ impl Authenticator {
     /// The request headers an upstream gets (docs/configuration/consumers.md): every
     /// client-sent copy of an identity header removed (whoever the peer),
     /// then set from the verified consumer; with `hide`, the API key header
-    /// and a verified token's header removed.
+    /// and a verified token's header removed. Each is removed in every
+    /// spelling an upstream may read as it: any case, and `_` for `-`.
     pub fn upstream_headers(&self, headers: &mut HeaderMap, identity: Option<&Identity>) {
         let c = &self.config;
         let ih = &c.identity_headers;
-        for name in ih.names() {
-            headers.remove(name);
-        }
-        // Also spelt with `_` for `-`: NGINX, CGI and WSGI read `X_Consumer`
-        // as `X-Consumer` (docs/protocols.md drops such spellings of the
-        // client-address headers likewise).
-        let spelt: Vec<http::HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().contains('_') && self.is_identity_header(k))
-            .cloned()
-            .collect();
-        for name in spelt {
-            headers.remove(name);
-        }
-        if let Some(keys) = c.api_keys.as_ref().filter(|k| k.hide) {
-            if let Some(name) = &keys.header {
-                headers.remove(name);
-            }
-        }
+        let verified_token = identity.is_some_and(|id| id.claims.is_some());
+        let token_header = c.jwt.as_ref().filter(|j| j.hide && verified_token);
+        let gone = [
+            ih.consumer.as_ref(),
+            ih.tenant.as_ref(),
+            ih.plan.as_ref(),
+            self.hidden_key_header(),
+            token_header.map(|j| &j.header),
+        ];
+        remove_spellings(headers, &gone);
         let Some(id) = identity else {
             return;
         };
-        if let Some(jwt) = c.jwt.as_ref().filter(|j| j.hide && id.claims.is_some()) {
-            headers.remove(&jwt.header);
-        }
         let set =
             |headers: &mut HeaderMap, name: &Option<http::HeaderName>, value: Option<&str>| {
                 let (Some(name), Some(value)) = (name, value) else {
@@ -282,7 +271,30 @@ impl Authenticator {
         self.config
             .identity_headers
             .names()
-            .any(|n| n == name || same_but_underscores(name.as_str(), n.as_str()))
+            .any(|n| same_header(name, n))
+    }
+
+    /// Whether `name` is a header `hide` keeps from upstreams, in any
+    /// spelling (any case, `_` for `-`): the API key header with
+    /// `api_keys.hide`, the token's header with `jwt.hide`. Never taken
+    /// from request trailers (no credential is read there).
+    pub fn is_hidden_header(&self, name: &http::HeaderName) -> bool {
+        let jwt = self
+            .config
+            .jwt
+            .as_ref()
+            .filter(|j| j.hide)
+            .map(|j| &j.header);
+        self.hidden_key_header()
+            .into_iter()
+            .chain(jwt)
+            .any(|n| same_header(name, n))
+    }
+
+    /// The API key header, when `hide` is set.
+    fn hidden_key_header(&self) -> Option<&http::HeaderName> {
+        let keys = self.config.api_keys.as_ref().filter(|k| k.hide)?;
+        keys.header.as_ref()
     }
 
     /// The query parameter to remove before forwarding: the API key's,
@@ -384,11 +396,30 @@ fn same_consumer(found: &mut Option<Identity>, id: Identity) -> Result<(), Verdi
     Ok(())
 }
 
-/// Whether a verified name can be a consumer's: printable ASCII without
-/// spaces, as configured names are (it goes into identity headers and the
-/// access log).
-pub fn printable(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| (0x21..0x7f).contains(&b))
+/// Remove every header of `names` (`None`s skipped) in each spelling an
+/// upstream may read as it: the name itself in any case (header names
+/// arrive lowercase), and with `_` for `-` (NGINX, CGI and WSGI read
+/// `X_Consumer` as `X-Consumer`; docs/protocols.md drops such spellings of
+/// the client-address headers likewise). One pass over the headers for
+/// the spellings, and no allocation when there are none.
+fn remove_spellings(headers: &mut HeaderMap, names: &[Option<&http::HeaderName>]) {
+    for name in names.iter().flatten() {
+        headers.remove(*name);
+    }
+    let spelt: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().contains('_') && names.iter().flatten().any(|n| same_header(k, n)))
+        .cloned()
+        .collect();
+    for name in spelt {
+        headers.remove(name);
+    }
+}
+
+/// Whether header `name` is `wanted` as an upstream may read it: the
+/// same name, or the same once every `_` is read as `-`.
+fn same_header(name: &http::HeaderName, wanted: &http::HeaderName) -> bool {
+    name == wanted || same_but_underscores(name.as_str(), wanted.as_str())
 }
 
 /// Whether two (lowercase) header names are the same once every `_` is
@@ -636,5 +667,28 @@ routes:
         assert!(h.get("x-consumer").is_none());
         assert_eq!(h["authorization"], "Basic x", "not a verified token: kept");
         assert_eq!(auth.hidden_param(), None, "api_keys has no query");
+    }
+
+    #[test]
+    fn hide_removes_every_spelling_of_the_key_header() {
+        let (auth, _) = authenticator();
+        let mut h = headers(&[
+            ("x-api-key", "foo".into()),
+            ("x_api_key", "foo".into()),
+            ("x_api-key", "bar".into()),
+            ("x-api_key", "baz".into()),
+            ("x-apikey", "another header".into()),
+            ("x_consumer", "forged".into()),
+        ]);
+        auth.upstream_headers(&mut h, None);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-apikey"]);
+        let named = |n: &str| http::HeaderName::from_bytes(n.as_bytes()).unwrap();
+        for hidden in ["x-api-key", "x_api_key", "X_Api-Key", "authorization"] {
+            assert!(auth.is_hidden_header(&named(hidden)), "{hidden}");
+        }
+        for other in ["x-apikey", "x-api-keys", "x-consumer"] {
+            assert!(!auth.is_hidden_header(&named(other)), "{other}");
+        }
     }
 }

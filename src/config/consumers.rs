@@ -247,6 +247,15 @@ pub struct ConsumerConfig {
     pub attributes: Vec<(String, String)>,
 }
 
+/// Whether `name` can be a consumer's name, tenant or plan: printable
+/// ASCII without spaces (`!` to `~`), not empty. Configured names are held
+/// to it, and so are the names a token or a client certificate gives: they
+/// go into identity headers and log lines, and they are all that the
+/// `consumer`, `tenant` and `plan` key sources can be.
+pub fn is_printable_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (0x21..0x7f).contains(&b))
+}
+
 /// `consumers.identity_headers`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IdentityHeaders {

@@ -4,7 +4,8 @@
 //! request's key. The store never sees a component: [`client_key`] hashes
 //! them, length-prefixed and tagged, into a 128-bit [`StoreKey`], and keeps a
 //! human-readable [`ClientKey::display`] for logs and the admin API, which
-//! [`store_key_of_display`] turns back into the same store key.
+//! [`store_key_of_display`] turns back into the same store key (and refuses,
+//! with the reason, a display key no request could have).
 //!
 //! On the request path a limit hashes its namespace once ([`KeyPrefix`],
 //! kept in its policy) and computes only the store key
@@ -62,7 +63,7 @@ use percent_encoding::percent_decode;
 use tollgate_limit::key::KeyHasher;
 use tollgate_limit::StoreKey;
 
-use crate::config::{ClientMatch, KeySource, OnMissingKey};
+use crate::config::{is_printable_name, ClientMatch, KeySource, OnMissingKey};
 use crate::identity::{canonical_ip, group_ipv6, in_any};
 
 /// What the key sources can read of a request.
@@ -349,10 +350,65 @@ fn walk<S: KeySink>(
     KeyOutcome::Key(())
 }
 
+/// What decides the display keys a limit's requests can have, besides its
+/// key sources: for [`store_key_of_display`].
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDomain<'a> {
+    /// The limit's `on_missing_key`: only `client_ip` stands the client
+    /// address (`@addr`) in for a missing component.
+    pub on_missing: OnMissingKey,
+    /// The names of the routes whose requests the limit counts: what a
+    /// `route` component can be.
+    pub routes: &'a [&'a str],
+}
+
+/// Why a display key is no key the limit's requests can have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DisplayKeyError {
+    /// Not one component per key source.
+    #[error("{got} component(s) joined with `|`, where the limit's key has {expected} ({spec})")]
+    Components {
+        /// How many the key has.
+        got: usize,
+        /// How many the limit's key sources give.
+        expected: usize,
+        /// The key sources, comma-separated.
+        spec: String,
+    },
+    /// A component its source could never give.
+    #[error("component {index} ({spec}): {reason}")]
+    Component {
+        /// Its position, from 1.
+        index: usize,
+        /// Its key source, as configured (`header:x-tenant`).
+        spec: String,
+        /// Why no request has it.
+        reason: Cow<'static, str>,
+    },
+}
+
 /// The store key of a display key typed by an operator (admin
-/// `GET/DELETE /limits/{limit}/{key}`, after URL decoding): the inverse of
-/// [`ClientKey::display`]. `None` if it is malformed: the wrong number of
-/// components, a bad `%` escape, a bad address, `global` spelled otherwise.
+/// `/limits/{limit}/{key}` and `/quotas/{limit}/{key}`, after URL
+/// decoding): the inverse of [`ClientKey::display`], for the keys a request
+/// can have. An error says which component no request could give its
+/// source (a `%` that starts no escape, a bad address, `global` spelled
+/// otherwise, an empty value, `@` and an address where the limit never
+/// substitutes the client address, or a value its source never yields),
+/// or that the number of components is wrong. What a source yields:
+///
+/// - `header:NAME`: no control byte but tab, and no space or tab at either
+///   end (HTTP/1.1 parsers strip them, HTTP/2 refuses them). Several lines
+///   are one value joined with `", "`, so a value may end in `", "` when
+///   its last line was empty.
+/// - `cookie:NAME`: the same bytes as a header line, without `;` (which
+///   ends a cookie) and without whitespace at either end (trimmed).
+/// - `query:NAME`: any bytes (the parameter is percent-decoded).
+/// - `consumer`, `tenant`, `plan`: printable ASCII without spaces, as every
+///   consumer's names are ([`crate::config::is_printable_name`]).
+/// - `claim:NAME`, `attr:NAME`: any text (UTF-8): a claim is a JSON string
+///   or JSON text, an attribute a configured string, number or boolean.
+/// - `route`: the name of a route the limit counts requests of
+///   ([`KeyDomain::routes`]).
 ///
 /// An address may be typed with a prefix length (`2001:db8::1/64` is the
 /// group `2001:db8::/64`); without one, an IPv6 address is taken whole, as
@@ -360,44 +416,170 @@ fn walk<S: KeySink>(
 pub fn store_key_of_display(
     namespace: &[u8],
     sources: &[KeySource],
+    domain: &KeyDomain<'_>,
     display: &str,
-) -> Option<StoreKey> {
+) -> Result<StoreKey, DisplayKeyError> {
+    let parts: Vec<&str> = display.split('|').collect();
+    if parts.len() != sources.len() {
+        let spec: Vec<String> = sources.iter().map(ToString::to_string).collect();
+        return Err(DisplayKeyError::Components {
+            got: parts.len(),
+            expected: sources.len(),
+            spec: spec.join(", "),
+        });
+    }
     let mut hasher = KeyHasher::new(namespace);
-    let mut parts = display.split('|');
-    for source in sources {
-        let part = parts.next()?;
-        let tag = match source {
-            KeySource::ClientIp => {
-                hash_ip(&mut hasher, parse_ip(part)?);
-                continue;
+    for (i, (source, part)) in sources.iter().zip(parts).enumerate() {
+        component(&mut hasher, source, domain, part).map_err(|reason| {
+            DisplayKeyError::Component {
+                index: i + 1,
+                spec: source.to_string(),
+                reason,
             }
-            KeySource::Global => {
-                if part != GLOBAL_DISPLAY {
-                    return None;
-                }
-                hasher.component(&[&[TAG_GLOBAL]]);
-                continue;
-            }
-            other => tag_of(other),
-        };
-        if let Some(addr) = part.strip_prefix(SUBSTITUTE) {
-            if tag == TAG_ROUTE {
-                return None;
-            }
-            hash_ip(&mut hasher, parse_ip(addr)?);
-            continue;
-        }
-        let value = unescape(part)?;
-        if value.is_empty() && tag != TAG_ROUTE {
-            // An empty value is missing; it never makes a key.
-            return None;
-        }
-        hasher.component(&[&[tag], &value]);
+        })?;
     }
-    if parts.next().is_some() {
-        return None;
+    Ok(hasher.finish())
+}
+
+/// One component of a display key, hashed into `hasher`; or why `source`
+/// never gives it.
+fn component(
+    hasher: &mut KeyHasher,
+    source: &KeySource,
+    domain: &KeyDomain<'_>,
+    part: &str,
+) -> Result<(), Cow<'static, str>> {
+    const NOT_AN_ADDRESS: &str =
+        "not an address (a.b.c.d, or an IPv6 address or group: 2001:db8::/64)";
+    match source {
+        KeySource::ClientIp => {
+            hash_ip(hasher, parse_ip(part).ok_or(NOT_AN_ADDRESS)?);
+            return Ok(());
+        }
+        KeySource::Global => {
+            if part != GLOBAL_DISPLAY {
+                return Err("a `global` component is always `global`".into());
+            }
+            hasher.component(&[&[TAG_GLOBAL]]);
+            return Ok(());
+        }
+        _ => {}
     }
-    Some(hasher.finish())
+    if let Some(addr) = part.strip_prefix(SUBSTITUTE) {
+        substitutes(source, domain.on_missing)?;
+        hash_ip(hasher, parse_ip(addr).ok_or(NOT_AN_ADDRESS)?);
+        return Ok(());
+    }
+    let value = unescape(part)
+        .ok_or("a `%` must start an escape of two hex digits (`%7C` is `|`, `%25` is `%`)")?;
+    if value.is_empty() {
+        return Err("an empty value is a missing one, which makes no key".into());
+    }
+    producible(source, &value, domain)?;
+    hasher.component(&[&[tag_of(source)], &value]);
+    Ok(())
+}
+
+/// Whether a limit stands the client address in for a missing `source`
+/// (`@addr` in a display key): only with `on_missing_key: client_ip`, and
+/// only for a source that can be missing.
+fn substitutes(source: &KeySource, on_missing: OnMissingKey) -> Result<(), Cow<'static, str>> {
+    if *source == KeySource::Route {
+        return Err("a route is never missing, so never stood in for by `@` and an address".into());
+    }
+    match on_missing {
+        OnMissingKey::ClientIp => Ok(()),
+        OnMissingKey::Skip | OnMissingKey::Deny => Err(
+            "`@` and an address stand in for a missing value only with `on_missing_key: client_ip` (write a leading `@` of a value as `%40`)"
+                .into(),
+        ),
+    }
+}
+
+/// Whether some request gives `source` the (non-empty) `value`: the rules
+/// of [`store_key_of_display`].
+fn producible(
+    source: &KeySource,
+    value: &[u8],
+    domain: &KeyDomain<'_>,
+) -> Result<(), Cow<'static, str>> {
+    match source {
+        KeySource::Header(_) => header_producible(value).map_err(Cow::Borrowed),
+        KeySource::Cookie(_) => cookie_producible(value).map_err(Cow::Borrowed),
+        KeySource::Query(_) | KeySource::ClientIp | KeySource::Global => Ok(()),
+        KeySource::Consumer => printable(value, "a consumer name"),
+        KeySource::Tenant => printable(value, "a tenant"),
+        KeySource::Plan => printable(value, "a plan"),
+        KeySource::Claim(_) => text(value, "a claim"),
+        KeySource::Attr(_) => text(value, "an attribute"),
+        KeySource::Route => {
+            let known = std::str::from_utf8(value).is_ok_and(|v| domain.routes.contains(&v));
+            if known {
+                return Ok(());
+            }
+            Err(if domain.routes.is_empty() {
+                "no route of the running config counts requests against this limit".into()
+            } else {
+                format!(
+                    "not a route this limit counts requests of ({})",
+                    domain.routes.join(", ")
+                )
+                .into()
+            })
+        }
+    }
+}
+
+/// A header value's rule (see [`store_key_of_display`]).
+fn header_producible(value: &[u8]) -> Result<(), &'static str> {
+    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err("a header value cannot hold control characters (tab aside)");
+    }
+    if matches!(value.first(), Some(b' ' | b'\t')) {
+        return Err("a header value cannot start with a space or tab (HTTP strips them)");
+    }
+    // An empty last line joins as a trailing ", "; the line before it is
+    // held to the same rule.
+    let mut lines = value;
+    while let Some(rest) = lines.strip_suffix(b", ") {
+        lines = rest;
+    }
+    if matches!(lines.last(), Some(b' ' | b'\t')) {
+        return Err("a header value cannot end with a space or tab (HTTP strips them)");
+    }
+    Ok(())
+}
+
+/// A cookie value's rule (see [`store_key_of_display`]).
+fn cookie_producible(value: &[u8]) -> Result<(), &'static str> {
+    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err("a cookie value cannot hold control characters (tab aside)");
+    }
+    if value.contains(&b';') {
+        return Err("a cookie value cannot hold `;`, which ends it");
+    }
+    if value.first().is_some_and(u8::is_ascii_whitespace)
+        || value.last().is_some_and(u8::is_ascii_whitespace)
+    {
+        return Err("a cookie value cannot start or end with whitespace (it is trimmed)");
+    }
+    Ok(())
+}
+
+/// `value` as a consumer's name, tenant or plan (`what`).
+fn printable(value: &[u8], what: &str) -> Result<(), Cow<'static, str>> {
+    match std::str::from_utf8(value) {
+        Ok(v) if is_printable_name(v) => Ok(()),
+        _ => Err(format!("{what} is printable ASCII without spaces").into()),
+    }
+}
+
+/// `value` as text a claim or an attribute (`what`) can be.
+fn text(value: &[u8], what: &str) -> Result<(), Cow<'static, str>> {
+    match std::str::from_utf8(value) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!("{what} is text: its bytes are UTF-8").into()),
+    }
 }
 
 /// `exempt` / `overrides` matching: a CIDR against the client address, or
@@ -613,6 +795,23 @@ mod tests {
         s.iter().map(|x| src(x)).collect()
     }
 
+    /// The routes of the tests' views.
+    const ROUTES: &[&str] = &["api", "web", "r"];
+
+    /// [`store_key_of_display`] for a limit on [`ROUTES`] with
+    /// `on_missing_key: client_ip`.
+    fn read_back(
+        ns: &[u8],
+        sources: &[KeySource],
+        display: &str,
+    ) -> Result<StoreKey, DisplayKeyError> {
+        let domain = KeyDomain {
+            on_missing: OnMissingKey::ClientIp,
+            routes: ROUTES,
+        };
+        store_key_of_display(ns, sources, &domain, display)
+    }
+
     fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
@@ -650,8 +849,8 @@ mod tests {
     fn round_trip(sources: &[&str], v: &RequestView<'_>) -> ClientKey {
         let k = must(key(sources, OnMissingKey::ClientIp, v));
         assert_eq!(
-            store_key_of_display(NS, &srcs(sources), &k.display),
-            Some(k.store),
+            read_back(NS, &srcs(sources), &k.display),
+            Ok(k.store),
             "display {:?}",
             k.display
         );
@@ -707,10 +906,7 @@ mod tests {
                             KeyOutcome::Key(k) => {
                                 assert_eq!(display.as_deref(), Some(k.display.as_str()));
                                 // The documented layout, through `store_key`.
-                                assert_eq!(
-                                    store_key_of_display(ns, &sources, &k.display),
-                                    Some(k.store)
-                                );
+                                assert_eq!(read_back(ns, &sources, &k.display), Ok(k.store));
                             }
                             KeyOutcome::Skip | KeyOutcome::Deny => assert_eq!(display, None),
                         }
@@ -762,10 +958,7 @@ mod tests {
         assert_eq!(a.display, "2001:db8:1:2::/64");
         let ns = srcs(&["client_ip"]);
         // An operator may type any address of the group with its length.
-        assert_eq!(
-            store_key_of_display(NS, &ns, "2001:db8:1:2::77/64"),
-            Some(a.store)
-        );
+        assert_eq!(read_back(NS, &ns, "2001:db8:1:2::77/64"), Ok(a.store));
         // Prefix 128: each address its own client, shown bare.
         let mut v = view("2001:db8::1", &h, None);
         v.ipv6_prefix = 128;
@@ -785,9 +978,9 @@ mod tests {
             "2001:db8::/",
             "x/64",
         ] {
-            assert_eq!(store_key_of_display(NS, &ns, bad), None, "{bad}");
+            assert!(read_back(NS, &ns, bad).is_err(), "{bad}");
         }
-        assert!(store_key_of_display(NS, &ns, "1.2.3.4/32").is_some());
+        assert!(read_back(NS, &ns, "1.2.3.4/32").is_ok());
     }
 
     #[test]
@@ -957,7 +1150,7 @@ mod tests {
         let g = round_trip(&["global"], &view("1.1.1.1", &h, None));
         assert_eq!(g.display, "global");
         assert_eq!(round_trip(&["global"], &other), g);
-        assert_eq!(store_key_of_display(NS, &srcs(&["global"]), "*"), None);
+        assert!(read_back(NS, &srcs(&["global"]), "*").is_err());
         // The namespace separates limits.
         let g2 = must(client_key(
             b"other",
@@ -986,9 +1179,9 @@ mod tests {
         assert_ne!(swapped.store, k.store);
         // Wrong number of components.
         let sources = srcs(&["header:x-tenant", "query:user"]);
-        assert_eq!(store_key_of_display(NS, &sources, "acme"), None);
-        assert_eq!(store_key_of_display(NS, &sources, "acme|bob|x"), None);
-        assert!(store_key_of_display(NS, &sources, "acme|bob").is_some());
+        assert!(read_back(NS, &sources, "acme").is_err());
+        assert!(read_back(NS, &sources, "acme|bob|x").is_err());
+        assert!(read_back(NS, &sources, "acme|bob").is_ok());
     }
 
     #[test]
@@ -1138,17 +1331,193 @@ mod tests {
     fn malformed_display_keys() {
         let s = srcs(&["header:x"]);
         for bad in ["%", "%4", "%zz", "a%", "", "a|b", "@", "@nope", "%00%"] {
-            assert_eq!(store_key_of_display(NS, &s, bad), None, "{bad:?}");
+            assert!(read_back(NS, &s, bad).is_err(), "{bad:?}");
         }
         // Lowercase escapes are accepted.
+        assert!(read_back(NS, &s, "a%7cb").is_ok());
+        assert_eq!(read_back(NS, &s, "a%7cb"), read_back(NS, &s, "a%7Cb"));
+        assert!(read_back(NS, &srcs(&["route"]), "@1.2.3.4").is_err());
+    }
+
+    /// Why `display` is no key of a limit keyed on `sources` (on
+    /// [`ROUTES`], `on_missing`), or `"ok"`.
+    fn why(sources: &[&str], on_missing: OnMissingKey, display: &str) -> String {
+        let domain = KeyDomain {
+            on_missing,
+            routes: ROUTES,
+        };
+        match store_key_of_display(NS, &srcs(sources), &domain, display) {
+            Ok(_) => "ok".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// [`why`] with `on_missing_key: client_ip`.
+    fn why_of(sources: &[&str], display: &str) -> String {
+        why(sources, OnMissingKey::ClientIp, display)
+    }
+
+    #[test]
+    fn header_components_are_what_a_header_can_carry() {
+        let h = ["header:x-tenant"];
+        let control = "component 1 (header:x-tenant): a header value cannot hold control characters (tab aside)";
+        for bad in [
+            "\0", "%00", "a\rb", "a%0Db", "a\nb", "%0A", "\u{1}", "a\u{7f}", "%1B[31m",
+        ] {
+            assert_eq!(why_of(&h, bad), control, "{bad:?}");
+        }
+        for bad in [" a", "\ta", "%20a"] {
+            assert!(
+                why_of(&h, bad).ends_with("cannot start with a space or tab (HTTP strips them)"),
+                "{bad:?}"
+            );
+        }
+        for bad in ["a ", "a\t", "a , ", "a\t, , "] {
+            assert!(
+                why_of(&h, bad).ends_with("cannot end with a space or tab (HTTP strips them)"),
+                "{bad:?}"
+            );
+        }
+        for fine in [
+            "a b",
+            "a\tb",
+            "%FF%FE",
+            "a, ",
+            ", ",
+            "a, , ",
+            "{\"a\": 1}",
+            "%25",
+            "%7C",
+        ] {
+            assert_eq!(why_of(&h, fine), "ok", "{fine:?}");
+        }
+        // Those with a trailing ", " come from an empty last line.
+        let lines = headers(&[("x-tenant", b"a"), ("x-tenant", b"")]);
+        let k = round_trip(&h, &view("1.1.1.1", &lines, None));
+        assert_eq!(k.display, "a, ");
+        let empty = headers(&[("x-tenant", b""), ("x-tenant", b"")]);
+        assert_eq!(round_trip(&h, &view("1.1.1.1", &empty, None)).display, ", ");
+        // Cookies: a header's bytes, without `;` or whitespace at the ends.
+        let c = ["cookie:sid"];
         assert_eq!(
-            store_key_of_display(NS, &s, "a%7cb"),
-            store_key_of_display(NS, &s, "a%7Cb")
+            why_of(&c, "a;b"),
+            "component 1 (cookie:sid): a cookie value cannot hold `;`, which ends it"
+        );
+        assert!(why_of(&c, "a\rb").ends_with("cannot hold control characters (tab aside)"));
+        for bad in [" a", "a ", "\ta", "a\t"] {
+            assert!(
+                why_of(&c, bad).ends_with("cannot start or end with whitespace (it is trimmed)"),
+                "{bad:?}"
+            );
+        }
+        for fine in ["a=b", "a b", "\"q\"", "a,b", "%FF"] {
+            assert_eq!(why_of(&c, fine), "ok", "{fine:?}");
+        }
+    }
+
+    #[test]
+    fn query_components_are_any_bytes() {
+        for value in [
+            "\0",
+            "%00",
+            "a\r\nb",
+            " a ",
+            "\t",
+            "%FF%00%0A",
+            "a;b",
+            "\u{7f}",
+        ] {
+            assert_eq!(why_of(&["query:k"], value), "ok", "{value:?}");
+        }
+        // As a request sends them: form-decoded.
+        let none = HeaderMap::new();
+        let k = round_trip(&["query:k"], &view("1.1.1.1", &none, Some("k=%00%0D%0A+")));
+        assert_eq!(k.display, "%00%0D%0A ");
+        assert_eq!(
+            why_of(&["query:k"], ""),
+            "component 1 (query:k): an empty value is a missing one, which makes no key"
+        );
+    }
+
+    #[test]
+    fn identity_components_are_what_a_consumer_can_be() {
+        for (source, what) in [
+            ("consumer", "a consumer name"),
+            ("tenant", "a tenant"),
+            ("plan", "a plan"),
+        ] {
+            for bad in ["a b", "\0", "%00", "é", "%FF", "a\tb", "\u{7f}"] {
+                assert_eq!(
+                    why_of(&[source], bad),
+                    format!("component 1 ({source}): {what} is printable ASCII without spaces"),
+                    "{bad:?}"
+                );
+            }
+            for fine in ["acme-batch", "!~", "a%7Cb", "u@x"] {
+                assert_eq!(why_of(&[source], fine), "ok", "{fine:?}");
+            }
+        }
+        // Claims and attributes: any text.
+        for source in ["claim:org.id", "attr:tz"] {
+            for fine in ["a b", "\0", "é ✓", " x ", "\r\n"] {
+                assert_eq!(why_of(&[source], fine), "ok", "{source} {fine:?}");
+            }
+            assert!(
+                why_of(&[source], "%FF").ends_with("is text: its bytes are UTF-8"),
+                "{source}"
+            );
+        }
+    }
+
+    #[test]
+    fn route_global_and_address_components() {
+        assert_eq!(why_of(&["route"], "api"), "ok");
+        assert_eq!(
+            why_of(&["route"], "nope"),
+            "component 1 (route): not a route this limit counts requests of (api, web, r)"
+        );
+        let nowhere = KeyDomain {
+            on_missing: OnMissingKey::ClientIp,
+            routes: &[],
+        };
+        let err = store_key_of_display(NS, &srcs(&["route"]), &nowhere, "api").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "component 1 (route): no route of the running config counts requests against this limit"
         );
         assert_eq!(
-            store_key_of_display(NS, &srcs(&["route"]), "@1.2.3.4"),
-            None
+            why_of(&["global"], "*"),
+            "component 1 (global): a `global` component is always `global`"
         );
+        assert!(
+            why_of(&["client_ip"], "1.2.3").starts_with("component 1 (client_ip): not an address")
+        );
+        assert_eq!(
+            why_of(&["header:x", "query:q"], "a"),
+            "1 component(s) joined with `|`, where the limit's key has 2 (header:x, query:q)"
+        );
+        assert!(why_of(&["header:x", "query:q"], "a|b|c").starts_with("3 component(s)"));
+        assert_eq!(
+            why_of(&["header:x", "route"], "a|"),
+            "component 2 (route): an empty value is a missing one, which makes no key"
+        );
+    }
+
+    #[test]
+    fn a_substituted_address_only_where_the_limit_substitutes() {
+        let h = ["header:x"];
+        assert_eq!(why(&h, OnMissingKey::ClientIp, "@192.0.2.1"), "ok");
+        for policy in [OnMissingKey::Skip, OnMissingKey::Deny] {
+            assert!(
+                why(&h, policy, "@192.0.2.1").contains("only with `on_missing_key: client_ip`"),
+                "{policy:?}"
+            );
+            // A value that starts with `@`, escaped as displays write it.
+            assert_eq!(why(&h, policy, "%40192.0.2.1"), "ok", "{policy:?}");
+        }
+        assert!(why_of(&h, "@nope")
+            .ends_with("not an address (a.b.c.d, or an IPv6 address or group: 2001:db8::/64)"));
+        assert!(why_of(&["route"], "@192.0.2.1").contains("a route is never missing"));
     }
 
     #[test]
@@ -1220,7 +1589,7 @@ mod tests {
             let KeyOutcome::Key(k) = client_key(NS, &sources, OnMissingKey::ClientIp, &v) else {
                 panic!("no key");
             };
-            proptest::prop_assert_eq!(store_key_of_display(NS, &sources, &k.display), Some(k.store));
+            proptest::prop_assert_eq!(read_back(NS, &sources, &k.display), Ok(k.store));
             proptest::prop_assert_eq!(k.display.matches('|').count(), 3);
         }
     }

@@ -1,12 +1,15 @@
 //! JSON Web Tokens: compact JWS tokens verified against an issuer's keys.
 //!
 //! A token is checked in this order: its size (over [`MAX_TOKEN_LEN`] it is
-//! refused unparsed), its three parts, its header (`alg` must be one the
-//! issuer allows, `none` never is; `crit` is refused), its signature with a
+//! refused unparsed), its three parts (base64url without padding, in its
+//! canonical form), its header (a JSON object that repeats no member, at
+//! any depth; `alg` must be one the issuer allows, `none` never is; `crit`
+//! is refused), its signature with a
 //! key that fits `alg` (RSA keys only for RS*/PS*, P-256 for ES256, P-384
 //! for ES384, Ed25519 for EdDSA, only a configured secret for HS*; a JWK's
-//! own `alg` must be the token's), then its claims (`exp` required, `nbf`
-//! and `iat` with leeway, `iss`, `aud`).
+//! own `alg` must be the token's), then its claims (a JSON object that
+//! repeats no member either; `exp` required, `nbf` and `iat` with leeway,
+//! `iss`, `aud`).
 //!
 //! [`Algorithm`] is the config's `JwtAlgorithm`. Its files: `key` and `keyset` ([`Key`],
 //! [`KeySet`]: verification keys and an issuer's set of them, read from a
@@ -118,10 +121,11 @@ pub enum JwtError {
 }
 
 /// The token's `iss`, unverified: only to choose which issuer's keys and
-/// rules to verify it with.
+/// rules to verify it with. A payload that repeats a member (`iss` or any
+/// other) names no issuer: it is malformed, as [`verify`] finds it.
 pub fn peek_issuer(token: &str) -> Result<String, JwtError> {
     let parts = token::split(token)?;
-    let payload = token::object(parts.payload, "payload is not a base64url JSON object")?;
+    let payload = token::object(parts.payload, token::Part::Payload)?;
     match payload.get("iss") {
         Some(Value::String(iss)) => Ok(iss.clone()),
         _ => Err(JwtError::Issuer),
@@ -148,7 +152,7 @@ pub fn verify(
         parts.signing_input.as_bytes(),
         &signature,
     )?;
-    let claims = token::object(parts.payload, "payload is not a base64url JSON object")?;
+    let claims = token::object(parts.payload, token::Part::Payload)?;
     let exp = claims::validate(&claims, v, now_unix)?;
     Ok(Verified { claims, exp })
 }

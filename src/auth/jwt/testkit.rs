@@ -174,9 +174,29 @@ pub(crate) fn token_with(
     claims: &Value,
     sign: impl Fn(&[u8]) -> Vec<u8>,
 ) -> String {
-    let input = format!("{}.{}", b64(header.to_string()), b64(claims.to_string()));
+    token_of_parts(&b64(header.to_string()), &b64(claims.to_string()), sign)
+}
+
+/// A compact JWS of two parts as written (base64url or not), signed by
+/// `sign`: for tokens a JSON value cannot express (a repeated member, a
+/// padded part).
+pub(crate) fn token_of_parts(
+    header: &str,
+    payload: &str,
+    sign: impl Fn(&[u8]) -> Vec<u8>,
+) -> String {
+    let input = format!("{header}.{payload}");
     let sig = sign(input.as_bytes());
     format!("{input}.{}", b64(sig))
+}
+
+/// An HS256 token of a header and claims written as JSON text, signed
+/// with `secret`.
+pub(crate) fn hmac_text_token(secret: &[u8], header: &str, claims: &str) -> String {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
+    token_of_parts(&b64(header), &b64(claims), |m| {
+        hmac::sign(&key, m).as_ref().to_vec()
+    })
 }
 
 /// A token signed by `key` with `alg`, `kid` in its header when given.

@@ -449,3 +449,209 @@ fn merged_sets_and_peeked_issuers() {
         Err(JwtError::Malformed(_))
     ));
 }
+
+/// The claims of [`claims`] as JSON text, with `extra` written before its
+/// closing brace (`,"sub":"bob"` repeats a member).
+fn claims_text(extra: &str) -> String {
+    let base = claims().to_string();
+    format!("{}{extra}}}", &base[..base.len() - 1])
+}
+
+/// An HS256 header, as JSON text.
+const HS_HEADER: &str = r#"{"alg":"HS256","typ":"JWT"}"#;
+
+/// `verify` of an HS256 token whose header and claims are `header` and
+/// `claims`, as written.
+fn verify_text(header: &str, claims: &str) -> Result<Verified, JwtError> {
+    let token = testkit::hmac_text_token(SECRET, header, claims);
+    let set = KeySet::from_secret(SECRET);
+    verify(&token, &set, &validation(&[Algorithm::HS256]), NOW)
+}
+
+const HEADER_REPEATS: JwtError = JwtError::Malformed("header repeats a member");
+const PAYLOAD_REPEATS: JwtError = JwtError::Malformed("payload repeats a member");
+
+#[test]
+fn a_header_that_repeats_a_member_refuses_the_token() {
+    assert!(verify_text(HS_HEADER, &claims_text("")).is_ok());
+    let headers = [
+        // alg: the same value twice, or one that passes and one that must not.
+        r#"{"alg":"HS256","typ":"JWT","alg":"HS256"}"#,
+        r#"{"alg":"none","alg":"HS256"}"#,
+        r#"{"alg":"HS256","alg":"none"}"#,
+        r#"{"alg":"RS256","alg":"HS256"}"#,
+        // kid and typ.
+        r#"{"alg":"HS256","kid":"a","kid":"b"}"#,
+        r#"{"alg":"HS256","kid":"a","kid":"a"}"#,
+        r#"{"alg":"HS256","typ":"JWT","typ":"at+jwt"}"#,
+        // Spelt with an escape, and inside a member nobody reads.
+        r#"{"alg":"HS256","\u0061lg":"HS256"}"#,
+        r#"{"alg":"HS256","k\u0069d":"x","kid":"x"}"#,
+        r#"{"alg":"HS256","x5c":[{"a":1,"a":1}]}"#,
+    ];
+    for header in headers {
+        assert_eq!(
+            verify_text(header, &claims_text("")),
+            Err(HEADER_REPEATS),
+            "{header}"
+        );
+    }
+}
+
+#[test]
+fn registered_claims_that_repeat_refuse_the_token() {
+    let later = NOW + 6000;
+    let cases = [
+        ("sub", r#","sub":"bob""#.to_string()),
+        ("sub, the same value", r#","sub":"alice""#.to_string()),
+        ("exp, later", format!(r#","exp":{later}"#)),
+        ("exp, past", r#","exp":1"#.to_string()),
+        ("iss", r#","iss":"https://evil.example/""#.to_string()),
+        ("aud", r#","aud":["api","admin"]"#.to_string()),
+        ("nbf", format!(r#","nbf":{NOW},"nbf":{later}"#)),
+        ("iat", format!(r#","iat":{NOW}"#)),
+    ];
+    for (what, extra) in cases {
+        assert_eq!(
+            verify_text(HS_HEADER, &claims_text(&extra)),
+            Err(PAYLOAD_REPEATS),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn custom_and_nested_claims_that_repeat_refuse_the_token() {
+    // The same names at different levels are no repetition.
+    let fine = claims_text(r#","org":{"id":"acme","sub":"x","org":{"id":"y"}},"tenant":"t""#);
+    let verified = verify_text(HS_HEADER, &fine).unwrap();
+    assert_eq!(claim(&verified.claims, "org.id"), Some(&json!("acme")));
+    let cases = [
+        ("org.id", r#","org":{"id":"acme","id":"evil"}"#),
+        (
+            "a nested object",
+            r#","org":{"meta":{"plan":"gold","plan":"free"}}"#,
+        ),
+        (
+            "in an array",
+            r#","roles":[{"r":"read"},{"r":"read","r":"admin"}]"#,
+        ),
+        ("tenant", r#","tenant":"acme","tenant":"evil""#),
+        ("plan", r#","plan":"free","plan":"gold""#),
+        (
+            "a namespaced claim",
+            r#","https://x.example/t":"a","https://x.example/t":"b""#,
+        ),
+        ("the empty name", r#","":1,"":2"#),
+    ];
+    for (what, extra) in cases {
+        assert_eq!(
+            verify_text(HS_HEADER, &claims_text(extra)),
+            Err(PAYLOAD_REPEATS),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn names_are_compared_unescaped() {
+    for extra in [
+        r#","\u0073ub":"bob""#,
+        r#","s\u0075\u0062":"bob""#,
+        r#","\u0069ss":"https://evil.example/""#,
+        r#","org":{"id":"a","\u0069d":"b"}"#,
+    ] {
+        assert_eq!(
+            verify_text(HS_HEADER, &claims_text(extra)),
+            Err(PAYLOAD_REPEATS),
+            "{extra}"
+        );
+    }
+    // An escaped name that differs is another member.
+    let other = claims_text(r#","\u0053ub":"bob""#);
+    assert_eq!(verify_text(HS_HEADER, &other).unwrap().claims["Sub"], "bob");
+}
+
+#[test]
+fn no_issuer_is_peeked_from_a_payload_that_repeats_one() {
+    let header = HS_HEADER;
+    let ok = testkit::hmac_text_token(SECRET, header, &claims_text(""));
+    assert_eq!(peek_issuer(&ok).as_deref(), Ok(ISS));
+    for extra in [
+        r#","iss":"https://evil.example/""#,
+        r#","\u0069ss":"https://evil.example/""#,
+        r#","sub":"bob""#,
+    ] {
+        let token = testkit::hmac_text_token(SECRET, header, &claims_text(extra));
+        assert_eq!(peek_issuer(&token), Err(PAYLOAD_REPEATS), "{extra}");
+    }
+}
+
+#[test]
+fn only_canonical_unpadded_base64url_parts_verify() {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET);
+    let sign = |m: &[u8]| ring::hmac::sign(&key, m).as_ref().to_vec();
+    let set = KeySet::from_secret(SECRET);
+    let v = validation(&[Algorithm::HS256]);
+    let check = |header: &str, payload: &str| {
+        verify(
+            &testkit::token_of_parts(header, payload, sign),
+            &set,
+            &v,
+            NOW,
+        )
+    };
+    // A payload whose base64url holds `-` or `_` and ends in a partial
+    // group (so it would take padding, and has trailing bits).
+    let payload = (0..300)
+        .map(|n| {
+            let mut c = claims();
+            c["pad"] = json!(format!("{}~~>", "?".repeat(n)));
+            URL_SAFE_NO_PAD.encode(c.to_string())
+        })
+        .find(|p| p.len() % 4 == 2 && p.contains(['-', '_']))
+        .unwrap();
+    let header = URL_SAFE_NO_PAD.encode(HS_HEADER);
+    assert!(check(&header, &payload).is_ok());
+    let not_payload = Err(JwtError::Malformed(
+        "payload is not a base64url JSON object",
+    ));
+    // Padding.
+    assert_eq!(check(&header, &format!("{payload}==")), not_payload);
+    let spaced = URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256" }"#);
+    assert!(check(&spaced, &payload).is_ok());
+    assert_eq!(
+        check(&format!("{spaced}=="), &payload),
+        Err(JwtError::Malformed("header is not a base64url JSON object"))
+    );
+    // The standard alphabet.
+    let standard = payload.replace('-', "+").replace('_', "/");
+    assert_eq!(check(&header, &standard), not_payload);
+    // Trailing bits set: the same bytes if they were ignored.
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut loose = payload.clone().into_bytes();
+    let last = loose.pop().unwrap();
+    let at = ALPHABET.iter().position(|&c| c == last).unwrap();
+    loose.push(ALPHABET[at | 1]);
+    let loose = String::from_utf8(loose).unwrap();
+    assert_eq!(
+        base64::engine::GeneralPurpose::new(
+            &base64::alphabet::URL_SAFE,
+            base64::engine::GeneralPurposeConfig::new()
+                .with_encode_padding(false)
+                .with_decode_allow_trailing_bits(true)
+                .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone),
+        )
+        .decode(&loose)
+        .unwrap(),
+        URL_SAFE_NO_PAD.decode(&payload).unwrap()
+    );
+    assert_eq!(check(&header, &loose), not_payload);
+    // A padded signature (32 bytes of HS256 take one `=`).
+    let token = testkit::token_of_parts(&header, &payload, sign);
+    assert!(token.ends_with(|c: char| c != '='));
+    assert_eq!(
+        verify(&format!("{token}="), &set, &v, NOW),
+        Err(JwtError::Malformed("signature is not base64url"))
+    );
+}

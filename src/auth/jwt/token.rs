@@ -1,5 +1,9 @@
 //! The compact JWS serialisation (RFC 7515 §7.1): the size limit, the three
-//! base64url parts, the protected header.
+//! base64url parts, the protected header. The header and the payload are
+//! JSON objects read strictly ([`crate::json_strict`]): one that repeats a
+//! member, at any depth, is malformed (RFC 7515 §5.2 and RFC 7519 §4 let a
+//! parser refuse it; taking the last would let a token name two consumers,
+//! or show a cache one `alg` and a verifier another).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -7,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::Algorithm;
 use super::JwtError;
+use crate::json_strict::{self, StrictJsonError};
 
 /// The longest token looked at (bytes); a longer one is refused unparsed.
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
@@ -54,16 +59,47 @@ pub(crate) fn decode(part: &str, what: &'static str) -> Result<Vec<u8>, JwtError
         .map_err(|_| JwtError::Malformed(what))
 }
 
-/// Decode a JSON-object part.
-pub(crate) fn object(part: &str, what: &'static str) -> Result<Map<String, Value>, JwtError> {
-    serde_json::from_slice(&decode(part, what)?).map_err(|_| JwtError::Malformed(what))
+/// Which JSON part of a token is read, for its errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The protected header.
+    Header,
+    /// The payload: the claims.
+    Payload,
+}
+
+impl Part {
+    /// Why a part is not a base64url JSON object.
+    fn malformed(self) -> &'static str {
+        match self {
+            Part::Header => "header is not a base64url JSON object",
+            Part::Payload => "payload is not a base64url JSON object",
+        }
+    }
+
+    /// The error of a part with an object that repeats a member.
+    fn repeats(self) -> JwtError {
+        JwtError::Malformed(match self {
+            Part::Header => "header repeats a member",
+            Part::Payload => "payload repeats a member",
+        })
+    }
+}
+
+/// Decode a JSON-object part, strictly: no object in it repeats a member.
+pub(crate) fn object(part: &str, which: Part) -> Result<Map<String, Value>, JwtError> {
+    match json_strict::from_slice(&decode(part, which.malformed())?) {
+        Ok(Value::Object(members)) => Ok(members),
+        Ok(_) | Err(StrictJsonError::Syntax(_)) => Err(JwtError::Malformed(which.malformed())),
+        Err(StrictJsonError::Repeated(_)) => Err(which.repeats()),
+    }
 }
 
 /// The protected header: `alg` (`none` never passes), `kid`. A `crit`
 /// member is refused: it names extensions the verifier must understand,
 /// and we understand none (RFC 7515 §4.1.11).
 pub(crate) fn header(part: &str) -> Result<Header, JwtError> {
-    let header = object(part, "header is not a base64url JSON object")?;
+    let header = object(part, Part::Header)?;
     if header.contains_key("crit") {
         return Err(JwtError::Malformed("header has \"crit\" extensions"));
     }

@@ -464,7 +464,7 @@ fn consumer(
     field: &str,
     err: &dyn Fn(&str, String) -> ConfigError,
 ) -> Result<ConsumerConfig> {
-    let printable = |s: &str| !s.is_empty() && s.bytes().all(|b| (0x21..0x7f).contains(&b));
+    let printable = crate::config::is_printable_name;
     if !printable(&raw.name) {
         return Err(err(
             &format!("{field}.name"),
