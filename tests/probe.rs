@@ -698,8 +698,8 @@ async fn answers_name_the_route_the_consumer_and_each_limit() {
         a,
         json!({
             "client": "127.0.0.1", "route": null, "consumer": null, "decision": null,
-            "status": 404, "upstream": null, "error": "no_route", "limit": null,
-            "retry_after": null, "delay_ms": 0, "limits": [],
+            "status": 404, "upstream": null, "error": "no_route", "message": null,
+            "limit": null, "retry_after": null, "delay_ms": 0, "limits": [],
         })
     );
     // The whole answer for a verified consumer.
@@ -713,10 +713,10 @@ async fn answers_name_the_route_the_consumer_and_each_limit() {
             "client": "127.0.0.5", "route": "gold",
             "consumer": {"name": "acme", "tenant": "t1", "plan": "gold"},
             "decision": "allowed", "status": 200, "upstream": null, "error": null,
-            "limit": null, "retry_after": null, "delay_ms": 0,
+            "message": null, "limit": null, "retry_after": null, "delay_ms": 0,
             "limits": [{
                 "name": "per_consumer", "algorithm": "fixed_window", "key": "acme",
-                "decision": "allowed", "lock_started": false,
+                "decision": "allowed", "lock_started": false, "cost": 1,
                 "figures": {"q": 3, "w": 3600, "r": 2, "t": t, "retry_after": 0, "delay_ms": 0},
             }],
         })
@@ -799,7 +799,7 @@ async fn answers_name_the_route_the_consumer_and_each_limit() {
     );
     assert_eq!(
         a["limits"],
-        json!([{"name": "req", "algorithm": "gcra", "key": null, "decision": "missing_key", "lock_started": false, "figures": null}])
+        json!([{"name": "req", "algorithm": "gcra", "key": null, "decision": "missing_key", "lock_started": false, "cost": null, "figures": null}])
     );
 
     // max_delay: held, not rejected.
