@@ -832,19 +832,6 @@ async fn initial_window_size_change_overflowing_a_stream_is_a_flow_control_error
         .await;
 }
 
-/// An upstream that accepts connections and never reads from them.
-async fn black_hole_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = listener.accept().await {
-            held.push(stream);
-        }
-    });
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_beyond_the_window_is_a_flow_control_error() {
     // §6.9.1: a sender MUST NOT exceed the window; the receiver answers
@@ -853,7 +840,7 @@ async fn data_beyond_the_window_is_a_flow_control_error() {
     // its socket buffers and the stream window, and the connection window
     // still had 300 KB). The upstream never reads, so once the gateway's
     // buffers are full its windows stay shut.
-    let upstream = black_hole_upstream().await;
+    let upstream = common::upstream::black_hole().await;
     let gw = OneRoute::new()
         .upstream_at("hole", &format!("[\"http://{upstream}\"]"))
         .named("after")

@@ -521,3 +521,18 @@ impl HttpBody for FramesBody {
         self.frames.is_empty()
     }
 }
+
+/// An upstream that accepts connections and never reads from them or
+/// writes to them (a TLS handshake with it never ends); its connections
+/// stay open as long as the test runs.
+pub async fn black_hole() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    addr
+}

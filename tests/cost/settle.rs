@@ -51,7 +51,7 @@ impl Upstreams {
         Upstreams {
             llm: MockLlm::start().await,
             closed: ClosedPort::bind(),
-            silent: silent_listener().await,
+            silent: crate::common::upstream::black_hole().await,
             echo: Echo::start("echo").await,
         }
     }
@@ -103,20 +103,6 @@ routes:
         );
         config_with_server("shutdown_grace: 1s\ntimeouts: { body_read: 1s }", &rest)
     }
-}
-
-/// A TCP listener that accepts connections and never says a word: a TLS
-/// handshake with it never ends.
-async fn silent_listener() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = listener.accept().await {
-            held.push(stream);
-        }
-    });
-    addr
 }
 
 /// A gateway for `up` on `store`, at least a minute before the hour ends.
