@@ -61,7 +61,11 @@ pub fn settle(limiter: &Arc<Limiter>, shared: &Arc<Shared>, meters: Vec<Meter>, 
         // (Redis) goes on in a task of its own, which polls it again with
         // its own waker; shutdown waits for those.
         let mut cx = Context::from_waker(Waker::noop());
-        if task.as_mut().poll(&mut cx).is_pending() {
+        // Outside a runtime (a request dropped as the process ends) there
+        // is nothing to run it on: it is dropped rather than panic in a
+        // destructor.
+        if task.as_mut().poll(&mut cx).is_pending() && tokio::runtime::Handle::try_current().is_ok()
+        {
             shared.settling.spawn(task);
         }
     }
