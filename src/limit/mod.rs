@@ -92,8 +92,8 @@ pub async fn decide_reserving<E>(
 /// Each applied check with an estimate charges it (at least 1), and one
 /// that charges a request that is no model call nothing leaves the plan;
 /// the checks charged so (limit index, check), or the first applied
-/// limit's estimate error. `tollgate simulate` and `POST /probe` charge
-/// estimates the same way.
+/// limit's estimate error. `POST /probe` charges its estimates with it
+/// too.
 pub fn reserve_estimates<E>(
     plan: &mut plan::Plan<'_>,
     reserve: &mut Estimates<E>,
