@@ -19,14 +19,14 @@ use tollgate_limit::{Check, Micros, Outcome};
 
 use super::{request_view, LineError, Request};
 use crate::admission;
-use crate::auth::{self, AuthOutcome, Identity, Presented};
-use crate::config::RouteAuth;
+use crate::auth::{Identity, Presented};
 use crate::error::{GatewayError, Rejection};
 use crate::identity::Client;
 use crate::limit::plan;
 use crate::limit::policy::Policy;
-use crate::pipeline::refusal_answer;
+use crate::pipeline::{authenticate_with, AuthIo, Refused};
 use crate::runtime::{RouteRuntime, Runtime};
+use futures_util::FutureExt as _;
 
 /// Make `req` the head `r` describes: its method, its `headers`, and its
 /// `host` as `Host` (HTTP/1.1; HTTP/1.0, which may omit it, when there is
@@ -135,35 +135,20 @@ pub fn authenticates(rt: &Runtime, route: &RouteRuntime, req: &http::Request<()>
         return false;
     };
     let required = route.auth.as_ref();
-    let presented = auth.presented(required, req.headers(), req.uri().query(), None);
-    looks_at(&presented, required)
-}
-
-/// Whether authentication looks at a request that `presented` these
-/// credentials to a route requiring `required`.
-fn looks_at(presented: &Presented<'_>, required: Option<&RouteAuth>) -> bool {
-    required.is_some() || !presented.is_empty()
-}
-
-/// Why authentication turned a request away: the gateway's answer, and
-/// the consumer when one was verified (a consumer the route does not let
-/// through).
-pub struct Refused {
-    /// What the gateway answers.
-    pub error: GatewayError,
-    /// The verified consumer the route forbids, if that is why.
-    pub consumer: Option<Identity>,
+    required.is_some()
+        || !auth
+            .presented(required, req.headers(), req.uri().query(), None)
+            .is_empty()
 }
 
 /// Authentication, as the gateway's stage runs it
-/// (docs/configuration/consumers.md): the same credential finding,
-/// verification ([`Authenticator::verify_offline`](crate::auth::Authenticator::verify_offline)
+/// (`pipeline::authenticate_with`, written once): the same
+/// credential finding, judgement and `failure_limit` handling, over the
+/// I/O of a replay or a probe: tokens verified with the keys at hand
+/// ([`Authenticator::verify_offline`](crate::auth::Authenticator::verify_offline)
 /// at `now`: no JWKS is fetched, so a token that needs a fetch is
-/// `auth_unavailable`) and judgement ([`auth::judge`]); `failure_limit`
-/// read and charged through `ledger`. A client `failure_limit` locked out
-/// is turned away before verifying (on routes with `auth`), as the
-/// gateway's deny cache does. The consumer, if one was presented and
-/// verified.
+/// `auth_unavailable`), `failure_limit` read and charged through `ledger`.
+/// The consumer, if one was presented and verified.
 pub fn authenticate(
     rt: &Runtime,
     route: &Arc<RouteRuntime>,
@@ -172,49 +157,65 @@ pub fn authenticate(
     now: Micros,
     ledger: &mut dyn FailureLedger,
 ) -> Result<Option<Identity>, Refused> {
-    let Some(auth) = rt.auth.clone() else {
+    let Some(auth) = rt.auth.as_deref() else {
         return Ok(None);
     };
-    let refused = |error| Refused {
-        error,
-        consumer: None,
+    let mut io = Offline {
+        auth,
+        route,
+        failure: failure_check(rt, route, req, client, now),
+        ledger,
+        now,
     };
-    let required = route.auth.as_ref();
-    let kinds = auth.kinds(required);
-    let presented = auth.presented(required, req.headers(), req.uri().query(), None);
-    if !looks_at(&presented, required) {
-        return Ok(None);
-    }
-    let failure_check = failure_check(rt, route, req, client, now);
-    if let Some((policy, check)) = &failure_check {
-        if let Some(left) = ledger.locked_for(check, now) {
-            if required.is_none() {
-                return Ok(None);
-            }
-            return Err(refused(failure_rejection(policy, route, true, left)));
-        }
-    }
-    let verified = auth.verify_offline(&presented, now / SECOND);
-    let (outcome, judged) = auth::judge(required, kinds, verified);
-    let mut charged = None;
-    if let (AuthOutcome::Invalid, Some((policy, check))) = (outcome, &failure_check) {
-        if let Verdict::Reject {
-            locked_out,
-            retry_after,
-            ..
-        } = verdict(&ledger.charge(check, now))
-        {
-            charged = Some(failure_rejection(policy, route, locked_out, retry_after));
-        }
-    }
-    match (judged, charged) {
-        (Ok(identity), _) => Ok(identity),
-        (Err(_), Some(rejection)) => Err(refused(rejection)),
-        (Err(auth::Refusal::Forbidden(identity)), None) => Err(Refused {
-            error: GatewayError::Forbidden,
-            consumer: Some(identity),
+    let (headers, query) = (req.headers(), req.uri().query());
+    // Every step of `Offline` answers on the spot.
+    match authenticate_with(auth, route, headers, query, None, &mut io).now_or_never() {
+        Some(authenticated) => authenticated.result,
+        None => Err(Refused {
+            error: GatewayError::AuthUnavailable("not answered on the spot".into()),
+            consumer: None,
         }),
-        (Err(refusal), None) => Err(refused(refusal_answer(refusal))),
+    }
+}
+
+/// Authentication's I/O in a replay or a probe: `failure_limit` through a
+/// [`FailureLedger`], tokens verified with the keys at hand; every step
+/// ready at once.
+struct Offline<'a> {
+    auth: &'a crate::auth::Authenticator,
+    route: &'a RouteRuntime,
+    /// `failure_limit` and the client's check under it, when it applies.
+    failure: Option<(Arc<Policy>, Check)>,
+    ledger: &'a mut dyn FailureLedger,
+    now: Micros,
+}
+
+impl AuthIo for Offline<'_> {
+    async fn locked(&mut self) -> Option<GatewayError> {
+        let (policy, check) = self.failure.as_ref()?;
+        let left = self.ledger.locked_for(check, self.now)?;
+        Some(failure_rejection(policy, self.route, true, left))
+    }
+
+    async fn verify(&mut self, presented: &Presented<'_>) -> crate::auth::Verdict {
+        self.auth.verify_offline(presented, self.now / SECOND)
+    }
+
+    async fn charge(&mut self) -> Option<GatewayError> {
+        let (policy, check) = self.failure.as_ref()?;
+        match verdict(&self.ledger.charge(check, self.now)) {
+            Verdict::Reject {
+                locked_out,
+                retry_after,
+                ..
+            } => Some(failure_rejection(
+                policy,
+                self.route,
+                locked_out,
+                retry_after,
+            )),
+            Verdict::Allow { .. } => None,
+        }
     }
 }
 
