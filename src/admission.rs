@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use http::{header, HeaderMap, HeaderValue, Method, Request, Version};
 
+use crate::client_addr::{self, Client};
 use crate::config::ServerConfig;
 use crate::error::GatewayError;
-use crate::identity::{self, Client};
 use crate::route::normalise::{normalise_path, EscapedSlashes};
 use crate::runtime::{RouteRuntime, Runtime};
 
@@ -113,7 +113,9 @@ fn same_route_without_params<'rt>(
 
 /// `server.deny`: the peer or the client it speaks for is refused (403).
 pub fn deny(client: &Client, server: &ServerConfig) -> Result<(), GatewayError> {
-    if identity::in_any(client.peer, &server.deny) || identity::in_any(client.addr, &server.deny) {
+    if client_addr::in_any(client.peer, &server.deny)
+        || client_addr::in_any(client.addr, &server.deny)
+    {
         return Err(GatewayError::Denied);
     }
     Ok(())

@@ -20,7 +20,7 @@ use tollgate_limit::headers::secs_ceil;
 
 use tollgate_limit::{Figure, Micros, Status};
 
-use crate::body::{self, Body};
+use crate::body::{self, Body, ClientFault};
 use crate::config::template::Values;
 use crate::config::{LimitResponse, ResponseFormat};
 use crate::limit::headers::add_route_limit_headers;
@@ -339,6 +339,21 @@ impl GatewayError {
                 .insert(http::header::WWW_AUTHENTICATE, challenge);
         }
         response
+    }
+}
+
+/// How a client's request body that failed is answered (the one mapping:
+/// read whole for a cost limit, streamed upstream, or prefetched).
+impl From<ClientFault> for GatewayError {
+    fn from(fault: ClientFault) -> GatewayError {
+        match fault {
+            ClientFault::TooLarge => GatewayError::BodyTooLarge,
+            ClientFault::TimedOut => GatewayError::BodyTimeout,
+            ClientFault::Broken => GatewayError::BadRequest {
+                reason: "malformed request body",
+                close: true,
+            },
+        }
     }
 }
 
@@ -919,5 +934,23 @@ mod tests {
             assert_eq!(is_grpc(&req), grpc, "{ct}");
         }
         assert!(!is_grpc(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_failed_client_body_is_answered_by_its_fault() {
+        let status = |fault| GatewayError::from(fault).status_and_code();
+        assert_eq!(
+            status(ClientFault::TooLarge),
+            (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+        );
+        assert_eq!(
+            status(ClientFault::TimedOut),
+            (StatusCode::REQUEST_TIMEOUT, "request_timeout")
+        );
+        assert_eq!(
+            status(ClientFault::Broken),
+            (StatusCode::BAD_REQUEST, "bad_request")
+        );
+        assert!(GatewayError::from(ClientFault::Broken).closes_connection());
     }
 }

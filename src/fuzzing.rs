@@ -23,8 +23,8 @@ use tollgate_limit::store::redis;
 use tollgate_limit::{Figure, Outcome, Status};
 
 use crate::admission;
+use crate::client_addr::{self, canonical_ip, group_ipv6, is_trusted, Client};
 use crate::config::{self, HeaderStyle, KeySource, OnMissingKey, PathMatch};
-use crate::identity::{self, canonical_ip, group_ipv6, is_trusted, Client};
 use crate::limit::headers::{
     add_headers, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
@@ -372,7 +372,7 @@ pub fn xff(data: &[u8]) {
         }
     }
 
-    let got = identity::client_addr(peer, &headers, &trusted);
+    let got = client_addr::client_addr(peer, &headers, &trusted);
     let client = Client::identify(peer, &headers, &trusted);
     let peer = canonical_ip(peer);
     assert_eq!(client.addr, got);

@@ -7,7 +7,8 @@
 //! - [`server`]: listeners, the accept loop, connection limits and timeouts,
 //!   graceful shutdown.
 //! - [`route`]: the path normaliser and the route matchers.
-//! - [`identity`]: who the client is (trusted proxies, `X-Forwarded-For`).
+//! - [`client_addr`]: who the client is by address (trusted proxies,
+//!   `X-Forwarded-For`).
 //! - [`auth`]: consumers, clients the gateway has verified (API keys, JWTs,
 //!   client certificates).
 //! - [`limit`]: which of a route's limits apply to a request, under which
@@ -52,13 +53,13 @@ pub mod admission;
 pub mod app;
 pub mod auth;
 pub mod body;
+pub mod client_addr;
 pub mod config;
 pub mod cost;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod identity;
 mod json_strict;
 pub mod limit;
 pub mod log;

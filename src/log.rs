@@ -231,7 +231,7 @@ impl AccessRecord {
         out.push(text("url.path", self.path.as_str()));
         out.push(text(
             "client.address",
-            &crate::identity::ip_text(self.client),
+            &crate::client_addr::ip_text(self.client),
         ));
         out.push(int("http.response.status_code", i64::from(self.status)));
         if self.decision != DecisionKind::NotApplied {

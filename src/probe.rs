@@ -23,8 +23,8 @@ use tollgate_limit::{Check, DecisionKind, Micros, Outcome, Status, StoreError};
 
 use crate::admission;
 use crate::auth::Identity;
+use crate::client_addr::Client;
 use crate::error::{GatewayError, Rejection};
-use crate::identity::Client;
 use crate::limit::key::Consumer;
 use crate::limit::plan::{self, NotApplied, Plan};
 use crate::limit::policy::Policy;

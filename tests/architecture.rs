@@ -6,7 +6,7 @@
 //!   everything under a module as that module;
 //! - `server/` uses nothing above it: only leaves, modules that (with the
 //!   modules under them) use no other module of the crate (`body.rs`,
-//!   `identity.rs`, `auth/mtls.rs`, a leaf whatever its siblings use);
+//!   `client_addr.rs`, `auth/mtls.rs`, a leaf whatever its siblings use);
 //! - the binary's wiring (`app.rs`) is the one place that starts listeners,
 //!   so nothing below it may name it;
 //! - the limiter crate (`crates/limit`) builds without any HTTP crate and

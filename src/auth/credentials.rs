@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use http::HeaderMap;
 
 use crate::config::{ApiKeysConfig, CredentialKind, JwtConfig};
+use crate::limit::key::query_value;
 
 /// Which credential kinds a request's credentials are looked for among: a
 /// route's `require`, or every configured kind on a route without `auth`.
@@ -111,17 +112,6 @@ pub fn bearer<'a>(
     }
 }
 
-/// The first value of query parameter `name`, form-decoded (as
-/// `query:NAME` key sources read it).
-fn query_value<'a>(query: &'a str, name: &str) -> Option<Cow<'a, [u8]>> {
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| match v {
-            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
-            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
-        })
-}
-
 /// `query` without parameter `name` (every occurrence), for `hide: true`;
 /// `None` when nothing is left.
 pub fn without_param(query: &str, name: &str) -> Option<String> {
@@ -178,6 +168,35 @@ mod tests {
         assert_eq!(api_key(&c, &none, None), None);
         let two = headers(&[("x-api-key", "k1"), ("x-api-key", "k2")]);
         assert!(api_key(&c, &two, None).is_some_and(|k| k.starts_with(b"\0")));
+    }
+
+    /// The API key in a query reads as a `query:` key source reads the same
+    /// parameter, byte for byte: `+` a space, `%2B` a plus, a byte that is
+    /// not UTF-8 kept (a lossy decoding would make `%FF` and `%FE` one
+    /// key), a malformed escape as written.
+    #[test]
+    fn a_query_key_reads_as_a_query_key_source_reads() {
+        let c = keys(None, Some("api_key"));
+        let none = HeaderMap::new();
+        let cases: &[(&str, &[u8])] = &[
+            ("api_key=a+b", b"a b"),
+            ("api_key=a%2Bb", b"a+b"),
+            ("api_key=%FF%FE", &[0xFF, 0xFE]),
+            ("api_key=%G1x", b"%G1x"),
+            ("api%5Fkey=k", b"k"),
+        ];
+        for (query, want) in cases {
+            assert_eq!(
+                api_key(&c, &none, Some(query)).as_deref(),
+                Some(*want),
+                "{query}"
+            );
+            assert_eq!(
+                query_value(query, "api_key").as_deref(),
+                Some(*want),
+                "{query}"
+            );
+        }
     }
 
     #[test]

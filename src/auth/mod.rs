@@ -24,7 +24,6 @@ use futures_util::FutureExt as _;
 use http::HeaderMap;
 
 use crate::config::{is_printable_name, CertName, ConsumersConfig, CredentialKind, RouteAuth};
-pub use crate::metrics::AuthOutcome;
 pub use consumers::Registry;
 pub use credentials::{Kinds, Presented};
 pub use identity::Identity;
@@ -47,7 +46,7 @@ pub struct Authenticator {
 
 /// What verifying a request's credentials gave.
 #[derive(Debug)]
-pub enum Verdict {
+pub enum Verification {
     /// Nothing presented (of the kinds looked for).
     Missing,
     /// Verified: the consumer (every credential presented names it).
@@ -153,7 +152,7 @@ impl Authenticator {
     /// Verify what a request presents at `now_unix` (seconds; tokens'
     /// `exp` and `nbf` are read against it): each credential on its own,
     /// then they must all name one consumer.
-    pub async fn verify(&self, presented: &Presented<'_>, now_unix: u64) -> Verdict {
+    pub async fn verify(&self, presented: &Presented<'_>, now_unix: u64) -> Verification {
         self.verify_with(presented, now_unix, Fetch::WhenNeeded)
             .await
     }
@@ -161,21 +160,26 @@ impl Authenticator {
     /// [`Authenticator::verify`] with the keys at hand, on the spot: no
     /// JWKS is fetched (nor a fetch started), so a token of an issuer
     /// whose key set is not fetched yet, or signed by a key it does not
-    /// hold, is [`Verdict::Unavailable`]. What `tollgate simulate` and the
+    /// hold, is [`Verification::Unavailable`]. What `tollgate simulate` and the
     /// admin API's probes verify with.
-    pub fn verify_offline(&self, presented: &Presented<'_>, now_unix: u64) -> Verdict {
+    pub fn verify_offline(&self, presented: &Presented<'_>, now_unix: u64) -> Verification {
         // Nothing awaits without fetching: ready on the first poll.
         self.verify_with(presented, now_unix, Fetch::Never)
             .now_or_never()
-            .unwrap_or(Verdict::Unavailable("not fetched".into()))
+            .unwrap_or(Verification::Unavailable("not fetched".into()))
     }
 
-    async fn verify_with(&self, presented: &Presented<'_>, now_unix: u64, fetch: Fetch) -> Verdict {
+    async fn verify_with(
+        &self,
+        presented: &Presented<'_>,
+        now_unix: u64,
+        fetch: Fetch,
+    ) -> Verification {
         if presented.is_empty() {
-            return Verdict::Missing;
+            return Verification::Missing;
         }
         let mut found: Option<Identity> = None;
-        let invalid = |bearer: bool, reason: &str| Verdict::Invalid {
+        let invalid = |bearer: bool, reason: &str| Verification::Invalid {
             bearer,
             reason: reason.into(),
         };
@@ -215,7 +219,9 @@ impl Authenticator {
                 TokenOutcome::Verified(id) => id,
                 TokenOutcome::Invalid(e) => return invalid(true, &e.to_string()),
                 TokenOutcome::Unavailable => {
-                    return Verdict::Unavailable("the issuer's keys are not fetched yet".into())
+                    return Verification::Unavailable(
+                        "the issuer's keys are not fetched yet".into(),
+                    )
                 }
             };
             if let Err(v) = same_consumer(&mut found, id) {
@@ -223,8 +229,8 @@ impl Authenticator {
             }
         }
         match found {
-            Some(id) => Verdict::Verified(id),
-            None => Verdict::Missing,
+            Some(id) => Verification::Verified(id),
+            None => Verification::Missing,
         }
     }
 }
@@ -329,6 +335,39 @@ pub enum Refusal {
     Unavailable(Arc<str>),
 }
 
+/// How a request's authentication ended, for `tollgate_auth_total` and the
+/// dashboard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthOutcome {
+    /// A consumer was verified (and allowed).
+    Ok,
+    /// The route requires a credential and none was presented.
+    Missing,
+    /// A presented credential did not verify.
+    Invalid,
+    /// Verified, but not a consumer the route lets through.
+    Forbidden,
+    /// Turned away before any verification: `failure_limit` locked the
+    /// client out.
+    LockedOut,
+    /// A token's issuer keys were not available.
+    Unavailable,
+}
+
+impl AuthOutcome {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            AuthOutcome::Ok => "ok",
+            AuthOutcome::Missing => "missing",
+            AuthOutcome::Invalid => "invalid",
+            AuthOutcome::Forbidden => "forbidden",
+            AuthOutcome::LockedOut => "locked_out",
+            AuthOutcome::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// What a request's authentication comes to on its route: the outcome
 /// (the metric; [`AuthOutcome::Invalid`] also tells the caller to charge
 /// `failure_limit`), and the consumer to go on with or why the route
@@ -338,26 +377,28 @@ pub enum Refusal {
 pub fn judge(
     required: Option<&RouteAuth>,
     kinds: Kinds,
-    verdict: Verdict,
+    verdict: Verification,
 ) -> (AuthOutcome, Result<Option<Identity>, Refusal>) {
     let (outcome, result) = match verdict {
-        Verdict::Verified(id) => match required {
+        Verification::Verified(id) => match required {
             Some(auth) if !allowed(auth, &id) => {
                 (AuthOutcome::Forbidden, Err(Refusal::Forbidden(id)))
             }
             _ => (AuthOutcome::Ok, Ok(Some(id))),
         },
-        Verdict::Missing => (
+        Verification::Missing => (
             AuthOutcome::Missing,
             Err(Refusal::Unauthorized {
                 bearer: kinds.has(CredentialKind::Jwt),
             }),
         ),
-        Verdict::Invalid { bearer, reason } => (
+        Verification::Invalid { bearer, reason } => (
             AuthOutcome::Invalid,
             Err(Refusal::Invalid { bearer, reason }),
         ),
-        Verdict::Unavailable(why) => (AuthOutcome::Unavailable, Err(Refusal::Unavailable(why))),
+        Verification::Unavailable(why) => {
+            (AuthOutcome::Unavailable, Err(Refusal::Unavailable(why)))
+        }
     };
     match (required, result) {
         (None, Err(_)) => (outcome, Ok(None)),
@@ -378,7 +419,7 @@ pub fn allowed(auth: &RouteAuth, id: &Identity) -> bool {
 
 /// Merge `id` into what other credentials verified: the same consumer
 /// (the token's claims kept), or a 401.
-fn same_consumer(found: &mut Option<Identity>, id: Identity) -> Result<(), Verdict> {
+fn same_consumer(found: &mut Option<Identity>, id: Identity) -> Result<(), Verification> {
     match found {
         None => *found = Some(id),
         Some(f) if f.consumer == id.consumer => {
@@ -387,7 +428,7 @@ fn same_consumer(found: &mut Option<Identity>, id: Identity) -> Result<(), Verdi
             }
         }
         Some(_) => {
-            return Err(Verdict::Invalid {
+            return Err(Verification::Invalid {
                 bearer: false,
                 reason: "credentials name different consumers".into(),
             })
@@ -495,7 +536,7 @@ routes:
         h
     }
 
-    fn verify(auth: &Authenticator, h: &HeaderMap) -> Verdict {
+    fn verify(auth: &Authenticator, h: &HeaderMap) -> Verification {
         // As a route with `auth` for every kind sees them.
         let every = RouteAuth {
             require: auth.config.kinds(),
@@ -513,10 +554,13 @@ routes:
     fn credentials_verify_to_one_consumer() {
         let (auth, config) = authenticator();
         let gold = config.routes[0].auth.as_ref();
-        assert!(matches!(verify(&auth, &HeaderMap::new()), Verdict::Missing));
+        assert!(matches!(
+            verify(&auth, &HeaderMap::new()),
+            Verification::Missing
+        ));
 
         let id = match verify(&auth, &headers(&[("x-api-key", "foo".into())])) {
-            Verdict::Verified(id) => id,
+            Verification::Verified(id) => id,
             other => panic!("{other:?}"),
         };
         assert_eq!((&*id.consumer, id.plan.as_deref()), ("acme", Some("gold")));
@@ -527,7 +571,7 @@ routes:
             &auth,
             &headers(&[("authorization", format!("Bearer {good}"))]),
         ) {
-            Verdict::Verified(id) => id,
+            Verification::Verified(id) => id,
             other => panic!("{other:?}"),
         };
         // The tenant claim wins; the plan and attributes come from the list.
@@ -542,14 +586,14 @@ routes:
             ("x-api-key", "foo".into()),
             ("authorization", format!("Bearer {good}")),
         ]);
-        assert!(matches!(verify(&auth, &both), Verdict::Verified(id) if id.claims.is_some()));
+        assert!(matches!(verify(&auth, &both), Verification::Verified(id) if id.claims.is_some()));
         // Two consumers: invalid.
         let other = token(r#"{"iss":"me","sub":"zed","exp":2000000000}"#);
         let two = headers(&[
             ("x-api-key", "foo".into()),
             ("authorization", format!("Bearer {other}")),
         ]);
-        assert!(matches!(verify(&auth, &two), Verdict::Invalid { .. }));
+        assert!(matches!(verify(&auth, &two), Verification::Invalid { .. }));
 
         for bad in [
             headers(&[("x-api-key", "fooo".into())]),
@@ -564,12 +608,15 @@ routes:
             headers(&[("authorization", format!("Bearer {good}x"))]),
         ] {
             assert!(
-                matches!(verify(&auth, &bad), Verdict::Invalid { .. }),
+                matches!(verify(&auth, &bad), Verification::Invalid { .. }),
                 "{bad:?}"
             );
         }
         let jwt_failed = verify(&auth, &headers(&[("authorization", "Bearer x".into())]));
-        assert!(matches!(jwt_failed, Verdict::Invalid { bearer: true, .. }));
+        assert!(matches!(
+            jwt_failed,
+            Verification::Invalid { bearer: true, .. }
+        ));
     }
 
     #[test]
@@ -632,7 +679,7 @@ routes:
         // On a route with auth, the foreign token is an invalid credential.
         assert!(matches!(
             verify(&auth, &h(&foreign)),
-            Verdict::Invalid { bearer: true, .. }
+            Verification::Invalid { bearer: true, .. }
         ));
     }
 
@@ -648,7 +695,7 @@ routes:
             ("x-plan", "forged".into()),
         ]);
         let id = match verify(&auth, &h) {
-            Verdict::Verified(id) => id,
+            Verification::Verified(id) => id,
             other => panic!("{other:?}"),
         };
         auth.upstream_headers(&mut h, Some(&id));

@@ -63,8 +63,8 @@ use percent_encoding::percent_decode;
 use tollgate_limit::key::KeyHasher;
 use tollgate_limit::StoreKey;
 
+use crate::client_addr::{canonical_ip, group_ipv6, in_any};
 use crate::config::{is_printable_name, ClientMatch, KeySource, OnMissingKey};
-use crate::identity::{canonical_ip, group_ipv6, in_any};
 
 /// What the key sources can read of a request.
 #[derive(Debug, Clone, Copy)]
@@ -705,8 +705,11 @@ fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<Cow<'a, [u8]>>
     None
 }
 
-/// The first value of parameter `name` in `query`, form-decoded.
-fn query_value<'a>(query: &'a str, name: &str) -> Option<Cow<'a, [u8]>> {
+/// The first value of parameter `name` in `query`, form-decoded byte for
+/// byte ([`form_decode`]); the parameter names are decoded the same way
+/// before comparing. What `query:NAME` key sources read, and the API key
+/// in a query parameter (`consumers.api_keys.query`).
+pub(crate) fn query_value<'a>(query: &'a str, name: &str) -> Option<Cow<'a, [u8]>> {
     for pair in query.as_bytes().split(|&b| b == b'&') {
         let (k, v) = match pair.iter().position(|&b| b == b'=') {
             Some(eq) => (&pair[..eq], &pair[eq + 1..]),

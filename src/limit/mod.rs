@@ -8,7 +8,7 @@
 //! - [`key`]: client keys from a request (address, headers, query,
 //!   cookies), hashed into store keys; exempt/override matching.
 //! - [`plan`]: the checks a request makes, one per limit that applies.
-//! - [`calendar`]: a calendar window's periods, per request and consumer.
+//! - [`periods`]: a calendar window's periods, per request and consumer.
 //! - [`headers`]: `RateLimit-Policy` / `RateLimit` / `X-RateLimit-*` on a
 //!   response.
 //!
@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use tollgate_limit::{Decision, Limiter, Observer, Request};
 
-pub mod calendar;
 pub mod headers;
 pub mod key;
+pub mod periods;
 pub mod plan;
 pub mod policy;
 

@@ -14,7 +14,7 @@ use tollgate_limit::algorithm::fixed_window;
 use tollgate_limit::quota::Quota;
 use tollgate_limit::{AlgoParams, LockParams, Micros, StoreKey};
 
-use super::calendar::Periods;
+use super::periods::Periods;
 
 use crate::config::{
     ClientMatch, KeySource, LimitConfig, Mode, OnMissingKey, PerKeyLimits, ValueSource,

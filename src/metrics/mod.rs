@@ -25,6 +25,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
 use tollgate_limit::{DecisionKind, StoreKey};
 
 use stats::{LimitCounters, RouteCounters, Stats, DECISIONS};
@@ -66,46 +67,13 @@ pub struct DecisionLabels {
     pub decision: &'static str,
 }
 
-/// How a request's authentication ended, for `tollgate_auth_total` and the
-/// dashboard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AuthOutcome {
-    /// A consumer was verified (and allowed).
-    Ok,
-    /// The route requires a credential and none was presented.
-    Missing,
-    /// A presented credential did not verify.
-    Invalid,
-    /// Verified, but not a consumer the route lets through.
-    Forbidden,
-    /// Turned away before any verification: `failure_limit` locked the
-    /// client out.
-    LockedOut,
-    /// A token's issuer keys were not available.
-    Unavailable,
-}
-
-impl AuthOutcome {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            AuthOutcome::Ok => "ok",
-            AuthOutcome::Missing => "missing",
-            AuthOutcome::Invalid => "invalid",
-            AuthOutcome::Forbidden => "forbidden",
-            AuthOutcome::LockedOut => "locked_out",
-            AuthOutcome::Unavailable => "unavailable",
-        }
-    }
-}
-
 /// Labels of `tollgate_auth_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuthLabels {
     /// The route's name.
     pub route: Arc<str>,
     /// `ok`, `missing`, `invalid`, `forbidden`, `locked_out` or
-    /// `unavailable` ([`AuthOutcome::label`]).
+    /// `unavailable` (`auth::AuthOutcome::label`).
     pub outcome: &'static str,
 }
 
@@ -612,14 +580,14 @@ impl Metrics {
         self.stats.lockout(limit);
     }
 
-    /// Count one authentication outcome of a request to `route`;
-    /// `refused`: the route turned the request away for it (the dashboard
-    /// counts those).
-    pub fn auth(&self, route: &Arc<str>, outcome: AuthOutcome, refused: bool) {
+    /// Count one authentication outcome of a request to `route` (its
+    /// label: `AuthOutcome::label`); `refused`: the route turned the
+    /// request away for it (the dashboard counts those).
+    pub fn auth(&self, route: &Arc<str>, outcome: &'static str, refused: bool) {
         self.auth
             .get_or_create(&AuthLabels {
                 route: route.clone(),
-                outcome: outcome.label(),
+                outcome,
             })
             .inc();
         if refused {

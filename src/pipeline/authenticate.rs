@@ -15,7 +15,7 @@ use http::{HeaderMap, Request};
 use tollgate_limit::Decision;
 
 use crate::auth::mtls::PeerCert;
-use crate::auth::{self, AuthOutcome, Authenticator, Identity, Presented, Verdict};
+use crate::auth::{self, AuthOutcome, Authenticator, Identity, Presented, Verification};
 use crate::error::GatewayError;
 use crate::limit;
 use crate::limit::key::RequestView;
@@ -32,7 +32,7 @@ pub(crate) trait AuthIo {
     /// verifying anything: the rejection to answer a route with `auth`.
     fn locked(&mut self) -> impl Future<Output = Option<GatewayError>>;
     /// The credentials `presented`, verified.
-    fn verify(&mut self, presented: &Presented<'_>) -> impl Future<Output = Verdict>;
+    fn verify(&mut self, presented: &Presented<'_>) -> impl Future<Output = Verification>;
     /// One failed credential charged to `failure_limit`: the rejection
     /// when that limit now rejects the client (`locked_out` when the
     /// failure starts a lockout).
@@ -162,7 +162,7 @@ pub(super) async fn authenticate<B>(
     let done = authenticate_with(auth, route, req.headers(), req.uri().query(), cert, &mut io);
     let Authenticated { result, counted } = done.await;
     if let Some((outcome, refused)) = counted {
-        metrics.auth(&route.name, outcome, refused);
+        metrics.auth(&route.name, outcome.label(), refused);
     }
     match result {
         Ok(identity) => {
@@ -217,11 +217,11 @@ impl AuthIo for GatewayIo<'_, '_> {
         }
     }
 
-    async fn verify(&mut self, presented: &Presented<'_>) -> Verdict {
+    async fn verify(&mut self, presented: &Presented<'_>) -> Verification {
         let auth = self.rt.auth.as_deref();
         match auth {
             Some(auth) => auth.verify(presented, unix_now()).await,
-            None => Verdict::Missing,
+            None => Verification::Missing,
         }
     }
 

@@ -326,14 +326,10 @@ pub(super) async fn request_body(
 
 /// What a request body that could not be read is answered with.
 pub(super) fn body_error(error: body::BoxError) -> GatewayError {
-    match ClientBodyError::fault_of(&error) {
-        Some(ClientFault::TooLarge) => GatewayError::BodyTooLarge,
-        Some(ClientFault::TimedOut) => GatewayError::BodyTimeout,
-        Some(ClientFault::Broken) | None => GatewayError::BadRequest {
-            reason: "malformed request body",
-            close: true,
-        },
-    }
+    // An error that is not the client's own failure is a broken body too.
+    ClientBodyError::fault_of(&error)
+        .unwrap_or(ClientFault::Broken)
+        .into()
 }
 
 /// A request's body, as forwarding takes it: still streaming from the

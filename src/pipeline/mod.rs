@@ -38,8 +38,8 @@ use tollgate_limit::{DecisionKind, Leases};
 
 use crate::admission;
 use crate::body::Body;
+use crate::client_addr::Client;
 use crate::error::{is_grpc, GatewayError};
-use crate::identity::Client;
 use crate::limit::headers::add_route_limit_headers;
 
 use crate::log::{AccessRecord, LoggedPath};

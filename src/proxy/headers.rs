@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue, COOKIE, TRAILER};
 
-use crate::identity::{canonical_ip, ip_value, xff_elements};
+use crate::client_addr::{canonical_ip, ip_value, xff_elements};
 
 /// `X-Forwarded-For`.
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");

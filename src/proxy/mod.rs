@@ -19,7 +19,7 @@ use http::uri::PathAndQuery;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 use smallvec::SmallVec;
 
-use crate::body::{Body, ClientFault, UpstreamBody};
+use crate::body::{Body, UpstreamBody};
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::trace::context::{SpanId, TRACEPARENT};
@@ -191,16 +191,8 @@ pub fn forward<'a>(
                     return Ok((response, guard));
                 }
                 Some(Err(error)) => {
-                    match slot.client_fault() {
-                        Some(ClientFault::Broken) => {
-                            return Err(GatewayError::BadRequest {
-                                reason: "malformed request body",
-                                close: true,
-                            })
-                        }
-                        Some(ClientFault::TooLarge) => return Err(GatewayError::BodyTooLarge),
-                        Some(ClientFault::TimedOut) => return Err(GatewayError::BodyTimeout),
-                        None => {}
+                    if let Some(fault) = slot.client_fault() {
+                        return Err(fault.into());
                     }
                     pool.record(target, false);
                     tracing::debug!(upstream = %pool.config.name, target = %t.label, %error, "upstream request failed");

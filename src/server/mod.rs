@@ -44,7 +44,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::mtls::PeerCert;
 use crate::body::Body;
-use crate::identity::{canonical_ip, ip_value};
+use crate::client_addr::{canonical_ip, ip_value};
 pub use settings::{ConnSettings, Settings, Timeouts};
 use sniff::Framing;
 

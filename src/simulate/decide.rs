@@ -12,8 +12,8 @@ use tollgate_limit::{DecisionKind, Micros, StoreKey};
 use super::{request_view, stages, Answer, LineError, Request, Simulator};
 use crate::admission;
 use crate::auth::Identity;
+use crate::client_addr::Client;
 use crate::error::{GatewayError, Rejection};
-use crate::identity::Client;
 use crate::limit::plan::{self, NotApplied};
 use crate::runtime::{Action, RouteRuntime};
 

@@ -4,7 +4,7 @@
 //!
 //! Each request of the log goes through the gateway's own functions, not a
 //! copy of them: the client's identity
-//! ([`Client::identify`](crate::identity::Client::identify): trusted
+//! ([`Client::identify`](crate::client_addr::Client::identify): trusted
 //! proxies, `X-Forwarded-For`), admission
 //! ([`admit`](crate::admission::admit): deny list, Host, method,
 //! request-target, path normalisation, the route), the declared body size,

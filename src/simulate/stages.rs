@@ -20,8 +20,8 @@ use tollgate_limit::{Check, Micros, Outcome};
 use super::{request_view, LineError, Request};
 use crate::admission;
 use crate::auth::{Identity, Presented};
+use crate::client_addr::Client;
 use crate::error::{GatewayError, Rejection};
-use crate::identity::Client;
 use crate::limit::plan;
 use crate::limit::policy::Policy;
 use crate::pipeline::{authenticate_with, AuthIo, Refused};
@@ -197,7 +197,7 @@ impl AuthIo for Offline<'_> {
         Some(failure_rejection(policy, self.route, true, left))
     }
 
-    async fn verify(&mut self, presented: &Presented<'_>) -> crate::auth::Verdict {
+    async fn verify(&mut self, presented: &Presented<'_>) -> crate::auth::Verification {
         self.auth.verify_offline(presented, self.now / SECOND)
     }
 
