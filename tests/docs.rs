@@ -378,6 +378,70 @@ fn cited_source_paths_exist() {
     );
 }
 
+/// The `//!` lines of every Rust file under `src/` and `crates/*/src/`:
+/// a module's map of the code around it.
+fn module_docs() -> Vec<(PathBuf, String)> {
+    let mut roots = vec![root().join("src")];
+    if let Ok(dirs) = std::fs::read_dir(root().join("crates")) {
+        roots.extend(dirs.map(|d| d.unwrap().path().join("src")));
+    }
+    let mut out = Vec::new();
+    for dir in roots.iter().filter(|d| d.is_dir()) {
+        for file in files(dir, ".rs") {
+            let text = read(&file);
+            // Blank the other lines, so line numbers stay the file's.
+            let docs: Vec<&str> = text
+                .lines()
+                .map(|l| l.trim_start().strip_prefix("//!").unwrap_or(""))
+                .collect();
+            out.push((file, docs.join("\n")));
+        }
+    }
+    out
+}
+
+#[test]
+fn paths_module_docs_cite_exist() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (file, docs) in module_docs() {
+        for (line, cited) in cited_paths(&docs) {
+            checked += 1;
+            if cited.starts_with("../") || !root().join(&cited).exists() {
+                problems.push(format!("{}:{line}: {cited} does not exist", shown(&file)));
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} paths found: is the pattern blind?"
+    );
+    assert!(
+        problems.is_empty(),
+        "paths cited in //! comments that do not exist:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// ARCHITECTURE.md's chart of a request's stages names every file of
+/// `src/pipeline/` (the tests beside them aside).
+#[test]
+fn every_stage_file_is_in_the_architecture_chart() {
+    let chart = read(&root().join("ARCHITECTURE.md"));
+    let stages = files(&root().join("src/pipeline"), ".rs");
+    assert!(stages.len() >= 7, "the stage files: {stages:?}");
+    let missing: Vec<String> = stages
+        .iter()
+        .filter_map(|f| f.file_name()?.to_str().map(str::to_owned))
+        .filter(|name| !name.ends_with("tests.rs"))
+        .filter(|name| !chart.contains(&format!("pipeline/{name}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "src/pipeline/ files ARCHITECTURE.md's chart does not name: {missing:?}"
+    );
+}
+
 #[test]
 fn the_path_pattern_finds_citations_and_nothing_else() {
     let text = "Mirrors src/limit/decide.rs line for line.\n\
