@@ -230,7 +230,7 @@ def report(results_path):
     tls_only = not present and not cores_only and not llm_only
     idle_only = tls_only and not by  # --only idle: no timed figure at all
     if llm_only:
-        load = "the SSE upstream and clients (examples/sse_bench.rs)"
+        load = "the SSE upstream and clients (benches/tools/sse_bench.rs)"
     elif cores_only:
         load = "wrk, the upstream nginx and Redis"
     elif idle_only:
@@ -242,7 +242,7 @@ def report(results_path):
     else:
         load = "wrk/oha and the upstream nginx"
     if any(n.startswith("tg-otel-") for n, _ in present):
-        load += ", and the OTLP sink (examples/otlp_sink.rs)"
+        load += ", and the OTLP sink (benches/tools/otlp_sink.rs)"
     if cores_only:
         w(f"- pinning: each proxy on CPUs {meta['proxy_cpu']} and {meta['load_cpu']}; {load} on CPU {meta['load_cpu']}")
     else:
@@ -471,7 +471,7 @@ def otel_section(w, meta, by, m, total):
     w("#### Span export (issue 28: `telemetry:`, OTLP/HTTP to a local sink)")
     w("")
     w("Every row: the route of \"tollgate, no limits\" (telemetry off), plus `telemetry:` exporting every "
-      "recorded trace's spans by OTLP/HTTP (protobuf) to examples/otlp_sink.rs, which counts them, on the load CPU; "
+      "recorded trace's spans by OTLP/HTTP (protobuf) to benches/tools/otlp_sink.rs, which counts them, on the load CPU; "
       "`sample` = the share of new traces recorded (wrk sends no traceparent, so every request starts one).")
     w("")
     w("| ratio (medians) | req/s 64c | req/s 256c | p99 64c | capacity by CPU 64c | sink CPU % 64c | "

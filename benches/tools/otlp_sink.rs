@@ -24,7 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 // The test fixture as it is; the parts the tests use and this does not
 // (the kept spans, the delay) are dead code here.
 #[allow(dead_code)]
-#[path = "../tests/common/otlp.rs"]
+#[path = "../../tests/common/otlp.rs"]
 mod otlp;
 
 fn main() -> anyhow::Result<()> {

@@ -166,7 +166,7 @@ fn parse_opts() -> Opts {
 // pseudo-random bytes. A body with seed `s` is the pattern read from offset
 // `s`: byte `p` is `pattern_block()[(s + p) % PATTERN_LEN]`, so both ends
 // check every byte cheaply.
-#[path = "../tests/common/pattern.rs"]
+#[path = "../../tests/common/pattern.rs"]
 #[allow(dead_code)]
 mod pattern;
 use pattern::{matches_pattern, pattern_block, PATTERN_LEN as LEN};
@@ -883,7 +883,7 @@ fn gateway_config(
     let rate = [100_000, 200_000][variant];
     let mark = ["a", "b"][variant];
     format!(
-        r#"# tollgate soak config, variant {mark} (written by examples/soak_driver.rs)
+        r#"# tollgate soak config, variant {mark} (written by benches/tools/soak_driver.rs)
 server:
   listen: ["127.0.0.1:{gw}"]
   timeouts: {{ header_read: 10s, idle: 60s }}
