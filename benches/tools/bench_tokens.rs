@@ -1,6 +1,6 @@
-//! ES256 tokens for benches/e2e/run (the JWT rows of "Issue 24: consumers"
-//! in benches/RESULTS.md): a fresh P-256 key pair, its public key written as
-//! a PEM `PUBLIC KEY` (SPKI) block for the issuer's `keys: [{pem: FILE}]`,
+//! ES256 tokens for benches/e2e/run (the JWT rows of `--only auth`) and
+//! benches/e2e/callgrind (`jwt`): a fresh P-256 key pair, its public key
+//! written as a PEM `PUBLIC KEY` (SPKI) block for the issuer's `keys: [{pem: FILE}]`,
 //! and N distinct signed tokens on stdout, one per line.
 //!
 //! ```text

@@ -1,6 +1,6 @@
-//! The LLM streaming rows of benches/e2e/run ("Issue 26: cost budgets" in
-//! benches/RESULTS.md): an upstream that streams OpenAI chat completions
-//! as server-sent events, and the clients that load it through tollgate.
+//! The LLM streaming rows of benches/e2e/run (`--only llm`): an upstream
+//! that streams OpenAI chat completions as server-sent events, and the
+//! clients that load it through tollgate.
 //!
 //! ```text
 //! sse_bench serve ADDR                                   the upstream
