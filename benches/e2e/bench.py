@@ -14,10 +14,12 @@
                                        one two-gateway figure (two wrk JSON files)
     bench.py report RESULTS.jsonl
                                        the Markdown report: medians, ratios
-    bench.py runs [--ratio A/B ...] NAME=RESULTS.jsonl ...
+    bench.py runs [--ratio A/B ...] [--pool] NAME=RESULTS.jsonl ...
                                        several runs' figures as Markdown tables, a row
                                        per run (and scenario): the summary of an
-                                       issue's runs in benches/results/
+                                       issue's runs in benches/results/; --pool adds
+                                       the ratios over every run's rounds together
+                                       (runs of one build only)
 """
 
 import json
@@ -882,12 +884,14 @@ def runs(args):
     """An issue's runs side by side (the summaries in benches/results/):
     what each run was, then per run and scenario the medians of its
     throughput figures; with `--ratio A/B`, per run, scenario A's figures
-    over scenario B's."""
-    ratios, files = [], []
+    over scenario B's, and with `--pool` over all the runs' rounds too."""
+    ratios, files, pool = [], [], False
     while args:
         a = args.pop(0)
         if a == "--ratio":
             ratios.append(args.pop(0).split("/"))
+        elif a == "--pool":
+            pool = True
         else:
             name, _, path = a.partition("=")
             files.append((name, read_results(path)))
@@ -914,7 +918,7 @@ def runs(args):
         for _, (_, by, _) in files:
             for key, rs in by.items():
                 pooled.setdefault(key, []).extend(rs)
-        rows = files + ([("all, pooled", ({}, pooled, []))] if len(files) > 1 else [])
+        rows = files + ([("all, pooled", ({}, pooled, []))] if pool and len(files) > 1 else [])
         for name, (meta, by, _) in rows:
             for a, b in ratios:
                 if (a, "max64") not in by or (b, "max64") not in by:
@@ -924,11 +928,12 @@ def runs(args):
                   f"{ratio(fast[0], fast[1], 3)} | {ratio(m(by, a, 'max256', 'rps'), m(by, b, 'max256', 'rps'), 3)} | "
                   f"{ratio(cpu_us(by, a, 'max64'), cpu_us(by, b, 'max64'))} |")
         w("")
-    w("Medians over each run's rounds (wrk -t1; CPU = the proxy's utime + stime per request; "
-      "Redis = script calls and Redis's µs per request):")
-    w("")
-    w("| run | scenario | req/s 64c | req/s 256c | p99 ms 64c | CPU µs per request 64c | Redis calls / µs per request 64c |")
-    w("|---|---|---:|---:|---:|---:|---:|")
+    if any(p == "max64" for _, (_, by, _) in files for _, p in by):
+        w("Medians over each run's rounds (wrk -t1; CPU = the proxy's utime + stime per request; "
+          "Redis = script calls and Redis's µs per request):")
+        w("")
+        w("| run | scenario | req/s 64c | req/s 256c | p99 ms 64c | CPU µs per request 64c | Redis calls / µs per request 64c |")
+        w("|---|---|---:|---:|---:|---:|---:|")
     for name, (meta, by, _) in files:
         labels = dict(meta.get("scenarios", []))
         labels.update((n, f"{label}, {k} worker(s) on both CPUs") for n, label, k in meta.get("cores_scenarios", []))
@@ -939,7 +944,8 @@ def runs(args):
             redis = "-" if calls is None else f"{fmt(calls, 4)} / {fmt(m(by, scn, 'max64', 'redis_usec_per_req'), 1)}"
             w(f"| {name} | {labels.get(scn, scn)} | {fmt(m(by, scn, 'max64', 'rps'))} | {fmt(m(by, scn, 'max256', 'rps'))} | "
               f"{fmt(ms(m(by, scn, 'max64', 'p99_us')), 3)} | {fmt(cpu_us(by, scn, 'max64'), 1)} | {redis} |")
-    w("")
+    if out[-1]:
+        w("")
     other = [(name, scn, phase, rs) for name, (_, by, _) in files for (scn, phase), rs in sorted(by.items())
              if phase not in ("max64", "max256", "rate", "rate_lo")]
     if other:
