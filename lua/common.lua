@@ -46,7 +46,7 @@ max and min are comparisons, floor and ceil arithmetic (below), and the
 three common algorithms (token bucket, fixed and sliding window) decode
 and encode their state strings themselves rather than through
 state_unpack and state_pack. Measured with callgrind and INFO
-commandstats (benches/e2e/lua_cost, benches/RESULTS.md).
+commandstats (benches/e2e/lua_cost).
 
 Functions:
   fail(msg)             raise the error reply "ERR tollgate: <msg>"

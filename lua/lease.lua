@@ -1,4 +1,4 @@
---[[ lease.lua: leased limits' maths (SPEC "Leased limits"): an instance takes
+--[[ lease.lua: leased limits' maths (docs/scaling-out.md, "Leased limits"): an instance takes
 a block of up to `most` units of a key in one call and spends them itself.
 Mirrors crates/limit/src/algorithm/lease.rs line for line; dispatch.lua
 takes leases and gives back what the previous one left, give_back.lua gives

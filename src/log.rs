@@ -52,7 +52,9 @@ static QUEUE: OnceLock<NonBlocking> = OnceLock::new();
 /// that logs nothing per request (the access log filtered out) stays
 /// without it, which keeps a one-worker process single-threaded: the C
 /// library and the kernel then take their single-threaded shortcuts on
-/// every socket call (`benches/RESULTS.md`, "Issue 27: a sixth pass").
+/// every socket call (no `__pthread_enable_asynccancel` wrapper in glibc,
+/// no file reference taken and dropped by the kernel's `fdget`/`fput`:
+/// about 0.13 µs a request).
 struct LazyWriter;
 
 impl<'a> MakeWriter<'a> for LazyWriter {

@@ -9,9 +9,9 @@ use clap::{Parser, Subcommand};
 /// The allocator: jemalloc. Its size classes keep a long-running gateway's
 /// heap from fragmenting, and it returns freed pages to the kernel about a
 /// second after they are freed ([`JEMALLOC_CONF`]), so RSS follows the
-/// memory in use rather than the peak of every burst (glibc's malloc kept
-/// up to 15 % more after an hour's soak; benches/RESULTS.md, "Issue 14:
-/// soak").
+/// memory in use rather than the peak of every burst (`benches/soak/run`,
+/// an hour of mixed traffic on Redis: with glibc's malloc RSS grew 14.6 %
+/// after the warm-up, 4.4 MiB an hour; with jemalloc, -0.07 %).
 #[cfg(all(unix, not(target_env = "musl")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -29,8 +29,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// default for the sizes of a few KB, such as a request's future, where a
 /// gateway has a request in flight per connection), and trims them every
 /// MiB allocated rather than every 64 KiB: a proxied request went 700
-/// instructions faster, its blocks no longer refilled from and flushed to
-/// the arena in batches (benches/RESULTS.md, "Issue 27"). The environment
+/// instructions faster (callgrind, 64 requests in flight), its blocks no
+/// longer refilled from and flushed to the arena in batches. The environment
 /// variable `_RJEM_MALLOC_CONF` still overrides them all (docs/operations.md,
 /// "Memory").
 #[cfg(all(unix, not(target_env = "musl")))]
@@ -54,8 +54,9 @@ mod purging {
     /// log writer's starts with the first line logged while serving), so
     /// the C library and the kernel take their single-threaded shortcuts
     /// on every socket call, and no purging thread is scheduled between its
-    /// requests (benches/RESULTS.md, "Issue 27: a sixth pass"). An
-    /// operator's `background_thread` in `_RJEM_MALLOC_CONF` is left as set.
+    /// requests (a proxied request: 167 instructions fewer, about 1 % more
+    /// requests a second in paired runs). An operator's `background_thread`
+    /// in `_RJEM_MALLOC_CONF` is left as set.
     /// Returns whether the caller's worker is to purge.
     pub fn choose(workers: usize) -> bool {
         let set_by_operator =
@@ -304,11 +305,11 @@ fn run(config: &std::path::Path) -> ExitCode {
 /// (this thread) also runs the admin API, signals, reloads and health
 /// checks.
 ///
-/// Measured on 2 CPUs (benches/RESULTS.md, "Issue 12: multi-core" and "Issue
-/// 12: the full run"): Tokio's multi-thread scheduler with 2 workers served
-/// about 10 % fewer requests per CPU-second than 1 worker; this design
-/// serves 0.91-1.20 of 1 worker's (NGINX's 2 worker processes in the same
-/// run: 0.88-0.97).
+/// Measured on 2 CPUs (`benches/e2e/run --only cores`): Tokio's
+/// multi-thread scheduler with 2 workers served about 10 % fewer requests
+/// per CPU-second than 1 worker; this design serves 0.91-1.20 of 1
+/// worker's at 64 and 256 connections, and 0.97-0.98 in a later run
+/// (NGINX's 2 worker processes in the same runs: 0.88-0.97, 0.98-1.14).
 ///
 /// A `TOKIO_WORKER_THREADS` that is not a whole number from 1 to 1024 is an
 /// error, not a silent default.

@@ -41,6 +41,8 @@
 //!   The test also holds each block's own list in its error for a value
 //!   that is not a mapping (`expected a mapping with fields ...`, written by
 //!   hand in the code) to the fields serde reports.
+//! - **Example configs** (`example_configs_pass_tollgate_check`): every
+//!   `examples/configs/*.yaml` (a config per guide) passes `tollgate check`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
@@ -709,4 +711,21 @@ fn slugs_follow_github() {
         anchors(text),
         BTreeSet::from(["a".into(), "a-1".into(), "b".into()])
     );
+}
+
+// ----- Example configs -----
+
+#[test]
+fn example_configs_pass_tollgate_check() {
+    let configs = files(&root().join("examples/configs"), ".yaml");
+    assert!(configs.len() >= 5, "example configs: {configs:?}");
+    let problems: Vec<String> = configs
+        .iter()
+        .filter_map(|c| {
+            tollgate::app::check(c)
+                .err()
+                .map(|e| format!("{}: {e}", shown(c)))
+        })
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -1,5 +1,5 @@
--- wrk script for benches/e2e/run's credential rows ("Issue 24: consumers"
--- in benches/RESULTS.md): report.lua's figures, plus a credential header.
+-- wrk script for benches/e2e/run's credential rows (`--only auth`):
+-- report.lua's figures, plus a credential header.
 --
 --   AUTH_HEADER  the header to set (e.g. "authorization", "x-api-key")
 --   AUTH_PREFIX  put before each value (e.g. "Bearer "), default none

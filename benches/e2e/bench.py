@@ -14,6 +14,12 @@
                                        one two-gateway figure (two wrk JSON files)
     bench.py report RESULTS.jsonl
                                        the Markdown report: medians, ratios
+    bench.py runs [--ratio A/B ...] [--pool] NAME=RESULTS.jsonl ...
+                                       several runs' figures as Markdown tables, a row
+                                       per run (and scenario): the summary of an
+                                       issue's runs in benches/results/; --pool adds
+                                       the ratios over every run's rounds together
+                                       (runs of one build only)
 """
 
 import json
@@ -194,8 +200,10 @@ def ratio(a, b, nd=2):
     return f"{a / b:.{nd}f}"
 
 
-def report(results_path):
-    meta, notes, by = {}, [], {}
+def read_results(results_path):
+    """A results file as (meta, {(scenario, phase): [runs]}, [pairs]);
+    the run's notes are in meta["notes"]."""
+    meta, notes, by, pairs = {}, [], {}, []
     for line in open(results_path):
         if not line.strip():
             continue
@@ -207,8 +215,15 @@ def report(results_path):
         elif r["kind"] == "run":
             by.setdefault((r["scenario"], r["phase"]), []).append(r)
         elif r["kind"] == "pair":
-            meta.setdefault("pairs", []).append(r)
+            pairs.append(r)
     meta["notes"] = notes
+    return meta, by, pairs
+
+
+def report(results_path):
+    meta, by, pairs = read_results(results_path)
+    if pairs:
+        meta["pairs"] = pairs
 
     def m(scn, phase, field):
         return med([r.get(field) for r in by.get((scn, phase), [])])
@@ -230,7 +245,7 @@ def report(results_path):
     tls_only = not present and not cores_only and not llm_only
     idle_only = tls_only and not by  # --only idle: no timed figure at all
     if llm_only:
-        load = "the SSE upstream and clients (examples/sse_bench.rs)"
+        load = "the SSE upstream and clients (benches/tools/sse_bench.rs)"
     elif cores_only:
         load = "wrk, the upstream nginx and Redis"
     elif idle_only:
@@ -242,7 +257,7 @@ def report(results_path):
     else:
         load = "wrk/oha and the upstream nginx"
     if any(n.startswith("tg-otel-") for n, _ in present):
-        load += ", and the OTLP sink (examples/otlp_sink.rs)"
+        load += ", and the OTLP sink (benches/tools/otlp_sink.rs)"
     if cores_only:
         w(f"- pinning: each proxy on CPUs {meta['proxy_cpu']} and {meta['load_cpu']}; {load} on CPU {meta['load_cpu']}")
     else:
@@ -471,7 +486,7 @@ def otel_section(w, meta, by, m, total):
     w("#### Span export (issue 28: `telemetry:`, OTLP/HTTP to a local sink)")
     w("")
     w("Every row: the route of \"tollgate, no limits\" (telemetry off), plus `telemetry:` exporting every "
-      "recorded trace's spans by OTLP/HTTP (protobuf) to examples/otlp_sink.rs, which counts them, on the load CPU; "
+      "recorded trace's spans by OTLP/HTTP (protobuf) to benches/tools/otlp_sink.rs, which counts them, on the load CPU; "
       "`sample` = the share of new traces recorded (wrk sends no traceparent, so every request starts one).")
     w("")
     w("| ratio (medians) | req/s 64c | req/s 256c | p99 64c | capacity by CPU 64c | sink CPU % 64c | "
@@ -865,6 +880,114 @@ def summary(line):
           f"p50 {d['p50_us'] / 1000:.3f} ms  p99 {d['p99_us'] / 1000:.3f} ms  non-2xx {bad}  errors {err}{extra}")
 
 
+def runs(args):
+    """An issue's runs side by side (the summaries in benches/results/):
+    what each run was, then per run and scenario the medians of its
+    throughput figures; with `--ratio A/B`, per run, scenario A's figures
+    over scenario B's, and with `--pool` over all the runs' rounds too."""
+    ratios, files, pool = [], [], False
+    while args:
+        a = args.pop(0)
+        if a == "--ratio":
+            ratios.append(args.pop(0).split("/"))
+        elif a == "--pool":
+            pool = True
+        else:
+            name, _, path = a.partition("=")
+            files.append((name, read_results(path)))
+    out = []
+    w = out.append
+
+    def m(by, scn, phase, field):
+        return med([r.get(field) for r in by.get((scn, phase), [])])
+
+    def cpu_us(by, scn, phase):
+        c = m(by, scn, phase, "cpu_per_10k")
+        return None if c is None else c * 100
+
+    w("| run | date | commit | mode | runs per figure | loadavg at start / end |")
+    w("|---|---|---|---|---:|---|")
+    for name, (meta, _, _) in files:
+        w(f"| {name} | {meta.get('date', '?')} | `{meta.get('commit', '?')}` | {meta.get('mode', '?')} | "
+          f"{meta.get('runs', '?')} × {meta.get('dur', '?')} s | {meta.get('load_start', '?')} / {meta.get('load_end', '?')} |")
+    w("")
+    if ratios:
+        w("| run | ratio | req/s 64c (medians) | the three fastest 64c runs of each | req/s 256c | CPU per request 64c |")
+        w("|---|---|---:|---:|---:|---:|")
+        pooled = {}
+        for _, (_, by, _) in files:
+            for key, rs in by.items():
+                pooled.setdefault(key, []).extend(rs)
+        rows = files + ([("all, pooled", ({}, pooled, []))] if pool and len(files) > 1 else [])
+        for name, (meta, by, _) in rows:
+            for a, b in ratios:
+                if (a, "max64") not in by or (b, "max64") not in by:
+                    continue
+                fast = [med(sorted(r["rps"] for r in by[(n, "max64")] if r.get("rps"))[-3:]) for n in (a, b)]
+                w(f"| {name} | {a} ÷ {b} | {ratio(m(by, a, 'max64', 'rps'), m(by, b, 'max64', 'rps'), 3)} | "
+                  f"{ratio(fast[0], fast[1], 3)} | {ratio(m(by, a, 'max256', 'rps'), m(by, b, 'max256', 'rps'), 3)} | "
+                  f"{ratio(cpu_us(by, a, 'max64'), cpu_us(by, b, 'max64'))} |")
+        w("")
+    if any(p == "max64" for _, (_, by, _) in files for _, p in by):
+        w("Medians over each run's rounds (wrk -t1; CPU = the proxy's utime + stime per request; "
+          "Redis = script calls and Redis's µs per request):")
+        w("")
+        w("| run | scenario | req/s 64c | req/s 256c | p99 ms 64c | CPU µs per request 64c | Redis calls / µs per request 64c |")
+        w("|---|---|---:|---:|---:|---:|---:|")
+    for name, (meta, by, _) in files:
+        labels = dict(meta.get("scenarios", []))
+        labels.update((n, f"{label}, {k} worker(s) on both CPUs") for n, label, k in meta.get("cores_scenarios", []))
+        order = [n for n, _ in meta.get("scenarios", [])]
+        for scn in sorted({s for s, p in by if p == "max64"},
+                          key=lambda s: (order.index(s) if s in order else len(order), s)):
+            calls = m(by, scn, "max64", "redis_trips_per_req")
+            redis = "-" if calls is None else f"{fmt(calls, 4)} / {fmt(m(by, scn, 'max64', 'redis_usec_per_req'), 1)}"
+            w(f"| {name} | {labels.get(scn, scn)} | {fmt(m(by, scn, 'max64', 'rps'))} | {fmt(m(by, scn, 'max256', 'rps'))} | "
+              f"{fmt(ms(m(by, scn, 'max64', 'p99_us')), 3)} | {fmt(cpu_us(by, scn, 'max64'), 1)} | {redis} |")
+    if out[-1]:
+        w("")
+    other = [(name, scn, phase, rs) for name, (_, by, _) in files for (scn, phase), rs in sorted(by.items())
+             if phase not in ("max64", "max256", "rate", "rate_lo")]
+    if other:
+        w("TLS, HTTP/2 and LLM streaming figures (medians):")
+        w("")
+        w("| run | scenario | figure | req/s | p50 / p99 ms | CPU µs per request |")
+        w("|---|---|---|---:|---:|---:|")
+        for name, scn, phase, rs in other:
+            cpu = med([r.get("cpu_per_10k") for r in rs])
+            w(f"| {name} | {scn} | {phase} | {fmt(med([r.get('rps') for r in rs]))} | "
+              f"{fmt(ms(med([r.get('p50_us') for r in rs])), 3)} / {fmt(ms(med([r.get('p99_us') for r in rs])), 3)} | "
+              f"{fmt(None if cpu is None else cpu * 100, 1)} |")
+        w("")
+    if any("conn_mem" in meta or "reload" in meta for _, (meta, _, _) in files):
+        w("Idle keep-alive connections (bytes of RSS each) and reloading every second (req/s reloading ÷ steady):")
+        w("")
+        w("| run | proxy | bytes per idle connection | reload ÷ steady |")
+        w("|---|---|---:|---:|")
+        for name, (meta, _, _) in files:
+            idle = {r["label"]: r for r in (meta.get("conn_mem") or {}).get("rows", [])}
+            n = (meta.get("conn_mem") or {}).get("n") or 1
+            reload = {r["label"].split(" (")[0]: r for r in (meta.get("reload") or {}).get("rows", [])}
+            for label in dict.fromkeys(list(idle) + list(reload)):
+                i, r = idle.get(label), reload.get(label)
+                w(f"| {name} | {label} | {fmt(None if i is None else i['per10k_kb'] * 1024 / n)} | "
+                  f"{'-' if r is None else ratio(r['rps_reload'], r['rps_steady'])} |")
+        w("")
+    if any(pairs for _, (_, _, pairs) in files):
+        w("Two gateways sharing one Redis (medians):")
+        w("")
+        w("| run | figure | req/s in all | Redis calls per request | admitted | refused |")
+        w("|---|---|---:|---:|---:|---:|")
+        for name, (_, _, pairs) in files:
+            for phase in sorted({p["phase"] for p in pairs}):
+                ps = [p for p in pairs if p["phase"] == phase]
+                w(f"| {name} | {phase} | {fmt(med([p.get('rps') for p in ps]))} | "
+                  f"{fmt(med([p.get('redis_trips_per_req') for p in ps]), 4)} | "
+                  f"{', '.join(fmt(p.get('admitted')) for p in ps)} | {fmt(med([p.get('refused') for p in ps]))} |")
+        w("")
+    print("\n".join(out))
+
+
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "ports":
@@ -881,6 +1004,8 @@ def main():
         pair(*sys.argv[2:9])
     elif cmd == "report":
         report(sys.argv[2])
+    elif cmd == "runs":
+        runs(sys.argv[2:])
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

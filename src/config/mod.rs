@@ -7,7 +7,7 @@
 //! [`ConfigError`] naming the file, line, column and field path; warnings
 //! (e.g. a route shadowed by an earlier one) come back in [`Loaded`].
 //!
-//! Choices the spec leaves open:
+//! Choices this module makes:
 //!
 //! - Upstream, limit and route names are made of ASCII letters, digits, `_`,
 //!   `-` and `.`: they appear in metrics labels, headers and admin URLs.

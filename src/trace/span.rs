@@ -10,7 +10,8 @@
 //! response has ended (with the access-log line); then a request's spans
 //! go to the export queue together ([`Telemetry::submit`]). Building them
 //! as the SDK's `SpanData` instead, converted to these messages at export,
-//! cost twice the instructions (benches/RESULTS.md, "Issue 28").
+//! cost half as much again: a recorded request added 23,600 instructions
+//! to one with telemetry off that way, 15,400 this way (callgrind).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -1,5 +1,5 @@
 //! A real OTLP trace receiver on a free port, for the telemetry tests and
-//! the benchmark's collector (examples/otlp_sink.rs): OTLP/HTTP (`POST /v1/traces`, protobuf) and
+//! the benchmark's collector (benches/tools/otlp_sink.rs): OTLP/HTTP (`POST /v1/traces`, protobuf) and
 //! OTLP/gRPC (`TraceService/Export`, over h2c) on one listener, each
 //! decoded with the `opentelemetry-proto` types (the wire format as a
 //! collector reads it). Every span received is kept, flattened, with the
@@ -127,7 +127,7 @@ impl Collector {
     /// it: [`count`](Collector::count) and [`batches`](Collector::batches)
     /// as with [`start`](Collector::start), but [`spans`](Collector::spans)
     /// is always empty, so its memory stays flat over a long benchmark
-    /// (examples/otlp_sink.rs). Each batch is still decoded whole (one
+    /// (benches/tools/otlp_sink.rs). Each batch is still decoded whole (one
     /// that does not decode is refused and not counted).
     pub async fn start_counting(addr: SocketAddr) -> std::io::Result<Collector> {
         let listener = TcpListener::bind(addr).await?;

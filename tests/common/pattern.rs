@@ -1,6 +1,6 @@
 //! The deterministic test pattern streamed bodies are made of, and a
 //! checksum to compare streams by. Self-contained (std and `bytes` only), so
-//! `examples/soak_driver.rs` includes it too (`#[path]`).
+//! `benches/tools/soak_driver.rs` includes it too (`#[path]`).
 
 /// A fast, position-dependent checksum of a byte stream (FNV-1a over 64-bit
 /// little-endian words, then the length), fed in arbitrary pieces.
