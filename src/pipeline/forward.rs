@@ -36,6 +36,7 @@ use crate::trace::Hop;
 use super::{ip_hash, Ctx};
 
 /// Stage (a `respond` route): the route's own answer.
+#[inline]
 pub(super) fn respond(
     status: http::StatusCode,
     body: &bytes::Bytes,
@@ -240,6 +241,7 @@ impl http_body::Body for Reply {
     type Data = bytes::Bytes;
     type Error = body::BoxError;
 
+    #[inline]
     fn poll_frame(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -250,6 +252,7 @@ impl http_body::Body for Reply {
         }
     }
 
+    #[inline]
     fn is_end_stream(&self) -> bool {
         match self {
             Reply::Upstream(b) => b.is_end_stream(),
@@ -257,6 +260,7 @@ impl http_body::Body for Reply {
         }
     }
 
+    #[inline]
     fn size_hint(&self) -> http_body::SizeHint {
         match self {
             Reply::Upstream(b) => b.size_hint(),
@@ -267,6 +271,7 @@ impl http_body::Body for Reply {
 
 /// The body of a request whose body has ended already (the usual GET):
 /// nothing to box when it is empty.
+#[inline]
 pub(super) fn ended_body(incoming: ClientBody<Incoming>) -> Body {
     match incoming.size_hint().exact() {
         Some(0) => body::empty(),

@@ -359,6 +359,7 @@ fn raw_host<B>(req: &Request<B>) -> Option<HeaderValue> {
 }
 
 /// The request id written as `id`'s 32 hex digits.
+#[inline]
 fn request_id_of(id: &TraceId) -> HeaderValue {
     // Shared from the start (one allocation holding the digits and a count):
     // the id goes upstream, back to the client and into the log, and each
@@ -368,6 +369,7 @@ fn request_id_of(id: &TraceId) -> HeaderValue {
 }
 
 /// A 64-bit hash of the client address, for `balance: hash`.
+#[inline]
 fn ip_hash(ip: IpAddr) -> u64 {
     let bits = match ip {
         IpAddr::V4(v4) => u128::from(u32::from(v4)),

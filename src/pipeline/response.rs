@@ -25,6 +25,7 @@ pub(super) static NO_ROUTE: std::sync::LazyLock<Arc<str>> =
 /// request's bookkeeping ([`Done`]) when its body ends, or after a 101 when
 /// its tunnel ends (the tunnel runs on the connection's task, see
 /// [`ConnInfo::after_upgrade`]).
+#[inline]
 pub(super) fn finish(mut response: Response<Reply>, ctx: Ctx<'_>) -> Response<Body> {
     let idle = ctx.rt.config.server.idle_timeout;
     let tap = ctx.llm.and_then(meter::llm::tap);
@@ -124,10 +125,12 @@ pub(super) fn without_body(response: &mut Response<Reply>) {
 impl Done {
     /// `bytes` of response body (or tunnel bytes to the client) were sent;
     /// `completed` is false when cut short.
+    #[inline]
     fn run(mut self, bytes: u64, completed: bool, tunnel: Option<Summary>) {
         self.end(bytes, completed, tunnel);
     }
 
+    #[inline]
     fn end(&mut self, bytes: u64, completed: bool, tunnel: Option<Summary>) {
         if std::mem::replace(&mut self.ended, true) {
             return;
